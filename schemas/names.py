@@ -1,0 +1,124 @@
+"""Every subject, stream, consumer and bucket name Tether uses, built in one place."""
+
+from __future__ import annotations
+
+import msgspec
+
+SUBMIT_DEAD_LETTER = "_submit"
+"""The dead-letter 'tool' for submissions that could not be accepted (tools never start with '_')."""
+
+
+class Names(msgspec.Struct, frozen=True):
+    """Names for one Tether installation; `prefix` lets several share a NATS account."""
+
+    prefix: str = "tether"
+
+    # -- streams -------------------------------------------------------------
+    @property
+    def submit_stream(self) -> str:
+        return f"{self._upper}_SUBMIT"
+
+    @property
+    def work_stream(self) -> str:
+        return f"{self._upper}_WORK"
+
+    @property
+    def status_stream(self) -> str:
+        return f"{self._upper}_STATUS"
+
+    @property
+    def dead_letter_stream(self) -> str:
+        return f"{self._upper}_DLQ"
+
+    # -- KV buckets and object store -----------------------------------------
+    @property
+    def tasks_bucket(self) -> str:
+        return f"{self.prefix}-tasks"
+
+    @property
+    def checkpoints_bucket(self) -> str:
+        return f"{self.prefix}-checkpoints"
+
+    @property
+    def heartbeats_bucket(self) -> str:
+        return f"{self.prefix}-heartbeats"
+
+    @property
+    def tools_bucket(self) -> str:
+        return f"{self.prefix}-tools"
+
+    @property
+    def blobs_bucket(self) -> str:
+        return f"{self.prefix}-blobs"
+
+    # -- subjects ------------------------------------------------------------
+    @property
+    def submit_subject(self) -> str:
+        return f"{self.prefix}.submit"
+
+    def work_subject(self, tool: str) -> str:
+        return f"{self.prefix}.work.{tool}"
+
+    @property
+    def work_subjects(self) -> str:
+        return f"{self.prefix}.work.>"
+
+    def status_subject(self, task_id: str) -> str:
+        return f"{self.prefix}.status.{task_id}"
+
+    @property
+    def status_subjects(self) -> str:
+        return f"{self.prefix}.status.>"
+
+    def dead_letter_subject(self, tool: str) -> str:
+        return f"{self.prefix}.dead.{tool}"
+
+    @property
+    def dead_letter_subjects(self) -> str:
+        return f"{self.prefix}.dead.>"
+
+    def api_subject(self, verb: str) -> str:
+        return f"{self.prefix}.api.{verb}"
+
+    # -- consumers -----------------------------------------------------------
+    def tool_consumer(self, tool: str) -> str:
+        return f"tool-{tool}"
+
+    @property
+    def dispatcher_consumer(self) -> str:
+        return "dispatcher"
+
+    # -- keys and message ids ------------------------------------------------
+    @staticmethod
+    def step_key(task_id: str, step: int) -> str:
+        """Checkpoint key and idempotency key of one step: `<task_id>.<step>`."""
+        return f"{task_id}.{step}"
+
+    @staticmethod
+    def once_key(task_id: str, step: int, name: str) -> str:
+        """Checkpoint key of a memoized side effect inside one step."""
+        return f"{task_id}.{step}.once.{name}"
+
+    @staticmethod
+    def step_msg_id(task_id: str, step: int, generation: int = 1) -> str:
+        """`Nats-Msg-Id` of a step's work message; re-runs carry their generation."""
+        base = f"{task_id}.{step}"
+        return base if generation <= 1 else f"{base}.g{generation}"
+
+    @staticmethod
+    def resume_msg_id(task_id: str, step: int, generation: int = 1) -> str:
+        """`Nats-Msg-Id` of the message an answer sends to resume a waiting step."""
+        return f"{Names.step_msg_id(task_id, step, generation)}.input"
+
+    @staticmethod
+    def event_msg_id(task_id: str, event: str, step: int | None, generation: int, n: int = 0) -> str:
+        """`Nats-Msg-Id` of a status event, so a replayed step does not repeat its events."""
+        where = "task" if step is None else str(step)
+        return f"{task_id}.{where}.{event}.g{generation}.{n}"
+
+    @property
+    def _upper(self) -> str:
+        return self.prefix.upper().replace("-", "_")
+
+
+DEFAULT_NAMES = Names()

