@@ -60,7 +60,7 @@ class Client:
     async def close(self) -> None:
         if self._nc is not None:
             with contextlib.suppress(Exception):
-                await self._nc.drain()
+                await self._nc.close()
         self._nc = self._store = None
 
     @property

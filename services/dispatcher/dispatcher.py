@@ -72,7 +72,7 @@ class Dispatcher:
             self._loop = None
         if self._nc is not None:
             with contextlib.suppress(Exception):
-                await self._nc.drain()
+                await self._nc.close()
             self._nc = None
 
     async def _serve(self, store: Store) -> None:

@@ -165,5 +165,5 @@ class Worker:
             await asyncio.gather(*pending, return_exceptions=True)
         if self._nc is not None:
             with contextlib.suppress(Exception):
-                await self._nc.drain()
+                await self._nc.close()
             self._nc = None

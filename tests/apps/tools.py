@@ -1,0 +1,161 @@
+"""Tools used by the tests; each execution is appended to $TETHER_TEST_EXECUTIONS."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from services import App, NeedsInput, NextSteps, RetryableError, RetryPolicy, Step, StepContext, TerminalError
+
+app = App("tests")
+FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.05, max_backoff=0.2, jitter=0.0)  # type: ignore[arg-type]
+BEAT = 0.2  # heartbeat (s): a killed worker's steps come back after 5 x BEAT
+
+
+def record(ctx: StepContext, tag: str = "") -> None:
+    """One line per execution: task, step, attempt, pid (one O_APPEND write: atomic)."""
+    path = os.environ.get("TETHER_TEST_EXECUTIONS")
+    if path:
+        line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {os.getpid()} {tag}\n".encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def read_executions(path: Path) -> Counter[tuple[str, int]]:
+    """How many times each (task, step) started executing."""
+    counts: Counter[tuple[str, int]] = Counter()
+    for line in path.read_text().splitlines():
+        task_id, step, *_ = line.split()
+        counts[(task_id, int(step))] += 1
+    return counts
+
+
+class Query(msgspec.Struct):
+    query: str
+    limit: int = 3
+
+
+CORPUS = {
+    "AI trends 2026": ["agents run for hours", "durable execution matters", "MCP tasks"],
+}
+
+
+@app.tool(heartbeat=BEAT)
+async def search(ctx: StepContext, q: Query) -> list[str]:
+    """Search a tiny corpus."""
+    record(ctx)
+    return CORPUS.get(q.query, [f"no hits for {q.query}"])[: q.limit]
+
+
+@app.tool(heartbeat=BEAT)
+async def summarize(ctx: StepContext, hits: list[str]) -> str:
+    record(ctx)
+    return "; ".join(hits)
+
+
+@app.tool(heartbeat=BEAT)
+async def write_report(ctx: StepContext, summary: str) -> dict[str, Any]:
+    record(ctx)
+    earlier = await ctx.outputs()
+    return {"report": f"# Report\n\n{summary}\n", "sources": len(earlier[0])}
+
+
+@app.tool(heartbeat=BEAT)
+async def fast(ctx: StepContext, data: Any) -> Any:
+    record(ctx)
+    return {"step": ctx.step, "payload": data}
+
+
+@app.tool(heartbeat=BEAT)
+async def slow(ctx: StepContext, data: Any) -> Any:
+    record(ctx)
+    seconds = data.get("sleep", 0.3) if isinstance(data, dict) else 0.3
+    await asyncio.sleep(seconds)
+    return {"step": ctx.step, "slept": seconds}
+
+
+@app.tool(heartbeat=BEAT, retry=FAST_RETRY)
+async def flaky(ctx: StepContext, data: Any) -> Any:
+    """Fails until attempt `data['succeed_on']`."""
+    record(ctx)
+    if ctx.attempt < data["succeed_on"]:
+        raise RetryableError(f"attempt {ctx.attempt} failed", retry_after=0.05)
+    return {"attempt": ctx.attempt}
+
+
+@app.tool(heartbeat=BEAT, retry=FAST_RETRY)
+async def broken(ctx: StepContext, data: Any) -> Any:
+    record(ctx)
+    raise ValueError("the service is down")
+
+
+@app.tool(heartbeat=BEAT, retry=FAST_RETRY)
+async def refuses(ctx: StepContext, data: Any) -> Any:
+    record(ctx)
+    raise TerminalError("permission denied")
+
+
+@app.tool(heartbeat=BEAT, retry=RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0), timeout=0.3)  # type: ignore[arg-type]
+async def hangs(ctx: StepContext, data: Any) -> Any:
+    record(ctx)
+    await asyncio.sleep(60)
+
+
+@app.tool(heartbeat=BEAT)
+async def asks(ctx: StepContext, data: Any) -> Any:
+    record(ctx)
+    return NeedsInput(prompt="Approve the draft?", schema={"type": "object"})
+
+
+@app.tool(heartbeat=BEAT)
+async def plans(ctx: StepContext, data: Any) -> Any:
+    """Like an LLM turn: asks for two tool calls, then a final turn."""
+    record(ctx)
+    return NextSteps(
+        output={"thought": "need two searches"},
+        steps=[
+            Step(tool="fast", input={"call": 1}),
+            Step(tool="fast", input={"call": 2}),
+            Step(tool="summarize", input=["a", "b"]),
+        ],
+    )
+
+
+@app.tool(heartbeat=BEAT, retry=FAST_RETRY)
+async def emails(ctx: StepContext, data: Any) -> Any:
+    """Sends an 'email' once, then fails on the first attempt after the send."""
+    record(ctx)
+
+    async def send() -> str:
+        record(ctx, "send")
+        return f"sent-{ctx.attempt}"
+
+    receipt = await ctx.once("send-email", send, type=str)
+    if ctx.attempt == 1:
+        raise RuntimeError("crash after sending")
+    return {"receipt": receipt}
+
+
+@app.tool(heartbeat=BEAT, max_concurrency=2)
+async def limited(ctx: StepContext, data: Any) -> Any:
+    """Tracks how many run at once through marker files in $TETHER_TEST_RUNNING."""
+    record(ctx)
+    running = Path(os.environ["TETHER_TEST_RUNNING"])
+    marker = running / f"{ctx.task_id}.{ctx.step}.{os.getpid()}"
+    marker.touch()
+    try:
+        seen = len(list(running.glob("*.*.*")))
+        with (running / "max").open("a") as out:
+            out.write(f"{seen}\n")
+        await asyncio.sleep(0.3)
+    finally:
+        marker.unlink()
+    return {"ok": True}

@@ -1,0 +1,77 @@
+"""Fixtures: a real nats-server per test module, isolated names per test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from schemas.names import Names
+from services import Client, Dispatcher, NatsConfig
+from services.testing import nats_server_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with nats_server_url(tmp_path_factory.mktemp("nats")) as url:
+        yield url
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A fresh prefix: every test gets its own streams and buckets on the shared server."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def config(nats_url: str, prefix: str) -> NatsConfig:
+    return NatsConfig(url=nats_url, names=Names(prefix=prefix))
+
+
+@pytest.fixture
+async def client(config: NatsConfig) -> AsyncIterator[Client]:
+    async with Client(config) as c:
+        yield c
+
+
+@pytest.fixture
+async def dispatcher(config: NatsConfig) -> AsyncIterator[Dispatcher]:
+    async with Dispatcher(config) as d:
+        yield d
+
+
+@pytest.fixture
+def executions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A side file where test tools append one line per execution (also in subprocesses)."""
+    path = tmp_path / "executions.log"
+    path.touch()
+    monkeypatch.setenv("TETHER_TEST_EXECUTIONS", str(path))
+    return path
+
+
+def start_worker(
+    config: NatsConfig,
+    *apps: str,
+    log: Path,
+    concurrency: int = 32,
+    entry: list[str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """`tether worker` as a real child process (kill -9 tests need a real process).
+
+    `entry` replaces `python -m services.cli`, e.g. with a wrapper that injects a crash.
+    """
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = entry or [sys.executable, "-m", "services.cli"]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [*command, "worker", *apps, "--nats", config.url, "--prefix", config.names.prefix,
+             "--concurrency", str(concurrency)],
+            env=env, cwd=ROOT, stdout=out, stderr=out,
+        )
