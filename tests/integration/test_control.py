@@ -1,0 +1,124 @@
+"""Cancellation, waiting for input, dynamic plans and memoized side effects."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from schemas import Cancelled, TaskStatus, Waiting
+from services import Client, NatsConfig, TaskCancelledError, TaskConflictError, Worker
+from services.testing import eventually
+from tests.apps.tools import app, read_executions
+
+
+@pytest.fixture
+async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
+    async with Worker(app, config) as w:
+        yield w
+
+
+async def test_cancel_a_queued_task(
+    config: NatsConfig, client: Client, dispatcher: object, executions: Path
+) -> None:
+    async with Worker(app, config):
+        pass  # registers the tools, then stops: the task stays queued at step 0
+    handle = await client.submit([{"tool": "fast", "input": 1}], task_id="queued")
+    await eventually(lambda: _status(client, "queued", TaskStatus.PENDING))
+
+    record = await client.cancel("queued")
+
+    assert record.status is TaskStatus.CANCELLED
+    with pytest.raises(TaskCancelledError):
+        await handle.wait(timeout=5)
+    events = [e async for e in handle.events(timeout=5)]
+    assert isinstance(events[-1], Cancelled)
+    assert read_executions(executions)[("queued", 0)] == 0
+
+
+async def test_cancel_a_running_step_within_a_heartbeat(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "slow", "input": {"sleep": 30}}, {"tool": "fast"}])
+    await eventually(lambda: _executed(executions, handle.task_id, 0))
+
+    await handle.cancel()
+
+    with pytest.raises(TaskCancelledError):
+        await handle.wait(timeout=5)
+    # The worker let go of the step (acked) without handing off step 1.
+    await eventually(lambda: _consumer_idle(client, "slow"), timeout=3)
+    assert read_executions(executions)[(handle.task_id, 1)] == 0
+
+
+async def test_cancel_of_a_finished_task_is_a_conflict(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    handle = await client.submit([{"tool": "fast", "input": 1}])
+    await handle.wait(timeout=10)
+
+    with pytest.raises(TaskConflictError, match="already completed"):
+        await handle.cancel()
+
+
+async def test_waiting_for_input_then_resume_with_the_answer(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "asks", "input": "draft"}, {"tool": "fast"}])
+    record = await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=10)
+    assert record.input_request is not None and record.input_request.prompt == "Approve the draft?"
+
+    await client.send_input(handle.task_id, {"approved": True})
+
+    result = await handle.wait(timeout=10)
+    assert result == {"step": 1, "payload": {"approved": True}}
+    counts = read_executions(executions)
+    assert counts[(handle.task_id, 0)] == 1  # the step that asked did not run again
+    events = [e async for e in handle.events(timeout=5)]
+    assert any(isinstance(e, Waiting) and e.input_request is not None for e in events)
+    with pytest.raises(TaskConflictError, match="not waiting"):
+        await client.send_input(handle.task_id, {"approved": False})
+
+
+async def test_a_tool_extends_the_plan(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "plans", "input": {}}, {"tool": "fast", "input": "final"}])
+
+    result = await handle.wait(timeout=10)
+
+    record = await handle.get()
+    assert [s.tool for s in record.steps] == ["plans", "fast", "fast", "summarize", "fast"]
+    assert result == {"step": 4, "payload": "final"}
+    counts = read_executions(executions)
+    assert [counts[(handle.task_id, i)] for i in range(5)] == [1, 1, 1, 1, 1]
+
+
+async def test_once_prevents_a_repeated_side_effect_across_a_retry(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "emails", "input": {}}])
+
+    result = await handle.wait(timeout=10)
+
+    assert result == {"receipt": "sent-1"}
+    lines = executions.read_text().splitlines()
+    sends = [line for line in lines if line.endswith(" send")]
+    runs = [line for line in lines if not line.endswith(" send")]
+    assert len(runs) == 2 and len(sends) == 1
+
+
+async def _status(client: Client, task_id: str, status: TaskStatus) -> None:
+    found = await client.store.get_record(task_id)
+    assert found is not None and found.record.status is status
+
+
+async def _executed(executions: Path, task_id: str, step: int) -> None:
+    assert read_executions(executions)[(task_id, step)] >= 1
+
+
+async def _consumer_idle(client: Client, tool: str) -> None:
+    names = client.store.names
+    info = await client.store.js.consumer_info(names.work_stream, names.tool_consumer(tool))
+    assert info.num_ack_pending == 0 and info.num_pending == 0

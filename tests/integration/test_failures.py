@@ -1,0 +1,125 @@
+"""Retries, dead letters, timeouts and deadlines on a real nats-server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from schemas import DeadLetter, Failed, StepRetrying, TaskStatus
+from services import Client, NatsConfig, TaskFailedError, Worker
+from services.testing import eventually
+from tests.apps.tools import app, read_executions
+
+
+@pytest.fixture
+async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
+    async with Worker(app, config) as w:
+        yield w
+
+
+async def dead_letters(client: Client, tool: str) -> list[DeadLetter]:
+    js = client.store.js
+    names = client.store.names
+    sub = await js.subscribe(names.dead_letter_subject(tool), ordered_consumer=True)
+    letters = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=0.5)
+            letters.append(msgspec.json.decode(msg.data, type=DeadLetter))
+    except TimeoutError:
+        return letters
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_retries_with_backoff_then_succeeds(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "flaky", "input": {"succeed_on": 3}}])
+
+    assert await handle.wait(timeout=20) == {"attempt": 3}
+    events = [e async for e in handle.events(timeout=5)]
+    retries = [e for e in events if isinstance(e, StepRetrying)]
+    assert [e.attempt for e in retries] == [1, 2]
+    assert all(e.retry_in_ms == 50 for e in retries)
+    assert read_executions(executions)[(handle.task_id, 0)] == 3
+
+
+async def test_exhausted_retries_fail_the_task_and_dead_letter_the_step(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "broken", "input": {}}])
+
+    with pytest.raises(TaskFailedError) as failure:
+        await handle.wait(timeout=20)
+
+    assert failure.value.error is not None
+    assert failure.value.error.type == "ValueError"
+    assert "gave up after 3 attempts: the service is down" in failure.value.error.message
+    assert read_executions(executions)[(handle.task_id, 0)] == 3
+    record = await handle.get()
+    assert record.status is TaskStatus.FAILED and record.failed_step == 0
+    letters = await eventually(lambda: _letters_for(client, "broken", handle.task_id))
+    assert letters[0].step == 0 and letters[0].attempt == 3
+
+
+async def _letters_for(client: Client, tool: str, task_id: str) -> list[DeadLetter]:
+    letters = [d for d in await dead_letters(client, tool) if d.task_id == task_id]
+    assert letters, f"no dead letter for {task_id}"
+    return letters
+
+
+async def test_terminal_error_is_not_retried(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "refuses", "input": {}}, {"tool": "fast"}])
+
+    with pytest.raises(TaskFailedError, match="permission denied"):
+        await handle.wait(timeout=20)
+
+    counts = read_executions(executions)
+    assert counts[(handle.task_id, 0)] == 1
+    assert counts[(handle.task_id, 1)] == 0
+    events = [e async for e in handle.events(timeout=5)]
+    assert isinstance(events[-1], Failed) and events[-1].error is not None
+    assert events[-1].error.type == "TerminalError"
+    assert await _letters_for(client, "refuses", handle.task_id)
+
+
+async def test_step_timeout_is_retried_then_fails(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    handle = await client.submit([{"tool": "hangs", "input": {}}])
+
+    with pytest.raises(TaskFailedError) as failure:
+        await handle.wait(timeout=20)
+
+    assert failure.value.error is not None and failure.value.error.type == "StepTimeout"
+    assert read_executions(executions)[(handle.task_id, 0)] == 2
+
+
+async def test_per_step_timeout_overrides_the_tool(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    handle = await client.submit(
+        [{"tool": "slow", "input": {"sleep": 2}, "timeout_ms": 100, "retry": {"max_attempts": 1}}]
+    )
+
+    with pytest.raises(TaskFailedError, match="timed out after 0.1s"):
+        await handle.wait(timeout=10)
+
+
+async def test_task_deadline_fails_the_task(client: Client, dispatcher: object, worker: Worker) -> None:
+    handle = await client.submit(
+        [{"tool": "slow", "input": {"sleep": 5}}, {"tool": "fast"}], deadline=timedelta(milliseconds=500)
+    )
+
+    with pytest.raises(TaskFailedError) as failure:
+        await handle.wait(timeout=10)
+
+    assert failure.value.error is not None
+    assert failure.value.error.type == "DeadlineExceeded"
