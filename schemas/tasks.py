@@ -122,7 +122,11 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
-    """A message Tether gave up on, on `tether.dead.<tool>`; `data` is the original payload."""
+    """A message Tether gave up on, on `tether.dead.<tool>`.
+
+    `data` is the original payload (base64 in JSON), cut to its first 64 KiB when
+    larger; `size` is the original length.
+    """
 
     tool: str
     task_id: str | None = None
@@ -131,6 +135,7 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     error: ErrorInfo
     subject: str
     data: bytes
+    size: int = 0
     time: datetime
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from schemas.names import Names
-from services import Client, Dispatcher, NatsConfig
+from services import Client, Dispatcher, NatsConfig, Worker
 from services.testing import nats_server_url
 
 ROOT = Path(__file__).resolve().parent.parent
+APP = "tests.apps.tools:app"
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,15 @@ async def client(config: NatsConfig) -> AsyncIterator[Client]:
 async def dispatcher(config: NatsConfig) -> AsyncIterator[Dispatcher]:
     async with Dispatcher(config) as d:
         yield d
+
+
+@pytest.fixture
+async def registered(config: NatsConfig) -> None:
+    """The test tools registered (as a worker does at start) with no worker left running."""
+    from tests.apps.tools import app
+
+    async with Worker(app, config):
+        pass
 
 
 @pytest.fixture

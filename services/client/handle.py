@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+import nats.errors
 from nats.js.api import DeliverPolicy
 
 from schemas.codec import event_decoder, record_decoder
@@ -17,6 +18,9 @@ from schemas.tasks import TaskRecord, TaskStatus
 from services.engine import lifecycle
 from services.errors import TaskCancelledError, TaskFailedError, TaskTimeoutError
 from services.nats.store import Store
+
+
+RECHECK_INTERVAL = 5.0
 
 
 class TaskHandle:
@@ -47,27 +51,48 @@ class TaskHandle:
         """The record once the task has ended, whatever the outcome."""
         return await self.wait_for(lambda r: r.status.is_terminal, timeout)
 
-    async def wait_for(self, condition: Any, timeout: float | timedelta | None = None) -> TaskRecord:
-        """The first version of the record for which `condition(record)` is true."""
+    async def wait_for(
+        self, condition: Callable[[TaskRecord], bool], timeout: float | timedelta | None = None
+    ) -> TaskRecord:
+        """The first version of the record for which `condition(record)` is true.
+
+        Follows the record with a KV watch, re-reading it every few seconds and
+        re-watching after errors, so a NATS restart or reconnect cannot stall it.
+        """
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TaskTimeoutError(
+                    self.task_id, f"task {self.task_id!r} did not finish within {seconds}s; it keeps running"
+                )
+            window = RECHECK_INTERVAL if remaining is None else min(remaining, RECHECK_INTERVAL)
+            try:
+                found = await self._store.get_record(self.task_id)
+                if found is not None and condition(found.record):
+                    return found.record
+                record = await self._watch(condition, window)
+            except (nats.errors.Error, OSError, TimeoutError):
+                record = None  # reconnecting: try again until the deadline
+                await asyncio.sleep(min(window, 0.25))
+            if record is not None:
+                return record
+
+    async def _watch(self, condition: Callable[[TaskRecord], bool], window: float) -> TaskRecord | None:
         watcher = await self._store.watch_record(self.task_id)
+        give_up = time.monotonic() + window
         try:
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TaskTimeoutError(
-                        self.task_id, f"task {self.task_id!r} did not finish within {seconds}s; it keeps running"
-                    )
+            while (left := give_up - time.monotonic()) > 0:
                 try:
-                    entry = await watcher.updates(timeout=remaining if remaining is not None else 3600)
-                except (TimeoutError, asyncio.TimeoutError):
-                    continue
-                if entry is None or not entry.value:
-                    continue
-                record = record_decoder.decode(entry.value)
-                if condition(record):
-                    return record
+                    entry = await watcher.updates(timeout=left)
+                except TimeoutError:
+                    return None
+                if entry is not None and entry.value:
+                    record = record_decoder.decode(entry.value)
+                    if condition(record):
+                        return record
+            return None
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()

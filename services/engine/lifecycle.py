@@ -12,6 +12,9 @@ from services.errors import TaskConflictError
 from services.nats.store import Store, Versioned
 
 
+DEAD_LETTER_DATA_LIMIT = 64 * 1024
+
+
 async def fail_task(
     store: Store,
     task_id: str,
@@ -62,7 +65,8 @@ async def dead_letter(
             attempt=attempt,
             error=error,
             subject=subject,
-            data=data,
+            data=data[:DEAD_LETTER_DATA_LIMIT],
+            size=len(data),
             time=utcnow(),
         )
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -23,15 +24,36 @@ def validate_submit(submit: TaskSubmit) -> None:
         raise InvalidTaskError(
             f"task {submit.task_id!r} has {len(submit.steps)} steps; the limit is {MAX_STEPS}"
         )
-    for index, spec in enumerate(submit.steps):
+    validate_steps(submit.steps, f"task {submit.task_id!r}")
+    if submit.deadline_ms is not None and not 0 < submit.deadline_ms <= MAX_DEADLINE_MS:
+        raise InvalidTaskError(f"task {submit.task_id!r}: deadline_ms must be between 1 and {MAX_DEADLINE_MS}")
+
+
+def validate_steps(steps: Sequence[StepSpec], where: str, first: int = 0) -> None:
+    """Check each step's tool name and overrides; `where` prefixes the error message."""
+    for index, spec in enumerate(steps, start=first):
         try:
             validate_tool_name(spec.tool)
         except InvalidNameError as exc:
-            raise InvalidTaskError(f"task {submit.task_id!r}, step {index}: {exc}") from exc
-        if spec.timeout_ms is not None and spec.timeout_ms <= 0:
-            raise InvalidTaskError(f"task {submit.task_id!r}, step {index}: timeout_ms must be positive")
-    if submit.deadline_ms is not None and not 0 < submit.deadline_ms <= MAX_DEADLINE_MS:
-        raise InvalidTaskError(f"task {submit.task_id!r}: deadline_ms must be between 1 and {MAX_DEADLINE_MS}")
+            raise InvalidTaskError(f"{where}, step {index}: {exc}") from exc
+        problem = _override_problem(spec)
+        if problem:
+            raise InvalidTaskError(f"{where}, step {index} ({spec.tool}): {problem}")
+
+
+def _override_problem(spec: StepSpec) -> str | None:
+    if spec.timeout_ms is not None and spec.timeout_ms <= 0:
+        return "timeout_ms must be positive"
+    retry = spec.retry
+    if retry is None:
+        return None
+    if retry.max_attempts is not None and retry.max_attempts < 1:
+        return "retry.max_attempts must be at least 1"
+    for name in ("initial_backoff_ms", "max_backoff_ms"):
+        value = getattr(retry, name)
+        if value is not None and value < 0:
+            return f"retry.{name} must not be negative"
+    return None
 
 
 def to_step(step: StepSpec | dict[str, Any] | str) -> StepSpec:

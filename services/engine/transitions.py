@@ -123,7 +123,12 @@ def fail(record: TaskRecord, step: int | None, error: ErrorInfo, now: datetime) 
     if record.status.is_terminal:
         return None
     return msgspec.structs.replace(
-        record, status=TaskStatus.FAILED, error=error, failed_step=step, updated_at=now
+        record,
+        status=TaskStatus.FAILED,
+        error=error,
+        failed_step=step,
+        input_request=None,
+        updated_at=now,
     )
 
 

@@ -32,11 +32,12 @@ class RetryPolicy:
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> timedelta:
         """Delay after failed attempt number `attempt` (1-based)."""
-        base = self.initial_backoff.total_seconds() * self.backoff_coefficient ** (attempt - 1)
-        capped = min(base, self.max_backoff.total_seconds())
+        cap = self.max_backoff.total_seconds()
+        exponent = min(attempt - 1, 64)  # past the cap anyway; keeps the float finite
+        capped = min(self.initial_backoff.total_seconds() * self.backoff_coefficient**exponent, cap)
         spread = capped * self.jitter
         jittered = capped + (rng or random).uniform(-spread, spread)
-        return timedelta(seconds=max(0.0, min(jittered, self.max_backoff.total_seconds())))
+        return timedelta(seconds=max(0.0, min(jittered, cap)))
 
     def can_retry(self, attempt: int) -> bool:
         return attempt < self.max_attempts

@@ -19,11 +19,12 @@ from nats.aio.msg import Msg
 
 from schemas.codec import work_decoder
 from schemas.events import StepRetrying, StepStarted
-from schemas.ids import InvalidNameError, validate_task_id, validate_tool_name
+from schemas.ids import InvalidNameError, validate_task_id
 from schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
 from services.engine import handoff, lifecycle, transitions
 from services.engine.transitions import utcnow
-from services.errors import RetryableError, TerminalError
+from services.engine.plans import validate_steps
+from services.errors import InvalidTaskError, RetryableError, TerminalError
 from services.nats.store import Store, Versioned
 from services.worker.app import Tool
 from services.worker.context import StepContext
@@ -246,10 +247,9 @@ class StepRunner:
 def _checkpoint(result: Any, attempt: int) -> Checkpoint:
     if isinstance(result, NextSteps):
         try:
-            for spec in result.steps:
-                validate_tool_name(spec.tool)
-        except InvalidNameError as exc:
-            raise _GiveUp(ErrorInfo(type="InvalidPlan", message=f"next steps: {exc}")) from exc
+            validate_steps(result.steps, "next steps")
+        except InvalidTaskError as exc:
+            raise _GiveUp(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
         checkpoint = Checkpoint(output=result.output, next_steps=list(result.steps), attempt=attempt, time=utcnow())
     else:
         checkpoint = Checkpoint(output=result, attempt=attempt, time=utcnow())

@@ -36,8 +36,21 @@ def test_max_task_id_length_matches_design() -> None:
 
 @pytest.mark.parametrize(
     "task_id",
-    ["a.b", "a*", "a>b", ">", "*", "has space", " lead", "trail ", "tab\there", "new\nline",
-     "ümlaut", "a/b", "a:b"],
+    [
+        "a.b",
+        "a*",
+        "a>b",
+        ">",
+        "*",
+        "has space",
+        " lead",
+        "trail ",
+        "tab\there",
+        "new\nline",
+        "ümlaut",
+        "a/b",
+        "a:b",
+    ],
 )
 def test_task_id_with_forbidden_characters_is_rejected_with_a_fix(task_id: str) -> None:
     with pytest.raises(InvalidNameError) as info:
@@ -197,8 +210,12 @@ def test_prefix_with_dash_gives_valid_stream_names() -> None:
     assert names.dead_letter_stream == "MY_APP_DLQ"
     assert names.tasks_bucket == "my-app-tasks"
     assert names.submit_subject == "my-app.submit"
-    for stream in (names.submit_stream, names.work_stream, names.status_stream,
-                   names.dead_letter_stream):
+    for stream in (
+        names.submit_stream,
+        names.work_stream,
+        names.status_stream,
+        names.dead_letter_stream,
+    ):
         assert re.fullmatch(r"[A-Z0-9_]+", stream), stream
 
 

@@ -1,0 +1,27 @@
+# List the recipes
+default:
+    @just --list
+
+# Run the full suite: unit, integration and the crash tests
+test *args:
+    python -m pytest {{args}}
+
+# Run the suite without the slow crash tests
+test-fast *args:
+    python -m pytest -m "not slow" {{args}}
+
+# Lint and type-check
+lint:
+    ruff check schemas services tests && mypy
+
+# Format the code
+fmt:
+    ruff format schemas services tests
+
+# Run a worker for an app (MODULE:ATTR)
+worker app *args:
+    tether worker {{app}} {{args}}
+
+# Run the dispatcher
+dispatcher *args:
+    tether dispatcher {{args}}

@@ -1,0 +1,49 @@
+"""A worker killed (SIGKILL) at each point of the step protocol: nothing runs twice."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from services import Client, NatsConfig
+from services.testing import wait_until
+from tests.apps.tools import read_executions
+from tests.conftest import APP, start_worker
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("point", ["checkpointed", "recorded", "handed-off"])
+async def test_redelivery_after_a_crash_reruns_nothing(
+    point: str,
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    task_id = f"crash-{point}"
+    handle = await client.submit([{"tool": "fast", "input": 0}, "fast", "fast"], task_id=task_id)
+    monkeypatch.setenv("TETHER_CRASH_AT", f"{point}:{task_id}:1")
+    doomed_log = tmp_path / "doomed.log"
+    doomed = start_worker(
+        config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
+    )
+    await wait_until(lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself")
+    assert doomed.returncode == -9, doomed_log.read_text()
+    monkeypatch.delenv("TETHER_CRASH_AT")
+
+    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
+    try:
+        result = await handle.wait(timeout=30)
+    finally:
+        survivor.terminate()
+        survivor.wait(10)
+
+    assert result["step"] == 2
+    counts = read_executions(executions)
+    assert [counts[(task_id, step)] for step in range(3)] == [1, 1, 1]

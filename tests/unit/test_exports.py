@@ -1,0 +1,110 @@
+"""Snapshots of the public API: changing an export must be a deliberate edit here."""
+
+from __future__ import annotations
+
+import schemas
+import services
+
+SERVICES_ALL = [
+    "App",
+    "Client",
+    "Dispatcher",
+    "InvalidTaskError",
+    "Layout",
+    "NatsConfig",
+    "NatsServer",
+    "NatsUnavailableError",
+    "NeedsInput",
+    "NextSteps",
+    "RetryPolicy",
+    "RetryableError",
+    "Step",
+    "StepContext",
+    "TaskCancelledError",
+    "TaskConflictError",
+    "TaskError",
+    "TaskExistsError",
+    "TaskFailedError",
+    "TaskHandle",
+    "TaskNotFoundError",
+    "TaskRecord",
+    "TaskStatus",
+    "TaskTimeoutError",
+    "TerminalError",
+    "TetherError",
+    "Worker",
+]
+
+SCHEMAS_ALL = [
+    "AnyStatusEvent",
+    "ApiError",
+    "Cancelled",
+    "Checkpoint",
+    "Completed",
+    "DEFAULT_NAMES",
+    "DeadLetter",
+    "ErrorCode",
+    "ErrorInfo",
+    "ErrorReply",
+    "Failed",
+    "Heartbeat",
+    "InputAnswer",
+    "InputRequest",
+    "InvalidNameError",
+    "ListReply",
+    "ListRequest",
+    "Names",
+    "ResultRequest",
+    "RetryOverride",
+    "StatusEvent",
+    "StepCompleted",
+    "StepRetrying",
+    "StepSpec",
+    "StepStarted",
+    "SubmitReply",
+    "SubmitRequest",
+    "Submitted",
+    "TaskRecord",
+    "TaskRequest",
+    "TaskStatus",
+    "TaskSubmit",
+    "ToolInfo",
+    "Waiting",
+    "WorkMessage",
+    "validate_task_id",
+    "validate_tool_name",
+]
+
+
+def test_services_exports_snapshot() -> None:
+    assert sorted(services.__all__) == SERVICES_ALL
+
+
+def test_schemas_exports_snapshot() -> None:
+    assert sorted(schemas.__all__) == SCHEMAS_ALL
+
+
+def test_exports_have_no_duplicates() -> None:
+    assert len(set(services.__all__)) == len(services.__all__)
+    assert len(set(schemas.__all__)) == len(schemas.__all__)
+
+
+def test_every_export_exists() -> None:
+    missing = [n for n in services.__all__ if not hasattr(services, n)]
+    missing += [n for n in schemas.__all__ if not hasattr(schemas, n)]
+    assert missing == []
+
+
+def test_star_import_gives_exactly_the_exports() -> None:
+    scope: dict[str, object] = {}
+    exec("from services import *", scope)
+    assert sorted(k for k in scope if k != "__builtins__") == SERVICES_ALL
+    scope = {}
+    exec("from schemas import *", scope)
+    assert sorted(k for k in scope if k != "__builtins__") == SCHEMAS_ALL
+
+
+def test_shared_types_are_the_same_objects() -> None:
+    assert services.TaskRecord is schemas.TaskRecord
+    assert services.TaskStatus is schemas.TaskStatus
+    assert services.Step is schemas.StepSpec
