@@ -19,7 +19,7 @@ work_decoder = msgspec.json.Decoder(WorkMessage)
 record_decoder = msgspec.json.Decoder(TaskRecord)
 checkpoint_decoder = msgspec.json.Decoder(Checkpoint)
 heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
-event_decoder: msgspec.json.Decoder[AnyStatusEvent] = msgspec.json.Decoder(AnyStatusEvent)  # type: ignore[arg-type]
+event_decoder: msgspec.json.Decoder[AnyStatusEvent] = msgspec.json.Decoder(AnyStatusEvent)
 
 
 def decode(data: bytes, type: type[T]) -> T:

@@ -57,7 +57,14 @@ class Cancelled(StatusEvent, frozen=True, kw_only=True, tag="cancelled"):
 
 
 AnyStatusEvent = (
-    Submitted | StepStarted | StepCompleted | StepRetrying | Waiting | Completed | Failed | Cancelled
+    Submitted
+    | StepStarted
+    | StepCompleted
+    | StepRetrying
+    | Waiting
+    | Completed
+    | Failed
+    | Cancelled
 )
 
 TERMINAL_EVENTS = (Completed, Failed, Cancelled)

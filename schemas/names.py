@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 SUBMIT_DEAD_LETTER = "_submit"
-"""The dead-letter 'tool' for submissions that could not be accepted (tools never start with '_')."""
+"""Dead-letter 'tool' of rejected submissions (tool names never start with '_')."""
 
 
 class Names(msgspec.Struct, frozen=True):
@@ -111,7 +111,9 @@ class Names(msgspec.Struct, frozen=True):
         return f"{Names.step_msg_id(task_id, step, generation)}.input"
 
     @staticmethod
-    def event_msg_id(task_id: str, event: str, step: int | None, generation: int, n: int = 0) -> str:
+    def event_msg_id(
+        task_id: str, event: str, step: int | None, generation: int, n: int = 0
+    ) -> str:
         """`Nats-Msg-Id` of a status event, so a replayed step does not repeat its events."""
         where = "task" if step is None else str(step)
         return f"{task_id}.{where}.{event}.g{generation}.{n}"

@@ -81,7 +81,19 @@ def start_worker(
     command = entry or [sys.executable, "-m", "services.cli"]
     with log.open("ab") as out:
         return subprocess.Popen(
-            [*command, "worker", *apps, "--nats", config.url, "--prefix", config.names.prefix,
-             "--concurrency", str(concurrency)],
-            env=env, cwd=ROOT, stdout=out, stderr=out,
+            [
+                *command,
+                "worker",
+                *apps,
+                "--nats",
+                config.url,
+                "--prefix",
+                config.names.prefix,
+                "--concurrency",
+                str(concurrency),
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=out,
         )

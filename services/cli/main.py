@@ -24,10 +24,14 @@ app = typer.Typer(
 )
 
 NatsOption = Annotated[
-    str, typer.Option("--nats", envvar="TETHER_NATS_URL", help="NATS server URL(s), comma-separated.")
+    str,
+    typer.Option("--nats", envvar="TETHER_NATS_URL", help="NATS server URL(s), comma-separated."),
 ]
 PrefixOption = Annotated[
-    str, typer.Option("--prefix", envvar="TETHER_PREFIX", help="Prefix of every subject, stream and bucket.")
+    str,
+    typer.Option(
+        "--prefix", envvar="TETHER_PREFIX", help="Prefix of every subject, stream and bucket."
+    ),
 ]
 
 

@@ -37,7 +37,9 @@ class Client:
     ```
     """
 
-    def __init__(self, nats: NatsConfig | str | None = None, *, layout: Layout | None = None) -> None:
+    def __init__(
+        self, nats: NatsConfig | str | None = None, *, layout: Layout | None = None
+    ) -> None:
         self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
         self.layout = layout or Layout(names=self.nats.names)
         self._nc: NatsClient | None = None
@@ -49,7 +51,10 @@ class Client:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -66,7 +71,9 @@ class Client:
     @property
     def store(self) -> Store:
         if self._store is None:
-            raise RuntimeError("the client is not connected: use 'async with Client(...)' or await connect()")
+            raise RuntimeError(
+                "the client is not connected: use 'async with Client(...)' or await connect()"
+            )
         return self._store
 
     async def submit(

@@ -19,7 +19,6 @@ from services.engine import lifecycle
 from services.errors import TaskCancelledError, TaskFailedError, TaskTimeoutError
 from services.nats.store import Store
 
-
 RECHECK_INTERVAL = 5.0
 
 
@@ -65,7 +64,8 @@ class TaskHandle:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TaskTimeoutError(
-                    self.task_id, f"task {self.task_id!r} did not finish within {seconds}s; it keeps running"
+                    self.task_id,
+                    f"task {self.task_id!r} did not finish within {seconds}s; it keeps running",
                 )
             window = RECHECK_INTERVAL if remaining is None else min(remaining, RECHECK_INTERVAL)
             try:
@@ -79,13 +79,15 @@ class TaskHandle:
             if record is not None:
                 return record
 
-    async def _watch(self, condition: Callable[[TaskRecord], bool], window: float) -> TaskRecord | None:
+    async def _watch(
+        self, condition: Callable[[TaskRecord], bool], window: float
+    ) -> TaskRecord | None:
         watcher = await self._store.watch_record(self.task_id)
         give_up = time.monotonic() + window
         try:
             while (left := give_up - time.monotonic()) > 0:
                 try:
-                    entry = await watcher.updates(timeout=left)
+                    entry = await watcher.updates(timeout=left)  # type: ignore[no-untyped-call]
                 except TimeoutError:
                     return None
                 if entry is not None and entry.value:
@@ -95,7 +97,7 @@ class TaskHandle:
             return None
         finally:
             with contextlib.suppress(Exception):
-                await watcher.stop()
+                await watcher.stop()  # type: ignore[no-untyped-call]
 
     async def events(self, timeout: float | None = None) -> AsyncIterator[AnyStatusEvent]:
         """Every status event of the task: history first, then live, without a gap.

@@ -33,7 +33,9 @@ KNOWN_TOOL_TTL = 30.0
 class Dispatcher:
     """Consumes submissions: validate, create the record create-only, hand off step 0, ack."""
 
-    def __init__(self, nats: NatsConfig | None = None, *, layout: Layout | None = None, batch: int = 64) -> None:
+    def __init__(
+        self, nats: NatsConfig | None = None, *, layout: Layout | None = None, batch: int = 64
+    ) -> None:
         self.nats = nats or NatsConfig()
         self.layout = layout or Layout(names=self.nats.names)
         self.batch = batch
@@ -48,7 +50,10 @@ class Dispatcher:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.stop()
 
@@ -81,7 +86,7 @@ class Dispatcher:
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(self.batch, timeout=FETCH_TIMEOUT)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 continue
             except Exception as exc:
                 log.warning("fetch of submissions failed: %s", exc)
@@ -100,7 +105,12 @@ class Dispatcher:
             submit = submit_decoder.decode(msg.data)
             validate_submit(submit)
             await self._check_tools(store, submit)
-        except (msgspec.DecodeError, msgspec.ValidationError, InvalidNameError, InvalidTaskError) as exc:
+        except (
+            msgspec.DecodeError,
+            msgspec.ValidationError,
+            InvalidNameError,
+            InvalidTaskError,
+        ) as exc:
             await self._reject(store, msg, str(exc))
             return
         seq = msg.metadata.sequence.stream
@@ -108,7 +118,9 @@ class Dispatcher:
         if created is None:
             existing = await store.require_record(submit.task_id)
             if existing.record.submit_seq != seq:
-                log.warning("duplicate submit of task %r ignored: it already exists", submit.task_id)
+                log.warning(
+                    "duplicate submit of task %r ignored: it already exists", submit.task_id
+                )
                 await msg.ack_sync()
                 return
             created = existing  # our own earlier attempt crashed before acking: finish it
@@ -132,7 +144,12 @@ class Dispatcher:
         error = ErrorInfo(type="InvalidTask", message=reason)
         task_id = task_id_of(msg.data)
         await lifecycle.dead_letter(
-            store, tool=SUBMIT_DEAD_LETTER, subject=msg.subject, data=msg.data, error=error, task_id=task_id
+            store,
+            tool=SUBMIT_DEAD_LETTER,
+            subject=msg.subject,
+            data=msg.data,
+            error=error,
+            task_id=task_id,
         )
         if task_id is not None:
             await _record_rejection(store, task_id, error, msg.metadata.sequence.stream)
@@ -148,7 +165,12 @@ async def _record_rejection(store: Store, task_id: str, error: ErrorInfo, seq: i
     """A failed record for a rejected submission, unless the id already names a task."""
     now = utcnow()
     record = TaskRecord(
-        task_id=task_id, status=TaskStatus.PENDING, steps=[], created_at=now, updated_at=now, submit_seq=seq
+        task_id=task_id,
+        status=TaskStatus.PENDING,
+        steps=[],
+        created_at=now,
+        updated_at=now,
+        submit_seq=seq,
     )
     created = await store.create_record(record)
     if created is None:

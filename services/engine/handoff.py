@@ -69,7 +69,9 @@ async def emit_step_completed(
         )
 
 
-async def hand_off_next(store: Store, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
+async def hand_off_next(
+    store: Store, record: TaskRecord, step: int, checkpoint: Checkpoint
+) -> None:
     work = transitions.next_work(record, step, checkpoint.output)
     if work is not None:
         msg_id = store.names.step_msg_id(work.task_id, work.step, work.generation)
@@ -83,4 +85,6 @@ async def hand_off_first(store: Store, record: TaskRecord) -> None:
         record.generation,
     )
     work = transitions.first_work(record)
-    await store.publish_work(work, store.names.step_msg_id(work.task_id, work.step, work.generation))
+    await store.publish_work(
+        work, store.names.step_msg_id(work.task_id, work.step, work.generation)
+    )

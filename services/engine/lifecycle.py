@@ -11,7 +11,6 @@ from services.engine.transitions import utcnow
 from services.errors import TaskConflictError
 from services.nats.store import Store, Versioned
 
-
 DEAD_LETTER_DATA_LIMIT = 64 * 1024
 
 
@@ -80,7 +79,9 @@ async def cancel_task(store: Store, task_id: str) -> TaskRecord:
     record = stored.record
     if not changed:
         raise TaskConflictError(
-            task_id, f"task {task_id!r} is already {record.status.value}: only unfinished tasks can be cancelled"
+            task_id,
+            f"task {task_id!r} is already {record.status.value}: "
+            "only unfinished tasks can be cancelled",
         )
     await store.emit(
         Cancelled(task_id=task_id, status=TaskStatus.CANCELLED, time=record.updated_at),

@@ -26,7 +26,9 @@ def validate_submit(submit: TaskSubmit) -> None:
         )
     validate_steps(submit.steps, f"task {submit.task_id!r}")
     if submit.deadline_ms is not None and not 0 < submit.deadline_ms <= MAX_DEADLINE_MS:
-        raise InvalidTaskError(f"task {submit.task_id!r}: deadline_ms must be between 1 and {MAX_DEADLINE_MS}")
+        raise InvalidTaskError(
+            f"task {submit.task_id!r}: deadline_ms must be between 1 and {MAX_DEADLINE_MS}"
+        )
 
 
 def validate_steps(steps: Sequence[StepSpec], where: str, first: int = 0) -> None:

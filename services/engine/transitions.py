@@ -119,7 +119,9 @@ def first_work(record: TaskRecord) -> WorkMessage:
     )
 
 
-def fail(record: TaskRecord, step: int | None, error: ErrorInfo, now: datetime) -> TaskRecord | None:
+def fail(
+    record: TaskRecord, step: int | None, error: ErrorInfo, now: datetime
+) -> TaskRecord | None:
     if record.status.is_terminal:
         return None
     return msgspec.structs.replace(
@@ -148,5 +150,3 @@ def wait_for_input(
     return msgspec.structs.replace(
         record, status=TaskStatus.WAITING, input_request=request, updated_at=now
     )
-
-

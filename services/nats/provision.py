@@ -17,7 +17,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
 from schemas.names import DEFAULT_NAMES, Names
 
@@ -98,8 +98,12 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
         (names.tools_bucket, None),
         (names.heartbeats_bucket, _seconds(layout.heartbeat_ttl)),
     ):
-        await _ensure_bucket(js, KeyValueConfig(bucket=bucket, history=1, ttl=ttl,
-                                                replicas=layout.replicas, storage=storage))
+        await _ensure_bucket(
+            js,
+            KeyValueConfig(
+                bucket=bucket, history=1, ttl=ttl, replicas=layout.replicas, storage=storage
+            ),
+        )
     try:
         await js.create_object_store(
             names.blobs_bucket,
@@ -141,7 +145,28 @@ async def ensure_tool_consumer(
         max_ack_pending=options.max_ack_pending,
         max_waiting=512,
     )
-    await js.add_consumer(names.work_stream, config)
+    await _ensure_consumer(js, names.work_stream, config)
+
+
+async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    """Create the consumer, or update it only if a setting we own differs.
+
+    Every worker start calls this; skipping the no-op update keeps replicas from
+    disturbing a consumer that others are pulling from.
+    """
+    assert config.durable_name is not None
+    try:
+        info = await js.consumer_info(stream, config.durable_name)
+    except NotFoundError:
+        await js.add_consumer(stream, config)
+        return
+    current = info.config
+    if (
+        current.ack_wait != config.ack_wait
+        or current.max_ack_pending != config.max_ack_pending
+        or current.filter_subject != config.filter_subject
+    ):
+        await js.add_consumer(stream, config)
 
 
 async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
@@ -155,4 +180,4 @@ async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAUL
         max_ack_pending=1000,
         max_waiting=512,
     )
-    await js.add_consumer(names.submit_stream, config)
+    await _ensure_consumer(js, names.submit_stream, config)

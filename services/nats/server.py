@@ -67,13 +67,18 @@ class NatsServer:
         args = [
             find_nats_server(),
             "--jetstream",
-            "--store_dir", str(self.store_dir),
-            "--addr", self.host,
-            "--port", str(self.port),
-            "--http_port", "0",
-            "--log", str(self.log_file),
+            "--store_dir",
+            str(self.store_dir),
+            "--addr",
+            self.host,
+            "--port",
+            str(self.port),
+            "--http_port",
+            "0",
+            "--log",
+            str(self.log_file),
         ]
-        self._process = subprocess.Popen(  # noqa: S603
+        self._process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
         self.port = self._wait_ready(timeout)
@@ -94,7 +99,9 @@ class NatsServer:
                 return int(match.group(1))
             time.sleep(0.02)
         self.stop()
-        raise NatsServerError(f"nats-server did not become ready in {timeout:.0f}s; see {self.log_file}")
+        raise NatsServerError(
+            f"nats-server did not become ready in {timeout:.0f}s; see {self.log_file}"
+        )
 
     def _log_tail(self) -> str:
         if not self.log_file.exists():

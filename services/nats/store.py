@@ -151,7 +151,9 @@ class Store:
             return None
         return checkpoint_decoder.decode(entry.value) if entry.value else None
 
-    async def create_checkpoint(self, task_id: str, step: int, checkpoint: Checkpoint) -> Checkpoint:
+    async def create_checkpoint(
+        self, task_id: str, step: int, checkpoint: Checkpoint
+    ) -> Checkpoint:
         """Store `checkpoint` unless one exists; return the one that won."""
         key = self.names.step_key(task_id, step)
         try:

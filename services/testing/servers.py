@@ -15,7 +15,7 @@ def _docker_available() -> bool:
     if not host and not Path("/var/run/docker.sock").exists():
         return False
     try:
-        import docker  # type: ignore[import-untyped]
+        import docker
 
         with contextlib.closing(docker.from_env(timeout=3)) as engine:
             return bool(engine.ping())
@@ -35,7 +35,7 @@ def nats_server_url(store_dir: Path) -> Iterator[str]:
         yield external
         return
     if _docker_available():
-        from testcontainers.nats import NatsContainer  # type: ignore[import-untyped]
+        from testcontainers.nats import NatsContainer
 
         with NatsContainer().with_command("-js") as container:
             yield container.nats_uri()

@@ -22,8 +22,8 @@ from schemas.events import StepRetrying, StepStarted
 from schemas.ids import InvalidNameError, validate_task_id
 from schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
 from services.engine import handoff, lifecycle, transitions
-from services.engine.transitions import utcnow
 from services.engine.plans import validate_steps
+from services.engine.transitions import utcnow
 from services.errors import InvalidTaskError, RetryableError, TerminalError
 from services.nats.store import Store, Versioned
 from services.worker.app import Tool
@@ -59,15 +59,18 @@ class StepRunner:
 
     async def handle(self, msg: Msg) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker."""
+        tool = self.tools.get(msg.subject.rsplit(".", 1)[-1])
+        interval = tool.heartbeat if tool else timedelta(seconds=1)
         try:
-            await self._handle(msg)
+            async with StepHeartbeat(msg, self.store, interval) as heartbeat:
+                await self._handle(msg, heartbeat)
         except asyncio.CancelledError:
             raise
         except Exception:
             # Left unacknowledged: JetStream redelivers it and the protocol replays.
             log.exception("step message on %s failed; it will be redelivered", msg.subject)
 
-    async def _handle(self, msg: Msg) -> None:
+    async def _handle(self, msg: Msg, heartbeat: StepHeartbeat) -> None:
         tool_name = msg.subject.rsplit(".", 1)[-1]
         work = await self._decode(msg, tool_name)
         if work is None:
@@ -92,7 +95,7 @@ class StepRunner:
         if record.status is TaskStatus.WAITING:
             await msg.ack_sync()  # the step asked for input; the answer resumes it
             return
-        await self._execute(msg, self.tools[tool_name], work, found)
+        await self._execute(msg, heartbeat, self.tools[tool_name], work, found)
 
     async def _decode(self, msg: Msg, tool_name: str) -> WorkMessage | None:
         try:
@@ -102,7 +105,9 @@ class StepRunner:
             await self._reject(msg, tool_name, f"undecodable work message: {exc}", None)
             return None
         if work.tool != tool_name or tool_name not in self.tools:
-            await self._reject(msg, tool_name, f"message for tool {work.tool!r} on {msg.subject}", work)
+            await self._reject(
+                msg, tool_name, f"message for tool {work.tool!r} on {msg.subject}", work
+            )
             return None
         return work
 
@@ -130,7 +135,9 @@ class StepRunner:
         await handoff.emit_step_completed(self.store, found.record, step, checkpoint)
         await handoff.hand_off_next(self.store, found.record, step, checkpoint)
 
-    async def _execute(self, msg: Msg, tool: Tool, work: WorkMessage, found: Versioned) -> None:
+    async def _execute(
+        self, msg: Msg, heartbeat: StepHeartbeat, tool: Tool, work: WorkMessage, found: Versioned
+    ) -> None:
         attempt = msg.metadata.num_delivered
         spec = found.record.steps[work.step]
         policy = tool.retry.overridden(spec.retry)
@@ -140,7 +147,7 @@ class StepRunner:
             if attempt > policy.max_attempts:
                 raise _GiveUp(_exhausted(policy, "every attempt was lost to a crash or timeout"))
             found = await self._start(found, work, attempt)
-            result = await self._run_tool(msg, tool, spec, work, found, attempt)
+            result = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
             await self._finish(found, work, attempt, result)
         except _TaskEnded:
             pass
@@ -172,10 +179,19 @@ class StepRunner:
         return found
 
     async def _run_tool(
-        self, msg: Msg, tool: Tool, spec: StepSpec, work: WorkMessage, found: Versioned, attempt: int
+        self,
+        heartbeat: StepHeartbeat,
+        tool: Tool,
+        spec: StepSpec,
+        work: WorkMessage,
+        found: Versioned,
+        attempt: int,
     ) -> Any:
         ctx = StepContext(
-            store=self.store, record=found.record, step=work.step, attempt=attempt,
+            store=self.store,
+            record=found.record,
+            step=work.step,
+            attempt=attempt,
             worker_id=self.worker_id,
         )
         try:
@@ -183,26 +199,31 @@ class StepRunner:
         except msgspec.ValidationError as exc:
             raise _GiveUp(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
         args = (ctx, data) if tool.takes_input else (ctx,)
-        call: asyncio.Task[Any] = asyncio.create_task(tool.function(*args))
+        call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
         timeout = _timeout(tool, spec, found)
-        heartbeat = StepHeartbeat(msg, self.store, ctx, tool.heartbeat, call)
+        heartbeat.attach(ctx, call)
         try:
-            async with heartbeat:
-                return await asyncio.wait_for(call, timeout)
+            return await asyncio.wait_for(call, timeout)
         except asyncio.CancelledError:
             if heartbeat.ended:
                 raise _TaskEnded from None
             raise
         except TimeoutError as exc:
             if transitions.deadline_passed(found.record, utcnow()):
-                raise _GiveUp(ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded")) from exc
-            raise _Retry(ErrorInfo(type="StepTimeout", message=f"step timed out after {timeout:.1f}s"), None) from exc
+                raise _GiveUp(
+                    ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded")
+                ) from exc
+            raise _Retry(
+                ErrorInfo(type="StepTimeout", message=f"step timed out after {timeout:.1f}s"), None
+            ) from exc
         except TerminalError as exc:
             raise _GiveUp(_error_info(exc)) from exc
         except RetryableError as exc:
             raise _Retry(_error_info(exc), exc.retry_after) from exc
         except Exception as exc:
             raise _Retry(_error_info(exc), None) from exc
+        finally:
+            heartbeat.detach()
 
     async def _finish(self, found: Versioned, work: WorkMessage, attempt: int, result: Any) -> None:
         if isinstance(result, NeedsInput):
@@ -213,10 +234,18 @@ class StepRunner:
         await handoff.complete_step(self.store, found, work.step, checkpoint, attempt=attempt)
 
     async def _retry_or_give_up(
-        self, msg: Msg, tool: Tool, work: WorkMessage, policy: RetryPolicy, attempt: int, retry: _Retry
+        self,
+        msg: Msg,
+        tool: Tool,
+        work: WorkMessage,
+        policy: RetryPolicy,
+        attempt: int,
+        retry: _Retry,
     ) -> None:
         if not policy.can_retry(attempt):
-            await self._give_up(msg, tool, work, attempt, _exhausted(policy, retry.error.message, retry.error.type))
+            await self._give_up(
+                msg, tool, work, attempt, _exhausted(policy, retry.error.message, retry.error.type)
+            )
             return
         delay = retry.delay if retry.delay is not None else policy.backoff(attempt, self.rng)
         await self.store.emit(
@@ -235,10 +264,18 @@ class StepRunner:
         )
         await msg.nak(delay=delay.total_seconds())
 
-    async def _give_up(self, msg: Msg, tool: Tool, work: WorkMessage, attempt: int, error: ErrorInfo) -> None:
+    async def _give_up(
+        self, msg: Msg, tool: Tool, work: WorkMessage, attempt: int, error: ErrorInfo
+    ) -> None:
         await lifecycle.dead_letter(
-            self.store, tool=tool.name, subject=msg.subject, data=msg.data, error=error,
-            task_id=work.task_id, step=work.step, attempt=attempt,
+            self.store,
+            tool=tool.name,
+            subject=msg.subject,
+            data=msg.data,
+            error=error,
+            task_id=work.task_id,
+            step=work.step,
+            attempt=attempt,
         )
         await lifecycle.fail_task(self.store, work.task_id, error, step=work.step, attempt=attempt)
         await msg.term()
@@ -250,13 +287,19 @@ def _checkpoint(result: Any, attempt: int) -> Checkpoint:
             validate_steps(result.steps, "next steps")
         except InvalidTaskError as exc:
             raise _GiveUp(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
-        checkpoint = Checkpoint(output=result.output, next_steps=list(result.steps), attempt=attempt, time=utcnow())
+        checkpoint = Checkpoint(
+            output=result.output, next_steps=list(result.steps), attempt=attempt, time=utcnow()
+        )
     else:
         checkpoint = Checkpoint(output=result, attempt=attempt, time=utcnow())
     try:
         msgspec.json.encode(checkpoint)
     except (TypeError, msgspec.EncodeError) as exc:
-        raise _GiveUp(ErrorInfo(type="InvalidOutput", message=f"the step's output cannot be stored as JSON: {exc}")) from exc
+        raise _GiveUp(
+            ErrorInfo(
+                type="InvalidOutput", message=f"the step's output cannot be stored as JSON: {exc}"
+            )
+        ) from exc
     return checkpoint
 
 

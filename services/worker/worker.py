@@ -76,7 +76,10 @@ class Worker:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.stop()
 
@@ -90,7 +93,9 @@ class Worker:
         log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
 
     async def _register(self, store: Store, tool: Tool) -> None:
-        options = ConsumerOptions(ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or 1000)
+        options = ConsumerOptions(
+            ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or 1000
+        )
         await ensure_tool_consumer(store.js, tool.name, options, store.names)
         await store.register_tool(
             ToolInfo(
@@ -114,7 +119,7 @@ class Worker:
                 free += 1
             try:
                 msgs = await sub.fetch(free, timeout=FETCH_TIMEOUT)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 msgs = []
             except Exception as exc:  # disconnected: nats-py reconnects by itself
                 log.warning("fetch for %s failed: %s", tool.name, exc)
@@ -159,7 +164,9 @@ class Worker:
             await asyncio.gather(*self._loops, return_exceptions=True)
             self._loops.clear()
         if self._in_flight:
-            _, pending = await asyncio.wait(self._in_flight, timeout=self.shutdown_grace.total_seconds())
+            _, pending = await asyncio.wait(
+                self._in_flight, timeout=self.shutdown_grace.total_seconds()
+            )
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

@@ -56,8 +56,12 @@ if POINT == "checkpointed":
     after("create_checkpoint", lambda task_id, step, *_: task_id == TASK_ID and step == STEP_NO)
 elif POINT == "recorded":
     # The record moves (compare-and-set), then `step_completed` is emitted: die in between.
-    before("emit", lambda event, *_: isinstance(event, StepCompleted)
-           and event.task_id == TASK_ID and event.step == STEP_NO)
+    before(
+        "emit",
+        lambda event, *_: (
+            isinstance(event, StepCompleted) and event.task_id == TASK_ID and event.step == STEP_NO
+        ),
+    )
 elif POINT == "handed-off":
     after("publish_work", lambda work, *_: work.task_id == TASK_ID and work.step == STEP_NO + 1)
 else:

@@ -10,11 +10,20 @@ from typing import Any
 
 import msgspec
 
-from services import App, NeedsInput, NextSteps, RetryableError, RetryPolicy, Step, StepContext, TerminalError
+from services import (
+    App,
+    NeedsInput,
+    NextSteps,
+    RetryableError,
+    RetryPolicy,
+    Step,
+    StepContext,
+    TerminalError,
+)
 
 app = App("tests")
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.05, max_backoff=0.2, jitter=0.0)  # type: ignore[arg-type]
-BEAT = 0.2  # heartbeat (s): a killed worker's steps come back after 5 x BEAT
+BEAT = 0.5  # heartbeat (s): a killed worker's steps come back after 5 x BEAT
 
 
 def record(ctx: StepContext, tag: str = "") -> None:
@@ -103,7 +112,9 @@ async def refuses(ctx: StepContext, data: Any) -> Any:
     raise TerminalError("permission denied")
 
 
-@app.tool(heartbeat=BEAT, retry=RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0), timeout=0.3)  # type: ignore[arg-type]
+@app.tool(
+    heartbeat=BEAT, retry=RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0), timeout=0.3
+)  # type: ignore[arg-type]
 async def hangs(ctx: StepContext, data: Any) -> Any:
     record(ctx)
     await asyncio.sleep(60)

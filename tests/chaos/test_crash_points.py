@@ -33,7 +33,9 @@ async def test_redelivery_after_a_crash_reruns_nothing(
     doomed = start_worker(
         config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
     )
-    await wait_until(lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself")
+    await wait_until(
+        lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself"
+    )
     assert doomed.returncode == -9, doomed_log.read_text()
     monkeypatch.delenv("TETHER_CRASH_AT")
 

@@ -16,7 +16,11 @@ from tests.conftest import APP, start_worker
 
 pytestmark = pytest.mark.slow
 
-PLAN = [{"tool": "fast", "input": {"n": 1}}, {"tool": "slow", "input": {"sleep": 0.5}}, {"tool": "fast"}]
+PLAN = [
+    {"tool": "fast", "input": {"n": 1}},
+    {"tool": "slow", "input": {"sleep": 0.5}},
+    {"tool": "fast"},
+]
 TASKS = 60
 
 
@@ -39,7 +43,12 @@ async def all_completed(client: Client, task_ids: list[str]) -> None:
 
 
 async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
-    config: NatsConfig, client: Client, dispatcher: object, registered: None, executions: Path, tmp_path: Path
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
 ) -> None:
     worker = start_worker(config, APP, log=tmp_path / "worker-1.log", concurrency=20)
     handles = [await client.submit(PLAN, task_id=f"kill-{i}") for i in range(TASKS)]
@@ -47,7 +56,8 @@ async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
     # Kill while the slow middle steps of many tasks are in flight.
     await wait_until(
         lambda: sum(step == 1 for _, step in read_executions(executions)) >= 20,
-        timeout=30, message="20 slow steps started",
+        timeout=30,
+        message="20 slow steps started",
     )
     worker.send_signal(signal.SIGKILL)
     worker.wait(10)
@@ -89,7 +99,8 @@ async def test_restart_of_nats_server_loses_nothing(
             handles = [await client.submit(PLAN, task_id=f"restart-{i}") for i in range(40)]
             await wait_until(
                 lambda: sum(step == 1 for _, step in read_executions(executions)) >= 10,
-                timeout=30, message="10 slow steps started",
+                timeout=30,
+                message="10 slow steps started",
             )
 
             server.kill()

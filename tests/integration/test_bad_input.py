@@ -162,17 +162,37 @@ BAD_SUBMISSIONS = [
     Bad("binary", b"\xff\xfe\x00\x01", None, "JSON is malformed"),
     Bad("json-list", json.dumps(VALID).encode(), None, "Expected `object`, got `array`"),
     Bad("json-string", b'"fast"', None, "Expected `object`, got `str`"),
-    Bad("steps-is-a-string", submission(task_id="steps-str", steps="fast"),
-        "steps-str", "Expected `array`, got `str` - at `$.steps`"),
-    Bad("steps-missing", submission(task_id="no-steps"),
-        "no-steps", "missing required field `steps`"),
+    Bad(
+        "steps-is-a-string",
+        submission(task_id="steps-str", steps="fast"),
+        "steps-str",
+        "Expected `array`, got `str` - at `$.steps`",
+    ),
+    Bad(
+        "steps-missing",
+        submission(task_id="no-steps"),
+        "no-steps",
+        "missing required field `steps`",
+    ),
     Bad("task-id-missing", submission(steps=VALID), None, "missing required field `task_id`"),
-    Bad("tool-is-a-number", submission(task_id="tool-int", steps=[{"tool": 5}]),
-        "tool-int", "Expected `str`, got `int` - at `$.steps[0].tool`"),
-    Bad("step-is-a-number", submission(task_id="step-int", steps=[5]),
-        "step-int", "Expected `object`, got `int` - at `$.steps[0]`"),
-    Bad("metadata-is-a-list", submission(task_id="meta-list", steps=VALID, metadata=[1]),
-        "meta-list", "at `$.metadata`"),
+    Bad(
+        "tool-is-a-number",
+        submission(task_id="tool-int", steps=[{"tool": 5}]),
+        "tool-int",
+        "Expected `str`, got `int` - at `$.steps[0].tool`",
+    ),
+    Bad(
+        "step-is-a-number",
+        submission(task_id="step-int", steps=[5]),
+        "step-int",
+        "Expected `object`, got `int` - at `$.steps[0]`",
+    ),
+    Bad(
+        "metadata-is-a-list",
+        submission(task_id="meta-list", steps=VALID, metadata=[1]),
+        "meta-list",
+        "at `$.metadata`",
+    ),
     Bad("empty-plan", submission(task_id="empty-plan", steps=[]), "empty-plan", "has no steps"),
     Bad("id-with-dot", submission(task_id="a.b", steps=VALID), None, "not a valid id"),
     Bad("id-with-star", submission(task_id="a*", steps=VALID), None, "not a valid id"),
@@ -180,17 +200,36 @@ BAD_SUBMISSIONS = [
     Bad("id-with-space", submission(task_id="a b", steps=VALID), None, "not a valid id"),
     Bad("id-empty", submission(task_id="", steps=VALID), None, "task id is empty"),
     Bad("id-500-chars", submission(task_id=LONG_ID, steps=VALID), None, "is 500 characters long"),
-    Bad("id-is-a-number", submission(task_id=42, steps=VALID),
-        None, "Expected `str`, got `int` - at `$.task_id`"),
-    Bad("tool-name-invalid", submission(task_id="tool-dot", steps=[{"tool": "fa.st"}]),
-        "tool-dot", "tool name 'fa.st' is not valid"),
-    Bad("unknown-tool", submission(task_id="unknown-tool", steps=[{"tool": "nope"}]),
-        "unknown-tool", "unknown tool 'nope'"),
-    Bad("zero-timeout", submission(task_id="zero-timeout",
-                                    steps=[{"tool": "fast", "timeout_ms": 0}]),
-        "zero-timeout", "timeout_ms must be positive"),
-    Bad("negative-deadline", submission(task_id="neg-deadline", steps=VALID, deadline_ms=-1),
-        "neg-deadline", "deadline_ms must be between"),
+    Bad(
+        "id-is-a-number",
+        submission(task_id=42, steps=VALID),
+        None,
+        "Expected `str`, got `int` - at `$.task_id`",
+    ),
+    Bad(
+        "tool-name-invalid",
+        submission(task_id="tool-dot", steps=[{"tool": "fa.st"}]),
+        "tool-dot",
+        "tool name 'fa.st' is not valid",
+    ),
+    Bad(
+        "unknown-tool",
+        submission(task_id="unknown-tool", steps=[{"tool": "nope"}]),
+        "unknown-tool",
+        "unknown tool 'nope'",
+    ),
+    Bad(
+        "zero-timeout",
+        submission(task_id="zero-timeout", steps=[{"tool": "fast", "timeout_ms": 0}]),
+        "zero-timeout",
+        "timeout_ms must be positive",
+    ),
+    Bad(
+        "negative-deadline",
+        submission(task_id="neg-deadline", steps=VALID, deadline_ms=-1),
+        "neg-deadline",
+        "deadline_ms must be between",
+    ),
 ]
 
 
@@ -420,8 +459,9 @@ async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=10,
 )
 usable_ids = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)

@@ -84,7 +84,9 @@ async def test_waiting_for_input_then_resume_with_the_answer(
 async def test_a_tool_extends_the_plan(
     client: Client, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
-    handle = await client.submit([{"tool": "plans", "input": {}}, {"tool": "fast", "input": "final"}])
+    handle = await client.submit(
+        [{"tool": "plans", "input": {}}, {"tool": "fast", "input": "final"}]
+    )
 
     result = await handle.wait(timeout=10)
 

@@ -109,13 +109,16 @@ async def test_per_step_timeout_overrides_the_tool(
         [{"tool": "slow", "input": {"sleep": 2}, "timeout_ms": 100, "retry": {"max_attempts": 1}}]
     )
 
-    with pytest.raises(TaskFailedError, match="timed out after 0.1s"):
+    with pytest.raises(TaskFailedError, match=r"timed out after 0\.1s"):
         await handle.wait(timeout=10)
 
 
-async def test_task_deadline_fails_the_task(client: Client, dispatcher: object, worker: Worker) -> None:
+async def test_task_deadline_fails_the_task(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
     handle = await client.submit(
-        [{"tool": "slow", "input": {"sleep": 5}}, {"tool": "fast"}], deadline=timedelta(milliseconds=500)
+        [{"tool": "slow", "input": {"sleep": 5}}, {"tool": "fast"}],
+        deadline=timedelta(milliseconds=500),
     )
 
     with pytest.raises(TaskFailedError) as failure:

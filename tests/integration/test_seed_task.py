@@ -23,7 +23,9 @@ async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
         yield w
 
 
-async def test_seed_task_completes_with_inputs_flowing(client: Client, dispatcher: object, worker: Worker) -> None:
+async def test_seed_task_completes_with_inputs_flowing(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
     handle = await client.submit(SEED, task_id="report-42", metadata={"user": "alice"})
 
     result = await handle.wait(timeout=20)
@@ -37,7 +39,9 @@ async def test_seed_task_completes_with_inputs_flowing(client: Client, dispatche
     assert record.metadata == {"user": "alice"}
 
 
-async def test_status_events_arrive_in_order(client: Client, dispatcher: object, worker: Worker) -> None:
+async def test_status_events_arrive_in_order(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
     handle = await client.submit(SEED)
     await handle.wait(timeout=20)
 
@@ -46,20 +50,27 @@ async def test_status_events_arrive_in_order(client: Client, dispatcher: object,
     kinds = [(type(e).__name__, e.step) for e in events]
     assert kinds == [
         ("Submitted", None),
-        ("StepStarted", 0), ("StepCompleted", 0),
-        ("StepStarted", 1), ("StepCompleted", 1),
-        ("StepStarted", 2), ("StepCompleted", 2),
+        ("StepStarted", 0),
+        ("StepCompleted", 0),
+        ("StepStarted", 1),
+        ("StepCompleted", 1),
+        ("StepStarted", 2),
+        ("StepCompleted", 2),
         ("Completed", None),
     ]
     assert isinstance(events[0], Submitted) and events[0].status is TaskStatus.PENDING
     assert isinstance(events[1], StepStarted) and events[1].tool == "search"
     assert isinstance(events[2], StepCompleted) and events[2].output == [
-        "agents run for hours", "durable execution matters", "MCP tasks"
+        "agents run for hours",
+        "durable execution matters",
+        "MCP tasks",
     ]
     assert isinstance(events[-1], Completed) and events[-1].status is TaskStatus.COMPLETED
 
 
-async def test_a_late_client_finds_the_finished_task(config: NatsConfig, dispatcher: object, worker: Worker) -> None:
+async def test_a_late_client_finds_the_finished_task(
+    config: NatsConfig, dispatcher: object, worker: Worker
+) -> None:
     async with Client(config) as first:
         handle = await first.submit(SEED, task_id="come-back-later")
     # The first client is gone; a new one asks by id.

@@ -1,0 +1,71 @@
+"""Real `tether worker` processes: a global concurrency limit, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+
+from services import Client, NatsConfig
+from services.testing import wait_until
+from tests.apps.tools import read_executions
+from tests.conftest import APP, start_worker
+
+
+async def test_max_concurrency_holds_across_two_worker_processes(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    running = tmp_path / "running"
+    running.mkdir()
+    monkeypatch.setenv("TETHER_TEST_RUNNING", str(running))
+    workers = [
+        start_worker(config, APP, log=tmp_path / f"w{i}.log", concurrency=8) for i in range(2)
+    ]
+    try:
+        handles = [await client.submit([{"tool": "limited", "input": {}}]) for _ in range(10)]
+        await asyncio.gather(*(h.wait(timeout=30) for h in handles))
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(10)
+
+    seen = [int(line) for line in (running / "max").read_text().split()]
+    assert len(seen) == 10, executions.read_text()
+    assert max(seen) == 2  # `limited` has max_concurrency=2: never more, across both processes
+    pids = {line.split()[3] for line in executions.read_text().splitlines()}
+    assert len(pids) == 2, "both worker processes should have served the tool"
+
+
+async def test_sigterm_finishes_the_running_step_then_exits(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+) -> None:
+    worker = start_worker(config, APP, log=tmp_path / "worker.log")
+    handle = await client.submit([{"tool": "slow", "input": {"sleep": 1.0}}, "fast"])
+    await wait_until(lambda: (handle.task_id, 0) in read_executions(executions), timeout=20)
+
+    worker.send_signal(signal.SIGTERM)
+    await wait_until(lambda: worker.poll() is not None, timeout=20, message="the worker to exit")
+
+    assert worker.returncode == 0, (tmp_path / "worker.log").read_text()
+    record = await handle.get()
+    assert record.current_step == 1, "the in-flight step should have finished and handed off"
+    replacement = start_worker(config, APP, log=tmp_path / "replacement.log")
+    try:
+        await handle.wait(timeout=20)
+    finally:
+        replacement.terminate()
+        replacement.wait(10)
+    assert read_executions(executions)[(handle.task_id, 0)] == 1
