@@ -145,6 +145,11 @@ class Client:
         """Cancel an unfinished task; raises TaskConflictError if it already ended."""
         return await lifecycle.cancel_task(self.store, task_id)
 
+    async def retry(self, task_id: str) -> TaskHandle:
+        """Run a failed task again from its failed step (completed steps are not re-run)."""
+        await lifecycle.retry_task(self.store, task_id)
+        return self.handle(task_id)
+
     async def send_input(self, task_id: str, data: Any) -> None:
         """Answer a task that is waiting for input; it resumes at its next step."""
         await lifecycle.send_input(self.store, task_id, data)

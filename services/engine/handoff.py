@@ -84,7 +84,7 @@ async def hand_off_first(store: Store, record: TaskRecord) -> None:
         Submitted(task_id=record.task_id, status=TaskStatus.PENDING, time=record.created_at),
         record.generation,
     )
-    work = transitions.first_work(record)
+    work = transitions.current_work(record)
     await store.publish_work(
         work, store.names.step_msg_id(work.task_id, work.step, work.generation)
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.events import Cancelled, Failed, Waiting
+from schemas.events import Cancelled, Failed, StepRetrying, Waiting
 from schemas.tasks import Checkpoint, DeadLetter, ErrorInfo, InputRequest, TaskRecord, TaskStatus
 from services.engine import transitions
 from services.engine.transitions import utcnow
@@ -134,6 +134,36 @@ async def send_input(store: Store, task_id: str, data: Any) -> TaskRecord:
     stored = await store.create_checkpoint(task_id, step, answer)
     if stored != answer and stored.output != data:
         raise TaskConflictError(task_id, f"task {task_id!r} has already been answered")
-    work = transitions.first_work(record)
+    work = transitions.current_work(record)
     await store.publish_work(work, store.names.resume_msg_id(task_id, step, record.generation))
+    return record
+
+
+async def retry_task(store: Store, task_id: str) -> TaskRecord:
+    """Run a failed task again from the step that failed; earlier checkpoints are reused."""
+    stored, changed = await store.update_record(
+        task_id, lambda record: transitions.retry_from_failure(record, utcnow())
+    )
+    record = stored.record
+    if not changed:
+        raise TaskConflictError(
+            task_id,
+            f"task {task_id!r} is {record.status.value}: only a task that failed at a step "
+            "can be retried",
+        )
+    step = record.current_step
+    previous = await store.get_checkpoint(task_id, step - 1) if step > 0 else None
+    spec = record.steps[step]
+    work = transitions.current_work(record, previous.output if previous else None)
+    await store.emit(
+        StepRetrying(
+            task_id=task_id,
+            status=TaskStatus.RUNNING,
+            step=step,
+            tool=spec.tool,
+            time=record.updated_at,
+        ),
+        record.generation,
+    )
+    await store.publish_work(work, store.names.step_msg_id(task_id, step, record.generation))
     return record

@@ -108,13 +108,14 @@ def next_work(record: TaskRecord, step: int, output: Any) -> WorkMessage | None:
     )
 
 
-def first_work(record: TaskRecord) -> WorkMessage:
+def current_work(record: TaskRecord, previous_output: Any = None) -> WorkMessage:
+    """The message for the record's current step (first step, resume, retry)."""
     spec = record.steps[record.current_step]
     return WorkMessage(
         task_id=record.task_id,
         step=record.current_step,
         tool=spec.tool,
-        input=spec.input,
+        input=previous_output if spec.input is None else spec.input,
         generation=record.generation,
     )
 
@@ -149,4 +150,19 @@ def wait_for_input(
         return None
     return msgspec.structs.replace(
         record, status=TaskStatus.WAITING, input_request=request, updated_at=now
+    )
+
+
+def retry_from_failure(record: TaskRecord, now: datetime) -> TaskRecord | None:
+    """failed → running at the failed step, as a new generation (so its messages are new)."""
+    if record.status is not TaskStatus.FAILED or record.failed_step is None:
+        return None
+    return msgspec.structs.replace(
+        record,
+        status=TaskStatus.RUNNING,
+        current_step=record.failed_step,
+        error=None,
+        failed_step=None,
+        generation=record.generation + 1,
+        updated_at=now,
     )

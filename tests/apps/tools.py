@@ -170,3 +170,12 @@ async def limited(ctx: StepContext, data: Any) -> Any:
     finally:
         marker.unlink()
     return {"ok": True}
+
+
+@app.tool(heartbeat=BEAT)
+async def gated(ctx: StepContext, data: Any) -> Any:
+    """Fails for good until the file $TETHER_TEST_GATE exists (an outage someone fixes)."""
+    record(ctx)
+    if not Path(os.environ["TETHER_TEST_GATE"]).exists():
+        raise TerminalError("the gate is closed")
+    return {"passed": True, "input": data}

@@ -126,3 +126,29 @@ async def test_task_deadline_fails_the_task(
 
     assert failure.value.error is not None
     assert failure.value.error.type == "DeadlineExceeded"
+
+
+async def test_retry_a_failed_task_from_its_failed_step(
+    client: Client,
+    dispatcher: object,
+    worker: Worker,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("TETHER_TEST_GATE", str(gate))
+    handle = await client.submit([{"tool": "fast", "input": 1}, "gated", "fast"])
+    with pytest.raises(TaskFailedError, match="the gate is closed"):
+        await handle.wait(timeout=20)
+    gate.touch()
+
+    await client.retry(handle.task_id)
+
+    result = await handle.wait(timeout=20)
+    assert result["payload"] == {"passed": True, "input": {"step": 0, "payload": 1}}
+    counts = read_executions(executions)
+    assert counts[(handle.task_id, 0)] == 1, "the completed step must not run again"
+    assert counts[(handle.task_id, 1)] == 2
+    record = await handle.get()
+    assert record.generation == 2 and record.error is None

@@ -240,7 +240,7 @@ def test_plan_after_without_next_steps_is_the_same_plan() -> None:
     assert transitions.plan_after(record, 0, _checkpoint()) == record.steps
 
 
-# -- next_work / first_work ---------------------------------------------------
+# -- next_work / current_work -------------------------------------------------
 
 
 def test_next_work_passes_the_previous_output_when_input_is_omitted() -> None:
@@ -293,11 +293,27 @@ def test_next_work_follows_an_extended_plan() -> None:
     assert (work.step, work.tool, work.input) == (3, "llm", "turn")
 
 
-def test_first_work_is_the_current_step_with_its_own_input() -> None:
-    work = transitions.first_work(_record())
+def test_current_work_is_the_current_step_with_its_own_input() -> None:
+    work = transitions.current_work(_record(), previous_output="ignored")
     assert work == WorkMessage(
         task_id="report-42", step=0, tool="search", input={"query": "AI"}, generation=1
     )
+
+
+def test_current_work_without_input_takes_the_previous_output() -> None:
+    record = _record(current_step=1)
+    work = transitions.current_work(record, previous_output=["hit"])
+    assert (work.step, work.input) == (1, ["hit"])
+
+
+def test_retry_from_failure_starts_a_new_generation_at_the_failed_step() -> None:
+    failed = transitions.fail(_record(status=TaskStatus.RUNNING, current_step=1), 1, ERROR, T1)
+    assert failed is not None
+    retried = transitions.retry_from_failure(failed, T1)
+    assert retried is not None
+    assert (retried.status, retried.current_step, retried.generation) == (TaskStatus.RUNNING, 1, 2)
+    assert retried.error is None and retried.failed_step is None
+    assert transitions.retry_from_failure(retried, T1) is None
 
 
 # -- fail / cancel / wait_for_input -------------------------------------------
