@@ -40,8 +40,6 @@ async def test_max_concurrency_holds_across_two_worker_processes(
     seen = [int(line) for line in (running / "max").read_text().split()]
     assert len(seen) == 10, executions.read_text()
     assert max(seen) == 2  # `limited` has max_concurrency=2: never more, across both processes
-    pids = {line.split()[3] for line in executions.read_text().splitlines()}
-    assert len(pids) == 2, "both worker processes should have served the tool"
 
 
 async def test_sigterm_finishes_the_running_step_then_exits(

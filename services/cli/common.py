@@ -1,0 +1,35 @@
+"""What every `tether` command shares: options, the NATS config, one-line errors."""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+
+from schemas.names import Names
+from services.nats.connection import DEFAULT_URL, NatsConfig
+
+NatsOption = Annotated[
+    str,
+    typer.Option("--nats", envvar="TETHER_NATS_URL", help="NATS server URL(s), comma-separated."),
+]
+PrefixOption = Annotated[
+    str,
+    typer.Option(
+        "--prefix", envvar="TETHER_PREFIX", help="Prefix of every subject, stream and bucket."
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+DEFAULT_NATS = DEFAULT_URL
+DEFAULT_PREFIX = "tether"
+
+
+def nats_config(url: str, prefix: str, name: str = "tether-cli") -> NatsConfig:
+    return NatsConfig(url=url, names=Names(prefix=prefix), name=name)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one line saying what happened and what to do, then exit non-zero."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code=code)
