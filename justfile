@@ -18,6 +18,14 @@ lint:
 fmt:
     ruff format schemas services tests
 
+# The crash demo: a research agent whose worker is killed mid-step
+demo:
+    tether demo
+
+# Embedded nats-server, dispatcher and workers for the given apps (MODULE:ATTR)
+dev *apps:
+    tether dev {{apps}}
+
 # Run a worker for an app (MODULE:ATTR)
 worker app *args:
     tether worker {{app}} {{args}}

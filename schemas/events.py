@@ -22,6 +22,11 @@ class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
     output: Any = None
     error: ErrorInfo | None = None
 
+    @property
+    def kind(self) -> str:
+        """The `event` tag: `submitted`, `step_started`, ..."""
+        return str(type(self).__struct_config__.tag)
+
 
 class Submitted(StatusEvent, frozen=True, kw_only=True, tag="submitted"):
     pass

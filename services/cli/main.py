@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from services.cli import processes
+from services.cli import dev, ops, processes
 
 app = typer.Typer(
     name="tether",
@@ -14,6 +14,8 @@ app = typer.Typer(
     add_completion=False,
 )
 processes.register(app)
+dev.register(app)
+ops.register(app)
 
 
 def main() -> None:

@@ -86,7 +86,7 @@ class Client:
     ) -> TaskHandle:
         """Start a task and return its handle at once; the task runs whether or not you wait."""
         submit = TaskSubmit(
-            task_id=task_id or uuid.uuid4().hex,
+            task_id=uuid.uuid4().hex if task_id is None else task_id,
             steps=[to_step(step) for step in steps],
             metadata=dict(metadata or {}),
             deadline_ms=None if deadline is None else int(deadline.total_seconds() * 1000),

@@ -16,8 +16,11 @@ MAX_DEADLINE_MS = 366 * 24 * 3600 * 1000
 
 
 def validate_submit(submit: TaskSubmit) -> None:
-    """Raise InvalidTaskError (or InvalidNameError) saying what is wrong with the task."""
-    validate_task_id(submit.task_id)
+    """Raise InvalidTaskError saying what is wrong with the task."""
+    try:
+        validate_task_id(submit.task_id)
+    except InvalidNameError as exc:
+        raise InvalidTaskError(str(exc)) from exc
     if not submit.steps:
         raise InvalidTaskError(f"task {submit.task_id!r} has no steps: give at least one")
     if len(submit.steps) > MAX_STEPS:

@@ -195,8 +195,7 @@ class Store:
 
     async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:
         """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops."""
-        tag = type(event).__struct_config__.tag
-        msg_id = self.names.event_msg_id(event.task_id, str(tag), event.step, generation, n)
+        msg_id = self.names.event_msg_id(event.task_id, event.kind, event.step, generation, n)
         await self.js.publish(
             self.names.status_subject(event.task_id), encode(event), headers={Header.MSG_ID: msg_id}
         )

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, get_type_hints, overload
 
 import msgspec
 
@@ -66,9 +66,27 @@ class App:
         self.name = name
         self.tools: dict[str, Tool] = {}
 
+    @overload
+    def tool(self, function: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        function: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: timedelta | float | None = None,
+        max_concurrency: int | None = None,
+        heartbeat: timedelta | float = timedelta(seconds=1),
+    ) -> Callable[[F], F]: ...
+
     def tool(
         self,
         function: F | None = None,
+        /,
         *,
         name: str | None = None,
         description: str | None = None,

@@ -406,9 +406,10 @@ def test_too_many_steps_are_rejected() -> None:
     assert f"limit is {plans.MAX_STEPS}" in message
 
 
-def test_bad_task_id_is_rejected() -> None:
-    with pytest.raises(InvalidNameError, match=re.escape("no '.', '*', '>' or spaces")):
+def test_bad_task_id_is_rejected_as_an_invalid_task() -> None:
+    with pytest.raises(InvalidTaskError, match=re.escape("no '.', '*', '>' or spaces")) as info:
         plans.validate_submit(_submit(task_id="a.b"))
+    assert isinstance(info.value.__cause__, InvalidNameError)
 
 
 @pytest.mark.parametrize("tool", ["_private", "a.b", "", "has space"])

@@ -1,0 +1,124 @@
+"""`tether dev` (everything on a laptop) and `tether demo` (the crash story)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from services.cli.common import PrefixOption, fail, nats_config
+from services.cli.loading import AppLoadError, load_app
+from services.demo.story import Demo
+from services.dispatcher import Dispatcher
+from services.errors import TetherError
+from services.nats.server import NatsServer, NatsServerError
+from services.worker import App, Worker
+
+DEMO_APP = "services.demo.research:app"
+DEV_PORT = 4222
+
+
+@contextlib.asynccontextmanager
+async def _nats_url(url: str | None, data_dir: Path, port: int) -> AsyncIterator[tuple[str, str]]:
+    """The given URL, or an embedded nats-server's; with a description for the banner."""
+    if url:
+        yield url, "external"
+        return
+    server = NatsServer(data_dir / "nats", port=port)
+    try:
+        server.start()
+    except NatsServerError as exc:
+        fail(f"{exc} (is port {port} in use? pass --port 0 for a free one)")
+    try:
+        yield server.url, f"embedded, data in {data_dir / 'nats'}"
+    finally:
+        server.stop()
+
+
+async def _dev(
+    apps: list[App], url: str | None, prefix: str, data_dir: Path, port: int, concurrency: int
+) -> None:
+    console = Console()
+    async with _nats_url(url, data_dir, port) as (nats_url, where):
+        config = nats_config(nats_url, prefix, "tether-dev")
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        async with Dispatcher(config), Worker(apps, config, concurrency=concurrency) as worker:
+            console.print(f"[bold]Tether dev[/]\n  NATS        [cyan]{nats_url}[/] ({where})")
+            console.print("  dispatcher  running")
+            console.print(f"  worker      {', '.join(worker.tools)}")
+            console.print(
+                f"\nTry: TETHER_NATS_URL={nats_url} tether submit "
+                '\'search={"query":"durable agents"}\' summarize write_report --wait',
+                soft_wrap=True,
+            )
+            console.print("Ctrl-C stops everything; tasks wait in JetStream for the next start.")
+            await stopping.wait()
+            console.print("\nstopping...")
+
+
+def dev(
+    apps: Annotated[
+        list[str] | None,
+        typer.Argument(help="Apps to serve (MODULE:ATTR); default: the demo research agent."),
+    ] = None,
+    nats: Annotated[
+        str | None,
+        typer.Option(
+            "--nats",
+            envvar="TETHER_NATS_URL",
+            help="Use this NATS server instead of embedding one.",
+        ),
+    ] = None,
+    prefix: PrefixOption = "tether",
+    data_dir: Annotated[
+        Path, typer.Option(help="Where the embedded server keeps its data.")
+    ] = Path(".tether"),
+    port: Annotated[
+        int, typer.Option(help="Port of the embedded server (0: a free one).")
+    ] = DEV_PORT,
+    concurrency: Annotated[int, typer.Option(help="Steps run at once, per tool.")] = 32,
+) -> None:
+    """Run an embedded nats-server, the dispatcher and workers in one process."""
+    try:
+        loaded = [load_app(spec) for spec in apps or [DEMO_APP]]
+    except AppLoadError as exc:
+        fail(str(exc))
+    try:
+        asyncio.run(_dev(loaded, nats, prefix, data_dir, port if port else -1, concurrency))
+    except TetherError as exc:
+        fail(str(exc))
+
+
+def demo(
+    out_dir: Annotated[Path, typer.Option(help="Where the report is written.")] = Path(
+        "tether-reports"
+    ),
+    pace: Annotated[float, typer.Option(help="Seconds of pretend work per document.")] = 0.6,
+    keep: Annotated[bool, typer.Option(help="Keep the demo's nats-server data.")] = False,
+) -> None:
+    """Run a research agent, kill its worker with SIGKILL mid-step, watch the task carry on."""
+    data_dir = Path(tempfile.mkdtemp(prefix="tether-demo-"))
+    try:
+        code = asyncio.run(Demo(Console(), data_dir, out_dir.resolve(), pace).run())
+    except (TetherError, NatsServerError) as exc:
+        fail(str(exc))
+    finally:
+        if not keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(dev)
+    app.command()(demo)

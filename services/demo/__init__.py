@@ -1,0 +1,1 @@
+"""The demo: a research-report agent that survives the crash of its worker."""

@@ -1,0 +1,101 @@
+"""`tether demo` and `tether dev` as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from services import Client
+from services.testing import wait_until
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+TETHER = [sys.executable, "-m", "services.cli"]
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TETHER_NATS_URL", None)  # these commands embed their own server
+    return env
+
+
+async def test_demo_tells_the_crash_and_the_resume(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *TETHER,
+        "demo",
+        "--out-dir",
+        str(tmp_path / "reports"),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), timeout=90)
+    text = output.decode()
+
+    assert process.returncode == 0, text
+    assert "killed the worker" in text and "SIGKILL" in text
+    assert "summarize started, attempt 2" in text
+    assert "search ran 1 time" in text and "did not run it again" in text
+    report = Path(re.search(r"Report: (\S+\.md)", text).group(1))  # type: ignore[union-attr]
+    assert report.parent == tmp_path / "reports"
+    assert report.read_text().startswith("# Research report: durable execution for AI agents")
+
+
+async def _start_dev(tmp_path: Path, log: Path) -> tuple[asyncio.subprocess.Process, str]:
+    out = log.open("ab")
+    process = await asyncio.create_subprocess_exec(
+        *TETHER,
+        "dev",
+        "--port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "state"),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=out,
+        stderr=out,
+    )
+    out.close()
+    found: list[str] = []
+
+    def ready() -> bool:
+        match = re.search(r"NATS\s+(nats://\S+)", log.read_text())
+        if match and "Ctrl-C" in log.read_text():
+            found.append(match.group(1))
+        return bool(found)
+
+    await wait_until(ready, timeout=30, message="tether dev to start")
+    return process, found[0]
+
+
+async def _stop(process: asyncio.subprocess.Process) -> int:
+    process.send_signal(signal.SIGINT)
+    return await asyncio.wait_for(process.wait(), timeout=30)
+
+
+async def test_dev_serves_tasks_stops_cleanly_and_keeps_them(tmp_path: Path) -> None:
+    plan = [{"tool": "search", "input": {"query": "heartbeats"}}, "summarize", "write_report"]
+    process, url = await _start_dev(tmp_path, tmp_path / "dev-1.log")
+    try:
+        async with Client(url) as client:
+            result = await (await client.submit(plan, task_id="kept")).wait(timeout=30)
+    finally:
+        code = await _stop(process)
+    assert code == 0, (tmp_path / "dev-1.log").read_text()
+    assert Path(result["path"]).exists()
+
+    process, url = await _start_dev(tmp_path, tmp_path / "dev-2.log")
+    try:
+        async with Client(url) as client:
+            record = await client.get("kept")
+    finally:
+        assert await _stop(process) == 0
+    assert record.result == result
