@@ -33,3 +33,7 @@ worker app *args:
 # Run the dispatcher
 dispatcher *args:
     tether dispatcher {{args}}
+
+# Regenerate the exported JSON Schemas and AsyncAPI document under schemas/
+schemas:
+    python -m services.api.contract

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from schemas.tasks import ErrorInfo, StepSpec, TaskRecord, TaskStatus
 
 
 class ErrorCode(str, Enum):
@@ -53,6 +53,15 @@ class TaskRequest(msgspec.Struct, frozen=True, kw_only=True):
 class ResultRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     timeout_ms: int = 0
+
+
+class ResultReply(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished task's outcome: `result` when completed, `error` when failed."""
+
+    task_id: str
+    status: TaskStatus
+    result: Any = None
+    error: ErrorInfo | None = None
 
 
 class ListRequest(msgspec.Struct, frozen=True, kw_only=True):

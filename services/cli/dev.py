@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from services.api import ApiService
 from services.cli.common import PrefixOption, fail, nats_config
 from services.cli.loading import AppLoadError, load_app
 from services.demo.story import Demo
@@ -53,9 +54,13 @@ async def _dev(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
-        async with Dispatcher(config), Worker(apps, config, concurrency=concurrency) as worker:
+        async with (
+            Dispatcher(config),
+            ApiService(config),
+            Worker(apps, config, concurrency=concurrency) as worker,
+        ):
             console.print(f"[bold]Tether dev[/]\n  NATS        [cyan]{nats_url}[/] ({where})")
-            console.print("  dispatcher  running")
+            console.print(f"  dispatcher  running; API on {config.names.api_subject('*')}")
             console.print(f"  worker      {', '.join(worker.tools)}")
             console.print(
                 f"\nTry: TETHER_NATS_URL={nats_url} tether submit "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from datetime import timedelta
@@ -89,6 +90,11 @@ def run(command: Coroutine[Any, Any, int]) -> None:
         code = asyncio.run(command)
     except KeyboardInterrupt:
         raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except BrokenPipeError:
+        # The reader of our output left (`tether watch ID | head`): not an error to report,
+        # and Python's final flush of stdout must not fail loudly either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(ExitCode.OK) from None
     except (TetherError, InvalidNameError, nats.errors.Error, OSError) as exc:
         message, code = describe(exc)
         fail(" ".join(message.split()), code)

@@ -9,6 +9,7 @@ from typing import Annotated, Protocol
 
 import typer
 
+from services.api import ApiService
 from services.cli.common import (
     DEFAULT_NATS,
     DEFAULT_PREFIX,
@@ -26,22 +27,25 @@ from services.worker import Worker
 class Service(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    def request_stop(self) -> None: ...
-    async def wait_stopped(self) -> None: ...
 
 
-def serve(service: Service) -> None:
-    """Run a service until SIGTERM or Ctrl-C, then stop it gracefully."""
+def serve(*services: Service) -> None:
+    """Run services until SIGTERM or Ctrl-C, then stop them gracefully (last started first)."""
 
     async def run() -> None:
-        await service.start()
+        stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, service.request_stop)
+            loop.add_signal_handler(sig, stopping.set)
+        started: list[Service] = []
         try:
-            await service.wait_stopped()
+            for service in services:
+                await service.start()
+                started.append(service)
+            await stopping.wait()
         finally:
-            await service.stop()
+            for service in reversed(started):
+                await service.stop()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -64,11 +68,22 @@ def worker(
     serve(Worker(loaded, nats_config(nats, prefix, "tether-worker"), concurrency=concurrency))
 
 
-def dispatcher(nats: NatsOption = DEFAULT_NATS, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
-    """Accept submitted tasks and hand off their first steps."""
-    serve(Dispatcher(nats_config(nats, prefix, "tether-dispatcher")))
+def dispatcher(
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    api: Annotated[bool, typer.Option(help="Also answer the request/reply API.")] = True,
+) -> None:
+    """Accept submitted tasks, hand off their first steps, answer `tether.api.*`."""
+    config = nats_config(nats, prefix, "tether-dispatcher")
+    serve(Dispatcher(config), *([ApiService(config)] if api else []))
+
+
+def api(nats: NatsOption = DEFAULT_NATS, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """Answer the request/reply API on `tether.api.*` (discoverable via `$SRV.*`)."""
+    serve(ApiService(nats_config(nats, prefix, "tether-api")))
 
 
 def register(app: typer.Typer) -> None:
     app.command()(worker)
     app.command()(dispatcher)
+    app.command()(api)

@@ -138,6 +138,21 @@ async def test_submit_prints_the_id_then_status_and_result_show_the_task(
     await client.handle(submitted.json()["task_id"]).wait(timeout=20)
 
 
+async def test_submit_a_task_file(
+    config: NatsConfig, client: Client, worker: object, tmp_path: Path
+) -> None:
+    task = {"task_id": "from-file", "steps": [{"tool": "fast", "input": 2}], "metadata": {"a": "1"}}
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(task))
+
+    run = await tether(config, "submit", "--file", str(path), "--meta", "b=2", "--deadline", "60")
+
+    assert (run.code, run.out.strip()) == (0, "from-file"), run
+    assert await client.handle("from-file").wait(timeout=20) == {"step": 0, "payload": 2}
+    record = await client.get("from-file")
+    assert record.metadata == {"a": "1", "b": "2"} and record.deadline_at is not None
+
+
 async def test_watch_a_completed_task_and_a_running_one(
     config: NatsConfig, client: Client, worker: object
 ) -> None:
@@ -229,6 +244,9 @@ async def test_ls_lists_tasks_and_filters_by_status(
     assert rows["ls-slow"][:3] == ["running", "1/1", "slow"]
     assert completed.code == 0
     assert [t["task_id"] for t in completed.json()["tasks"]] == ["ls-done"]
+    unfinished = await tether(config, "result", "ls-slow")
+    assert unfinished.code == 2
+    assert_one_line_error(unfinished, "is running, not completed", "--wait")
     await slow.cancel()
 
 

@@ -54,6 +54,7 @@ SCHEMAS_ALL = [
     "ListReply",
     "ListRequest",
     "Names",
+    "ResultReply",
     "ResultRequest",
     "RetryOverride",
     "StatusEvent",

@@ -1,0 +1,166 @@
+"""The request/reply API on `tether.api.<verb>`, declared on a FastStream broker.
+
+The same declarations serve requests and produce the AsyncAPI document. Bodies are
+decoded with msgspec by each subscriber's decoder, so a malformed request becomes
+a typed `invalid` error reply naming the bad field.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import msgspec
+from fast_depends.msgspec import MsgSpecSerializer
+from faststream import Context
+from faststream.message import StreamMessage
+from faststream.middlewares import ExceptionMiddleware
+from faststream.nats import NatsBroker
+
+from schemas.api import (
+    ErrorReply,
+    InputAnswer,
+    ListReply,
+    ListRequest,
+    ResultReply,
+    ResultRequest,
+    SubmitReply,
+    SubmitRequest,
+    TaskRequest,
+)
+from schemas.ids import validate_task_id
+from schemas.names import Names
+from schemas.tasks import TaskRecord
+from services.api.discovery import Discovery
+from services.api.errors import InvalidRequestError, error_reply
+from services.api.verbs import VERBS
+from services.client import Client
+from services.errors import TaskTimeoutError
+
+QUEUE = "tether-api"
+MESSAGE = Context("message")
+MAX_LIST = 1000
+R = TypeVar("R")
+
+
+def _decoder(
+    verb: str, kind: type[R], discovery: Discovery
+) -> Callable[[StreamMessage[Any]], Awaitable[R]]:
+    decoder = msgspec.json.Decoder(kind)
+
+    async def decode(message: StreamMessage[Any]) -> R:
+        discovery.count_request(verb)
+        try:
+            request = decoder.decode(message.body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InvalidRequestError(f"invalid {verb} request: {exc}") from exc
+        task_id = getattr(request, "task_id", None)
+        if task_id is not None:
+            validate_task_id(task_id)
+        return request
+
+    return decode
+
+
+def build_broker(
+    names: Names, client: Callable[[], Client], discovery: Discovery, **options: Any
+) -> NatsBroker:
+    """A broker with every API verb subscribed; `client()` gives the connected Client."""
+    errors = ExceptionMiddleware()
+
+    @errors.add_handler(Exception, publish=True)
+    async def reply_with_error(exc: Exception, message: StreamMessage[Any] = MESSAGE) -> ErrorReply:
+        discovery.count_error(message.raw_message.subject, exc)
+        return error_reply(exc)
+
+    broker = NatsBroker(
+        middlewares=[errors], serializer=MsgSpecSerializer(), log_level=logging.DEBUG, **options
+    )
+
+    def route(name: str) -> Callable[[Any], Any]:
+        verb = VERBS[name]
+        discovery.add_endpoint(name, names.api_subject(name))
+        return broker.subscriber(
+            names.api_subject(name),
+            queue=QUEUE,
+            decoder=_decoder(name, verb.request, discovery),
+            title=f"api.{name}",
+            description=verb.description,
+        )
+
+    @route("submit")
+    async def submit(request: SubmitRequest) -> SubmitReply:
+        handle = await client().submit(
+            request.steps,
+            task_id=request.task_id,
+            metadata=request.metadata,
+            deadline=None if request.deadline_ms is None else _ms(request.deadline_ms),
+        )
+        return SubmitReply(task_id=handle.task_id)
+
+    @route("get")
+    async def get(request: TaskRequest) -> TaskRecord:
+        return await client().get(request.task_id)
+
+    @route("result")
+    async def result(request: ResultRequest) -> ResultReply:
+        handle = client().handle(request.task_id)
+        if request.timeout_ms > 0:
+            record = await handle.wait_until_done(request.timeout_ms / 1000)
+        else:
+            record = await handle.get()
+            if not record.status.is_terminal:
+                raise _still_running(record)
+        return ResultReply(
+            task_id=record.task_id, status=record.status, result=record.result, error=record.error
+        )
+
+    @route("list")
+    async def list_tasks(request: ListRequest) -> ListReply:
+        records = await client().list(request.status)
+        return _page(records, request)
+
+    @route("cancel")
+    async def cancel(request: TaskRequest) -> TaskRecord:
+        return await client().cancel(request.task_id)
+
+    @route("input")
+    async def answer(request: InputAnswer) -> TaskRecord:
+        await client().send_input(request.task_id, request.data)
+        return await client().get(request.task_id)
+
+    @route("retry")
+    async def retry(request: TaskRequest) -> TaskRecord:
+        await client().retry(request.task_id)
+        return await client().get(request.task_id)
+
+    discovery.subscribe(broker)
+    return broker
+
+
+def _ms(value: int) -> timedelta:
+    return timedelta(milliseconds=value)
+
+
+def _still_running(record: TaskRecord) -> Exception:
+    return TaskTimeoutError(
+        record.task_id,
+        f"task {record.task_id!r} is {record.status.value}: "
+        "ask again with timeout_ms to wait for it",
+    )
+
+
+def _page(records: list[TaskRecord], request: ListRequest) -> ListReply:
+    if not 1 <= request.limit <= MAX_LIST:
+        raise InvalidRequestError(f"invalid list request: limit must be between 1 and {MAX_LIST}")
+    start = 0
+    if request.cursor is not None:
+        ids = [r.task_id for r in records]
+        if request.cursor not in ids:
+            raise InvalidRequestError(f"invalid list request: unknown cursor {request.cursor!r}")
+        start = ids.index(request.cursor) + 1
+    page = records[start : start + request.limit]
+    more = start + request.limit < len(records)
+    return ListReply(tasks=page, next_cursor=page[-1].task_id if more and page else None)

@@ -1,0 +1,159 @@
+// A Tether client in Node.js that uses only the official NATS packages: no Tether code.
+//
+//   node client.mjs <nats-url> [prefix] [--no-api]
+//
+// Submits the seed task on <prefix>.submit, follows its status events, reads its record
+// from KV, then (unless --no-api) uses the request/reply API: get, cancel a running task,
+// get an unknown id. Prints one JSON summary line and exits 0, or exits 1 naming the
+// first thing that did not match the protocol (schemas/README.md).
+
+import { randomUUID } from "node:crypto";
+import { isDeepStrictEqual } from "node:util";
+
+import { jetstream } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect, headers } from "@nats-io/transport-node";
+
+const args = process.argv.slice(2);
+const useApi = !args.includes("--no-api");
+const [url, prefix = "tether"] = args.filter((arg) => !arg.startsWith("--"));
+if (!url) fail("usage: node client.mjs <nats-url> [prefix] [--no-api]");
+
+const upper = prefix.toUpperCase().replaceAll("-", "_");
+const SUBMIT_STREAM = `${upper}_SUBMIT`;
+const STATUS_STREAM = `${upper}_STATUS`;
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+const EVENT_FIELDS = ["event", "task_id", "status", "step", "tool", "attempt", "time", "output", "error"];
+const RECORD_FIELDS = [
+  "task_id", "status", "steps", "current_step", "result", "error", "metadata", "created_at", "updated_at",
+];
+const SEED = [
+  { tool: "search", input: { query: "AI trends 2026" } },
+  { tool: "summarize" },
+  { tool: "write_report" },
+];
+
+function fail(message) {
+  console.error(`interop client: ${message}`);
+  process.exit(1);
+}
+
+function check(condition, message, actual) {
+  if (!condition) fail(actual === undefined ? message : `${message}: got ${JSON.stringify(actual)}`);
+}
+
+function checkFields(fields, value) {
+  const missing = fields.filter((field) => !(field in value));
+  check(missing.length === 0, `missing fields ${missing}`, value);
+}
+
+const newTaskId = () => `node-${randomUUID().replaceAll("-", "")}`;
+
+async function submit(js, taskId, steps) {
+  const body = JSON.stringify({ task_id: taskId, steps, metadata: { client: "node" } });
+  const hdrs = headers();
+  hdrs.set("Nats-Msg-Id", taskId); // a re-submit of the same id is a no-op
+  const ack = await js.publish(`${prefix}.submit`, body, { headers: hdrs });
+  check(ack.stream === SUBMIT_STREAM && !ack.duplicate, "unexpected PubAck on submit", ack);
+  const again = await js.publish(`${prefix}.submit`, body, { headers: hdrs });
+  check(again.duplicate, "a re-submit with the same Nats-Msg-Id was not a duplicate", again);
+}
+
+// An ordered consumer on the status stream replays every event of the task from the
+// start, so it does not matter whether it is created before or after the submit.
+async function watch(js, taskId) {
+  const consumer = await js.consumers.get(STATUS_STREAM, {
+    filter_subjects: [`${prefix}.status.${taskId}`],
+  });
+  const messages = await consumer.consume();
+  const iterator = messages[Symbol.asyncIterator]();
+  const seen = [];
+  return {
+    seen,
+    async until(kind) {
+      for (;;) {
+        const { value, done } = await iterator.next();
+        if (done) fail(`the status events of ${taskId} ended before '${kind}'`);
+        const event = value.json();
+        check(value.subject === `${prefix}.status.${taskId}`, "event on the wrong subject", value.subject);
+        checkFields(EVENT_FIELDS, event);
+        check(event.task_id === taskId, "event of another task", event);
+        seen.push(event);
+        if (event.event === kind) return event;
+        if (TERMINAL.has(event.event)) fail(`waited for '${kind}' but the task ended: ${JSON.stringify(event)}`);
+      }
+    },
+    stop: () => messages.stop(),
+  };
+}
+
+async function request(nc, verb, body) {
+  const reply = await nc.request(`${prefix}.api.${verb}`, JSON.stringify(body), { timeout: 10_000 });
+  return reply.json();
+}
+
+async function seedTask(nc, js) {
+  const taskId = newTaskId();
+  const events = await watch(js, taskId);
+  await submit(js, taskId, SEED);
+  const completed = await events.until("completed");
+  events.stop();
+  check(completed.status === "completed", "completed event with the wrong status", completed);
+
+  const kv = await new Kvm(js).open(`${prefix}-tasks`);
+  const entry = await kv.get(taskId);
+  check(entry !== null && entry.value.length > 0, `no record under ${taskId} in ${prefix}-tasks`);
+  const record = entry.json();
+  checkFields(RECORD_FIELDS, record);
+  check(record.status === "completed" && record.current_step === SEED.length, "record not completed", record);
+  check(isDeepStrictEqual(record.result, completed.output), "record result differs from the event", record);
+  check(isDeepStrictEqual(record.metadata, { client: "node" }), "metadata lost", record.metadata);
+
+  const summary = {
+    task_id: taskId,
+    events: events.seen.map((e) => [e.event, e.step]),
+    result: record.result,
+    record_status: record.status,
+  };
+  if (useApi) {
+    const got = await request(nc, "get", { task_id: taskId });
+    check(got.task_id === taskId && got.status === "completed", "api.get disagrees with KV", got);
+    check(isDeepStrictEqual(got.result, record.result), "api.get result differs from KV", got);
+    summary.api_get_status = got.status;
+  }
+  return summary;
+}
+
+async function cancelledTask(nc, js) {
+  const taskId = newTaskId();
+  const events = await watch(js, taskId);
+  await submit(js, taskId, [{ tool: "slow", input: { sleep: 30 } }]);
+  await events.until("step_started");
+  const cancelled = await request(nc, "cancel", { task_id: taskId });
+  check(cancelled.task_id === taskId && cancelled.status === "cancelled", "api.cancel reply", cancelled);
+  await events.until("cancelled");
+  events.stop();
+  const missing = await request(nc, "get", { task_id: newTaskId() });
+  check(missing.error?.code === "not_found" && typeof missing.error.message === "string",
+    "api.get of an unknown id", missing);
+  return {
+    cancelled_task_id: taskId,
+    cancel_status: cancelled.status,
+    cancel_events: events.seen.map((e) => [e.event, e.step]),
+    unknown_error_code: missing.error.code,
+  };
+}
+
+const nc = await connect({ servers: url, name: "tether-interop-node" });
+const watchdog = setTimeout(() => fail("timed out after 60s"), 60_000);
+try {
+  const js = jetstream(nc);
+  const summary = await seedTask(nc, js);
+  if (useApi) Object.assign(summary, await cancelledTask(nc, js));
+  console.log(JSON.stringify(summary));
+} catch (error) {
+  fail(error?.stack ?? String(error));
+} finally {
+  clearTimeout(watchdog);
+  await nc.close();
+}
