@@ -217,6 +217,15 @@ class Store:
     async def register_tool(self, info: ToolInfo) -> None:
         await self._tools.put(info.name, encode(info))
 
+    async def list_tools(self) -> list[ToolInfo]:
+        """Every tool a worker has advertised, by name."""
+        try:
+            keys = await self._tools.keys()
+        except NoKeysError:
+            return []
+        tools = [await self.get_tool(key) for key in sorted(keys)]
+        return [tool for tool in tools if tool is not None]
+
     async def get_tool(self, name: str) -> ToolInfo | None:
         try:
             entry = await self._tools.get(name)

@@ -88,8 +88,13 @@ async function watch(js, taskId) {
 }
 
 async function request(nc, verb, body) {
-  const reply = await nc.request(`${prefix}.api.${verb}`, JSON.stringify(body), { timeout: 10_000 });
-  return reply.json();
+  const subject = `${prefix}.api.${verb}`;
+  try {
+    const reply = await nc.request(subject, JSON.stringify(body), { timeout: 10_000 });
+    return reply.json();
+  } catch (error) {
+    fail(`request on ${subject} failed (is the API service running?): ${error.message}`);
+  }
 }
 
 async function seedTask(nc, js) {

@@ -1,0 +1,131 @@
+"""A Node.js client, using only the official NATS packages, drives Tether end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services import NatsConfig, Worker
+from tests.apps.tools import app
+
+HERE = Path(__file__).resolve().parent
+CLIENT = HERE / "client.mjs"
+INSTALL_HINT = (
+    "the interop tests need Node.js 18+ and npm on PATH: install them from "
+    "https://nodejs.org (or 'apt-get install nodejs npm', 'brew install node')"
+)
+SUMMARY = "agents run for hours; durable execution matters; MCP tasks"
+SEED_EVENTS = [
+    ["submitted", None],
+    ["step_started", 0],
+    ["step_completed", 0],
+    ["step_started", 1],
+    ["step_completed", 1],
+    ["step_started", 2],
+    ["step_completed", 2],
+    ["completed", None],
+]
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """The `node` executable, with the client's pinned NATS packages installed."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail(f"{'node' if node is None else 'npm'} not found: {INSTALL_HINT}")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
+    if int(version.stdout.strip().lstrip("v").split(".")[0]) < 18:
+        pytest.fail(f"Node.js {version.stdout.strip()} is too old: {INSTALL_HINT}")
+    if not (HERE / "node_modules").is_dir():
+        command = "ci" if (HERE / "package-lock.json").exists() else "install"
+        done = subprocess.run(
+            [npm, command, "--no-audit", "--no-fund"],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            pytest.fail(f"'npm {command}' in {HERE} failed:\n{done.stdout}\n{done.stderr}")
+    return node
+
+
+@pytest.fixture
+async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
+    async with Worker(app, config) as w:
+        yield w
+
+
+@pytest.fixture
+async def api(config: NatsConfig) -> AsyncIterator[None]:
+    # Imported here so the tests that need no API run while services.api is missing.
+    from services.api import ApiService
+
+    async with ApiService(config):
+        yield
+
+
+async def run_client(node: str, config: NatsConfig, *flags: str) -> dict[str, Any]:
+    """Run client.mjs against the test's server and prefix; return its JSON summary."""
+    proc = await asyncio.create_subprocess_exec(
+        node,
+        str(CLIENT),
+        config.url,
+        config.names.prefix,
+        *flags,
+        cwd=HERE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=90)
+    except TimeoutError:
+        proc.kill()
+        await proc.communicate()
+        pytest.fail("the Node.js client did not finish within 90s")
+    assert proc.returncode == 0, f"client.mjs exited {proc.returncode}:\n{err.decode()}"
+    lines = out.decode().strip().splitlines()
+    assert lines, f"client.mjs printed no summary; stderr:\n{err.decode()}"
+    summary: dict[str, Any] = json.loads(lines[-1])
+    return summary
+
+
+def assert_seed_task(summary: dict[str, Any]) -> None:
+    assert summary["task_id"].startswith("node-")
+    assert summary["events"] == SEED_EVENTS
+    assert summary["result"] == {"report": f"# Report\n\n{SUMMARY}\n", "sources": 3}
+    assert summary["record_status"] == "completed"
+
+
+async def test_node_client_submits_follows_and_reads_the_record(
+    node: str, config: NatsConfig, dispatcher: object, worker: Worker
+) -> None:
+    """Streams and KV only: no request/reply API is running."""
+    summary = await run_client(node, config, "--no-api")
+
+    assert_seed_task(summary)
+    assert "api_get_status" not in summary
+
+
+async def test_node_client_uses_the_request_reply_api(
+    node: str, config: NatsConfig, dispatcher: object, worker: Worker, api: None
+) -> None:
+    summary = await run_client(node, config)
+
+    assert_seed_task(summary)
+    assert summary["api_get_status"] == "completed"
+    assert summary["cancelled_task_id"] != summary["task_id"]
+    assert summary["cancel_status"] == "cancelled"
+    assert summary["cancel_events"] == [
+        ["submitted", None],
+        ["step_started", 0],
+        ["cancelled", None],
+    ]
+    assert summary["unknown_error_code"] == "not_found"
