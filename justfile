@@ -37,3 +37,7 @@ dispatcher *args:
 # Regenerate the exported JSON Schemas and AsyncAPI document under schemas/
 schemas:
     python -m services.api.contract
+
+# Benchmark Tether against a raw JetStream baseline (not part of the tests)
+bench *args:
+    python -m tests.bench.bench {{args}}

@@ -1,0 +1,247 @@
+"""The wire contract with nats-py alone: JSON bytes, subjects, headers, KV, request/reply.
+
+The fixtures run Tether (dispatcher, worker, API); the test bodies know only the NATS
+URL, the prefix and schemas/README.md, as a client in another language would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as Nats
+from nats.aio.subscription import Subscription
+
+from services import NatsConfig, Worker
+from tests.apps.tools import app
+
+SEED = [
+    {"tool": "search", "input": {"query": "AI trends 2026"}},
+    {"tool": "summarize"},
+    {"tool": "write_report"},
+]
+HITS = ["agents run for hours", "durable execution matters", "MCP tasks"]
+REPORT = {"report": f"# Report\n\n{'; '.join(HITS)}\n", "sources": 3}
+# Field names are a contract (DESIGN.md); some events carry one field of their own.
+EVENT_FIELDS = {"event", "task_id", "status", "step", "tool", "attempt", "time", "output", "error"}
+EVENT_EXTRAS = {"step_completed": {"skipped"}, "step_retrying": {"retry_in_ms"}}
+RECORD_FIELDS = {
+    "task_id",
+    "status",
+    "steps",
+    "current_step",
+    "result",
+    "error",
+    "metadata",
+    "created_at",
+    "updated_at",
+}
+TERMINAL = {"completed", "failed", "cancelled"}
+RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry"]
+
+
+@pytest.fixture
+async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
+    async with Worker(app, config) as w:
+        yield w
+
+
+@pytest.fixture
+async def api(config: NatsConfig) -> AsyncIterator[None]:
+    from services.api import ApiService
+
+    async with ApiService(config):
+        yield
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[Nats]:
+    conn = await nats.connect(nats_url)
+    yield conn
+    await conn.close()
+
+
+def new_id() -> str:
+    return f"raw-{uuid.uuid4().hex}"
+
+
+async def submit(nc: Nats, prefix: str, task_id: str, steps: list[dict[str, Any]]) -> None:
+    """Publish a TaskSubmit with JetStream; `Nats-Msg-Id` = task id makes a re-submit a no-op."""
+    js = nc.jetstream()
+    body = json.dumps({"task_id": task_id, "steps": steps, "metadata": {"user": "alice"}})
+    headers = {"Nats-Msg-Id": task_id}
+    ack = await js.publish(f"{prefix}.submit", body.encode(), headers=headers)
+    assert ack.stream == f"{prefix.upper()}_SUBMIT" and not ack.duplicate
+    again = await js.publish(f"{prefix}.submit", body.encode(), headers=headers)
+    assert again.duplicate
+
+
+async def follow(sub: Subscription, until: str, timeout: float = 20) -> list[dict[str, Any]]:
+    """Status events from a live subscription up to the first `until` event."""
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = await sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
+        event = json.loads(msg.data)
+        events.append(event)
+        if event["event"] == until:
+            return events
+        assert event["event"] not in TERMINAL, f"waited for {until!r}, the task ended: {event}"
+
+
+async def call(nc: Nats, prefix: str, verb: str, body: dict[str, Any] | bytes) -> Any:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    reply = await nc.request(f"{prefix}.api.{verb}", data, timeout=10)
+    return json.loads(reply.data)
+
+
+async def read_record(nc: Nats, prefix: str, task_id: str) -> dict[str, Any]:
+    kv = await nc.jetstream().key_value(f"{prefix}-tasks")
+    entry = await kv.get(task_id)
+    assert entry.value
+    record: dict[str, Any] = json.loads(entry.value)
+    return record
+
+
+def assert_event_shapes(events: list[dict[str, Any]], task_id: str) -> None:
+    for event in events:
+        assert set(event) == EVENT_FIELDS | EVENT_EXTRAS.get(event["event"], set()), event
+        assert event["task_id"] == task_id
+        assert RFC3339_UTC.fullmatch(event["time"]), event["time"]
+
+
+async def test_submit_follow_and_read_the_record(
+    nc: Nats, prefix: str, dispatcher: object, worker: Worker
+) -> None:
+    task_id = new_id()
+    sub = await nc.subscribe(f"{prefix}.status.{task_id}")  # live: subscribe first
+
+    await submit(nc, prefix, task_id, SEED)
+    events = await follow(sub, "completed")
+
+    assert [(e["event"], e["step"], e["status"]) for e in events] == [
+        ("submitted", None, "pending"),
+        ("step_started", 0, "running"),
+        ("step_completed", 0, "running"),
+        ("step_started", 1, "running"),
+        ("step_completed", 1, "running"),
+        ("step_started", 2, "running"),
+        ("step_completed", 2, "completed"),
+        ("completed", None, "completed"),
+    ]
+    assert_event_shapes(events, task_id)
+    assert [e["tool"] for e in events[1:7:2]] == ["search", "summarize", "write_report"]
+    assert events[2]["output"] == HITS and events[2]["attempt"] == 1
+    assert events[2]["skipped"] is False and events[2]["error"] is None
+    assert events[-1]["output"] == REPORT
+    record = await read_record(nc, prefix, task_id)
+    assert set(record) >= RECORD_FIELDS
+    assert record["task_id"] == task_id and record["status"] == "completed"
+    assert record["steps"] == SEED  # an omitted input stays omitted
+    assert record["current_step"] == len(SEED)
+    assert record["result"] == REPORT and record["error"] is None
+    assert record["metadata"] == {"user": "alice"}
+    assert RFC3339_UTC.fullmatch(record["created_at"]) and RFC3339_UTC.fullmatch(
+        record["updated_at"]
+    )
+    assert record["created_at"] <= record["updated_at"]
+
+
+async def test_a_late_reader_replays_the_status_stream(
+    nc: Nats, prefix: str, dispatcher: object, worker: Worker
+) -> None:
+    task_id = new_id()
+    live = await nc.subscribe(f"{prefix}.status.{task_id}")
+    await submit(nc, prefix, task_id, [{"tool": "fast", "input": 1}])
+    await follow(live, "completed")
+
+    js = nc.jetstream()
+    replay = await js.subscribe(
+        f"{prefix}.status.{task_id}", stream=f"{prefix.upper()}_STATUS", ordered_consumer=True
+    )
+    events = await follow(replay, "completed", timeout=5)
+    await replay.unsubscribe()
+
+    assert [e["event"] for e in events] == [
+        "submitted",
+        "step_started",
+        "step_completed",
+        "completed",
+    ]
+    assert events[-1]["output"] == {"step": 0, "payload": 1}
+
+
+async def test_api_get_and_cancel_by_request_reply(
+    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+) -> None:
+    done_id, slow_id = new_id(), new_id()
+    done = await nc.subscribe(f"{prefix}.status.{done_id}")
+    slow = await nc.subscribe(f"{prefix}.status.{slow_id}")
+    await submit(nc, prefix, done_id, SEED)
+    await follow(done, "completed")
+
+    assert await call(nc, prefix, "get", {"task_id": done_id}) == await read_record(
+        nc, prefix, done_id
+    )
+
+    await submit(nc, prefix, slow_id, [{"tool": "slow", "input": {"sleep": 30}}])
+    await follow(slow, "step_started")
+    cancelled = await call(nc, prefix, "cancel", {"task_id": slow_id})
+    assert set(cancelled) >= RECORD_FIELDS
+    assert cancelled["task_id"] == slow_id and cancelled["status"] == "cancelled"
+    (event,) = await follow(slow, "cancelled")
+    assert set(event) == EVENT_FIELDS and event["status"] == "cancelled"
+    assert (await read_record(nc, prefix, slow_id))["status"] == "cancelled"
+
+    again = await call(nc, prefix, "cancel", {"task_id": slow_id})
+    assert again["error"]["code"] == "conflict" and slow_id in again["error"]["message"]
+    unknown = await call(nc, prefix, "get", {"task_id": "no-such-task"})
+    assert set(unknown) == {"error"} and set(unknown["error"]) == {"code", "message"}
+    assert unknown["error"]["code"] == "not_found"
+    for bad in (b"not json", {"task_id": "has.a.dot"}, {}):
+        reply = await call(nc, prefix, "get", bad)
+        assert reply["error"]["code"] == "invalid", (bad, reply)
+
+
+async def test_api_submit_result_and_list(
+    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+) -> None:
+    submitted = await call(nc, prefix, "submit", {"steps": [{"tool": "fast", "input": 7}]})
+    task_id = submitted["task_id"]
+
+    outcome = await call(nc, prefix, "result", {"task_id": task_id, "timeout_ms": 10_000})
+
+    assert outcome == {
+        "task_id": task_id,
+        "status": "completed",
+        "result": {"step": 0, "payload": 7},
+        "error": None,
+    }
+    listed = await call(nc, prefix, "list", {"status": "completed", "limit": 10})
+    assert [t["task_id"] for t in listed["tasks"]] == [task_id]
+    assert listed["next_cursor"] is None
+    duplicate = await call(nc, prefix, "submit", {"task_id": task_id, "steps": [{"tool": "fast"}]})
+    assert duplicate["error"]["code"] == "already_exists"
+    unknown_tool = await call(nc, prefix, "submit", {"steps": [{"tool": "nope"}]})
+    assert unknown_tool["error"]["code"] == "invalid"
+
+
+async def test_the_api_is_discoverable_with_the_micro_protocol(
+    nc: Nats, prefix: str, api: None
+) -> None:
+    ping = json.loads((await nc.request("$SRV.PING.tether-api", b"", timeout=5)).data)
+    assert ping["type"] == "io.nats.micro.v1.ping_response" and ping["name"] == "tether-api"
+
+    info = json.loads((await nc.request(f"$SRV.INFO.tether-api.{ping['id']}", b"")).data)
+
+    assert info["type"] == "io.nats.micro.v1.info_response"
+    assert sorted(e["subject"] for e in info["endpoints"]) == sorted(
+        f"{prefix}.api.{verb}" for verb in VERBS
+    )
