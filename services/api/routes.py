@@ -107,12 +107,11 @@ def build_broker(
     @route("result")
     async def result(request: ResultRequest) -> ResultReply:
         handle = client().handle(request.task_id)
-        if request.timeout_ms > 0:
+        record = await handle.get()  # not_found at once for an unknown id
+        if not record.status.is_terminal and request.timeout_ms > 0:
             record = await handle.wait_until_done(request.timeout_ms / 1000)
-        else:
-            record = await handle.get()
-            if not record.status.is_terminal:
-                raise _still_running(record)
+        if not record.status.is_terminal:
+            raise _still_running(record)
         return ResultReply(
             task_id=record.task_id, status=record.status, result=record.result, error=record.error
         )

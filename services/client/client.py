@@ -18,13 +18,14 @@ from schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from services.client.handle import TaskHandle
 from services.engine import lifecycle
 from services.engine.plans import to_step, validate_submit
-from services.errors import InvalidTaskError, TaskExistsError
+from services.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
 from services.nats.connection import NatsConfig, connect
 from services.nats.provision import Layout
 from services.nats.store import Store
 
 StepLike = StepSpec | dict[str, Any] | str
 KNOWN_TOOL_TTL = 30.0
+ACCEPT_WAIT = 5.0
 
 
 class Client:
@@ -103,7 +104,13 @@ class Client:
         )
         if ack.duplicate:
             raise TaskExistsError(submit.task_id)
-        return self.handle(submit.task_id)
+        handle = self.handle(submit.task_id)
+        # The submission is durable in the stream now; wait (briefly) for the dispatcher to
+        # record it, so `get` right after `submit` finds the task. Without a dispatcher the
+        # task stays queued and is recorded when one starts.
+        with contextlib.suppress(TaskTimeoutError):
+            await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
+        return handle
 
     def _check_size(self, task_id: str, data: bytes) -> None:
         assert self._nc is not None

@@ -121,11 +121,11 @@ class Dispatcher:
                 log.warning(
                     "duplicate submit of task %r ignored: it already exists", submit.task_id
                 )
-                await msg.ack_sync()
+                await msg.ack()
                 return
             created = existing  # our own earlier attempt crashed before acking: finish it
         await _hand_off_if_pending(store, created.record)
-        await msg.ack_sync()
+        await msg.ack()
 
     async def _check_tools(self, store: Store, submit: TaskSubmit) -> None:
         now = time.monotonic()

@@ -8,11 +8,22 @@ and re-publishes the hand-off, which `Nats-Msg-Id` turns into a no-op if it happ
 
 from __future__ import annotations
 
-from schemas.events import Completed, StepCompleted, Submitted
+import asyncio
+from typing import Any
+
+from schemas.codec import encode
+from schemas.events import AnyStatusEvent, Completed, StepCompleted, Submitted
 from schemas.tasks import Checkpoint, TaskRecord, TaskStatus
 from services.engine import transitions
 from services.engine.transitions import utcnow
 from services.nats.store import Store, Versioned
+
+EVENT_OUTPUT_LIMIT = 4096
+
+
+def event_output(output: Any) -> Any:
+    """Outputs ride on events only when small; followers read big ones from the record."""
+    return output if len(encode(output)) <= EVENT_OUTPUT_LIMIT else None
 
 
 async def complete_step(
@@ -33,8 +44,11 @@ async def complete_step(
     record = stored.record
     if not changed and record.current_step != step + 1:
         return None  # cancelled or failed meanwhile, or a stale duplicate
-    await emit_step_completed(store, record, step, checkpoint, attempt=attempt, skipped=skipped)
-    await hand_off_next(store, record, step, checkpoint)
+    # The record has moved: the events and the next step's message can go out together.
+    await asyncio.gather(
+        emit_step_completed(store, record, step, checkpoint, attempt=attempt, skipped=skipped),
+        hand_off_next(store, record, step, checkpoint),
+    )
     return record
 
 
@@ -48,25 +62,28 @@ async def emit_step_completed(
     skipped: bool = False,
 ) -> None:
     now = utcnow()
-    tool = record.steps[step].tool
-    await store.emit(
+    events: list[AnyStatusEvent] = [
         StepCompleted(
             task_id=record.task_id,
             status=record.status,
             step=step,
-            tool=tool,
+            tool=record.steps[step].tool,
             attempt=attempt,
             time=now,
-            output=checkpoint.output,
+            output=event_output(checkpoint.output),
             skipped=skipped,
-        ),
-        record.generation,
-    )
-    if record.status is TaskStatus.COMPLETED:
-        await store.emit(
-            Completed(task_id=record.task_id, status=record.status, time=now, output=record.result),
-            record.generation,
         )
+    ]
+    if record.status is TaskStatus.COMPLETED:
+        events.append(
+            Completed(
+                task_id=record.task_id,
+                status=record.status,
+                time=now,
+                output=event_output(record.result),
+            )
+        )
+    await asyncio.gather(*(store.emit(event, record.generation) for event in events))
 
 
 async def hand_off_next(
@@ -80,11 +97,11 @@ async def hand_off_next(
 
 async def hand_off_first(store: Store, record: TaskRecord) -> None:
     """Emit `submitted` and publish the first step (both idempotent on a replay)."""
-    await store.emit(
-        Submitted(task_id=record.task_id, status=TaskStatus.PENDING, time=record.created_at),
-        record.generation,
-    )
     work = transitions.current_work(record)
-    await store.publish_work(
-        work, store.names.step_msg_id(work.task_id, work.step, work.generation)
+    await asyncio.gather(
+        store.emit(
+            Submitted(task_id=record.task_id, status=TaskStatus.PENDING, time=record.created_at),
+            record.generation,
+        ),
+        store.publish_work(work, store.names.step_msg_id(work.task_id, work.step, work.generation)),
     )

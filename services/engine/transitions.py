@@ -50,11 +50,14 @@ def is_stale(record: TaskRecord, step: int, generation: int) -> bool:
     The record moves past a step before the next step is handed off, so
     `current_step == step + 1` is not stale: the hand-off may still be missing.
     """
-    return (
-        record.status.is_terminal
-        or generation != record.generation
-        or record.current_step not in (step, step + 1)
-    )
+    if generation != record.generation or record.status in (
+        TaskStatus.FAILED,
+        TaskStatus.CANCELLED,
+    ):
+        return True
+    if record.status is TaskStatus.COMPLETED:  # only the last step's events may need a replay
+        return record.current_step != step + 1
+    return record.current_step not in (step, step + 1)
 
 
 def deadline_passed(record: TaskRecord, now: datetime) -> bool:

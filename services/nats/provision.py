@@ -98,10 +98,16 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
         (names.tools_bucket, None),
         (names.heartbeats_bucket, _seconds(layout.heartbeat_ttl)),
     ):
+        # Direct gets: a read is one request answered by any replica, not a JSON API call.
         await _ensure_bucket(
             js,
             KeyValueConfig(
-                bucket=bucket, history=1, ttl=ttl, replicas=layout.replicas, storage=storage
+                bucket=bucket,
+                history=1,
+                ttl=ttl,
+                replicas=layout.replicas,
+                storage=storage,
+                direct=True,
             ),
         )
     try:

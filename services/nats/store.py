@@ -19,7 +19,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysEr
 from nats.js.kv import KeyValue
 
 from schemas.codec import checkpoint_decoder, encode, record_decoder
-from schemas.events import AnyStatusEvent
+from schemas.events import AnyStatusEvent, StepCompleted, StepRetrying, StepStarted, Submitted
 from schemas.names import Names
 from schemas.tasks import (
     Checkpoint,
@@ -33,6 +33,8 @@ from services.errors import NatsUnavailableError, TaskNotFoundError
 from services.nats.provision import Layout, provision
 
 _tool_decoder = msgspec.json.Decoder(ToolInfo)
+MSG_ID: str = Header.MSG_ID.value
+_PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 
 
@@ -194,11 +196,19 @@ class Store:
         return not ack.duplicate
 
     async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:
-        """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops."""
+        """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops.
+
+        Events that end or pause a task wait for JetStream's acknowledgement. Progress
+        events are published without waiting: the stream still stores them, in order,
+        and the task record, not the event log, is what the protocol relies on.
+        """
         msg_id = self.names.event_msg_id(event.task_id, event.kind, event.step, generation, n)
-        await self.js.publish(
-            self.names.status_subject(event.task_id), encode(event), headers={Header.MSG_ID: msg_id}
-        )
+        subject = self.names.status_subject(event.task_id)
+        headers = {MSG_ID: msg_id}
+        if isinstance(event, _PROGRESS_EVENTS):
+            await self.nc.publish(subject, encode(event), headers=headers)
+        else:
+            await self.js.publish(subject, encode(event), headers=headers)
 
     async def dead_letter(self, letter: DeadLetter) -> None:
         await self.js.publish(self.names.dead_letter_subject(letter.tool), encode(letter))

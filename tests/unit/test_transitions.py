@@ -104,6 +104,12 @@ def test_is_stale_when_terminal(status: TaskStatus) -> None:
     assert transitions.is_stale(record, 1, 1)
 
 
+def test_the_last_step_of_a_completed_task_is_replayed_not_dropped() -> None:
+    record = _record(status=TaskStatus.COMPLETED, current_step=3)
+    assert not transitions.is_stale(record, 2, 1)  # its events may still be missing
+    assert transitions.is_stale(record, 1, 1)
+
+
 @pytest.mark.parametrize("status", LIVE)
 def test_not_stale_at_the_current_step(status: TaskStatus) -> None:
     record = _record(status=status, current_step=1)
