@@ -30,6 +30,7 @@ from schemas.api import (
     SubmitRequest,
     TaskRequest,
 )
+from schemas.codec import encode
 from schemas.ids import validate_task_id
 from schemas.names import Names
 from schemas.tasks import TaskRecord
@@ -40,6 +41,8 @@ from services.client import Client
 from services.errors import TaskTimeoutError
 
 QUEUE = "tether-api"
+MAX_WORKERS = 64
+REPLY_MARGIN = 4096
 MESSAGE = Context("message")
 MAX_LIST = 1000
 R = TypeVar("R")
@@ -56,6 +59,8 @@ def _decoder(
             request = decoder.decode(message.body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequestError(f"invalid {verb} request: {exc}") from exc
+        except RecursionError as exc:
+            raise InvalidRequestError(f"invalid {verb} request: JSON nested too deeply") from exc
         task_id = getattr(request, "task_id", None)
         if task_id is not None:
             validate_task_id(task_id)
@@ -85,6 +90,7 @@ def build_broker(
         return broker.subscriber(
             names.api_subject(name),
             queue=QUEUE,
+            max_workers=MAX_WORKERS,  # a long `result` wait must not hold up other requests
             decoder=_decoder(name, verb.request, discovery),
             title=f"api.{name}",
             description=verb.description,
@@ -119,7 +125,7 @@ def build_broker(
     @route("list")
     async def list_tasks(request: ListRequest) -> ListReply:
         records = await client().list(request.status)
-        return _page(records, request)
+        return _page(records, request, client().max_payload - REPLY_MARGIN)
 
     @route("cancel")
     async def cancel(request: TaskRequest) -> TaskRecord:
@@ -151,7 +157,8 @@ def _still_running(record: TaskRecord) -> Exception:
     )
 
 
-def _page(records: list[TaskRecord], request: ListRequest) -> ListReply:
+def _page(records: list[TaskRecord], request: ListRequest, max_bytes: int) -> ListReply:
+    """Up to `limit` records after the cursor, as many as fit in one reply."""
     if not 1 <= request.limit <= MAX_LIST:
         raise InvalidRequestError(f"invalid list request: limit must be between 1 and {MAX_LIST}")
     start = 0
@@ -160,6 +167,16 @@ def _page(records: list[TaskRecord], request: ListRequest) -> ListReply:
         if request.cursor not in ids:
             raise InvalidRequestError(f"invalid list request: unknown cursor {request.cursor!r}")
         start = ids.index(request.cursor) + 1
-    page = records[start : start + request.limit]
-    more = start + request.limit < len(records)
-    return ListReply(tasks=page, next_cursor=page[-1].task_id if more and page else None)
+    page: list[TaskRecord] = []
+    size = 64
+    for record in records[start : start + request.limit]:
+        size += len(encode(record)) + 1
+        if size > max_bytes:
+            break
+        page.append(record)
+    if not page and start < len(records):
+        raise InvalidRequestError(
+            f"task {records[start].task_id!r} is too large to list: read it with 'get'"
+        )
+    more = start + len(page) < len(records)
+    return ListReply(tasks=page, next_cursor=page[-1].task_id if more else None)

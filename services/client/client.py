@@ -112,9 +112,13 @@ class Client:
             await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
         return handle
 
+    @property
+    def max_payload(self) -> int:
+        """The largest message the NATS server accepts (its max_payload)."""
+        return int(self.store.nc.max_payload)
+
     def _check_size(self, task_id: str, data: bytes) -> None:
-        assert self._nc is not None
-        limit = self._nc.max_payload
+        limit = self.max_payload
         if len(data) > limit:
             raise InvalidTaskError(
                 f"task {task_id!r} is {len(data):,} bytes; the NATS server accepts at most "

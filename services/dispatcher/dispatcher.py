@@ -9,6 +9,7 @@ import time
 from types import TracebackType
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
@@ -114,7 +115,11 @@ class Dispatcher:
             await self._reject(store, msg, str(exc))
             return
         seq = msg.metadata.sequence.stream
-        created = await store.create_record(transitions.new_record(submit, utcnow(), seq))
+        try:
+            created = await store.create_record(transitions.new_record(submit, utcnow(), seq))
+        except nats.errors.MaxPayloadError:
+            await self._reject(store, msg, f"task {submit.task_id!r} is too large to record")
+            return
         if created is None:
             existing = await store.require_record(submit.task_id)
             if existing.record.submit_seq != seq:

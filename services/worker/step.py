@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 
 from schemas.codec import work_decoder
@@ -173,7 +174,10 @@ class StepRunner:
                 result = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
             finally:
                 found = await started
-            await self._finish(found, work, attempt, result)
+            try:
+                await self._finish(found, work, attempt, result)
+            except nats.errors.MaxPayloadError as exc:
+                raise _GiveUp(_too_large(self.store)) from exc
         except _TaskEnded:
             pass
         except _Retry as retry:
@@ -343,6 +347,14 @@ def _timeout(tool: Tool, spec: StepSpec, found: Versioned) -> float | None:
     if found.record.deadline_at is not None:
         limits.append(max(0.0, (found.record.deadline_at - utcnow()).total_seconds()))
     return min(limits) if limits else None
+
+
+def _too_large(store: Store) -> ErrorInfo:
+    return ErrorInfo(
+        type="OutputTooLarge",
+        message=f"the step's output does not fit in a NATS message (max_payload "
+        f"{store.nc.max_payload:,} bytes): store large data elsewhere and return a reference",
+    )
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:

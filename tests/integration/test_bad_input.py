@@ -30,6 +30,7 @@ from services import (
     InvalidTaskError,
     NatsConfig,
     TaskExistsError,
+    TaskFailedError,
     TaskNotFoundError,
     Worker,
 )
@@ -551,3 +552,17 @@ async def _outcome(
     if found is not None and found.record.submit_seq == seq and found.record.steps:
         return None
     raise AssertionError(f"submission {data[:80]!r} was neither accepted nor dead-lettered")
+
+
+async def test_an_output_too_large_to_store_fails_the_task_clearly(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    # ~700 kB in: the step's output (its input echoed) plus the record outgrow max_payload.
+    handle = await client.submit([{"tool": "fast", "input": "x" * 700_000}, "fast"])
+
+    with pytest.raises(TaskFailedError) as failure:
+        await handle.wait(timeout=20)
+
+    assert failure.value.error is not None
+    assert failure.value.error.type == "OutputTooLarge"
+    assert "store large data elsewhere" in failure.value.error.message
