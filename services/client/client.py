@@ -14,6 +14,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js.api import Header
 
 from schemas.codec import encode
+from schemas.ids import InvalidNameError, validate_task_id
 from schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from services.client.handle import TaskHandle
 from services.engine import lifecycle
@@ -139,10 +140,14 @@ class Client:
 
     def handle(self, task_id: str) -> TaskHandle:
         """A handle on an existing task, e.g. after a restart of the client."""
+        try:
+            validate_task_id(task_id)
+        except InvalidNameError as exc:
+            raise InvalidTaskError(str(exc)) from exc
         return TaskHandle(self.store, task_id)
 
     async def get(self, task_id: str) -> TaskRecord:
-        return (await self.store.require_record(task_id)).record
+        return await self.handle(task_id).get()
 
     async def list(self, status: TaskStatus | str | None = None) -> list[TaskRecord]:
         """Tasks, oldest first, optionally only those with `status`."""
@@ -154,13 +159,14 @@ class Client:
 
     async def cancel(self, task_id: str) -> TaskRecord:
         """Cancel an unfinished task; raises TaskConflictError if it already ended."""
-        return await lifecycle.cancel_task(self.store, task_id)
+        return await self.handle(task_id).cancel()
 
     async def retry(self, task_id: str) -> TaskHandle:
         """Run a failed task again from its failed step (completed steps are not re-run)."""
+        handle = self.handle(task_id)
         await lifecycle.retry_task(self.store, task_id)
-        return self.handle(task_id)
+        return handle
 
     async def send_input(self, task_id: str, data: Any) -> None:
         """Answer a task that is waiting for input; it resumes at its next step."""
-        await lifecycle.send_input(self.store, task_id, data)
+        await self.handle(task_id).send_input(data)

@@ -47,6 +47,9 @@ class Versioned:
 
 
 class Store:
+    """Keys are not re-validated here: task ids and tool names are checked where they
+    enter (dispatcher, worker, client, API), and the hot path saves the regex."""
+
     def __init__(
         self,
         nc: NatsClient,
@@ -85,7 +88,7 @@ class Store:
     # -- task records --------------------------------------------------------
     async def get_record(self, task_id: str) -> Versioned | None:
         try:
-            entry = await self._tasks.get(task_id)
+            entry = await self._tasks.get(task_id, validate_keys=False)
         except KeyNotFoundError:
             return None
         if not entry.value:  # an expired key with limit markers reads as empty
@@ -101,7 +104,7 @@ class Store:
     async def create_record(self, record: TaskRecord) -> Versioned | None:
         """Create the record; None when a record with that id already exists."""
         try:
-            revision = await self._tasks.create(record.task_id, encode(record))
+            revision = await self._tasks.create(record.task_id, encode(record), validate_keys=False)
         except KeyWrongLastSequenceError:
             return None
         return Versioned(record, revision)
@@ -123,7 +126,9 @@ class Store:
             if new is None:
                 return found, False
             try:
-                revision = await self._tasks.update(task_id, encode(new), last=found.revision)
+                revision = await self._tasks.update(
+                    task_id, encode(new), last=found.revision, validate_keys=False
+                )
             except KeyWrongLastSequenceError:
                 current = None
                 continue
@@ -148,7 +153,9 @@ class Store:
     # -- checkpoints ---------------------------------------------------------
     async def get_checkpoint(self, task_id: str, step: int) -> Checkpoint | None:
         try:
-            entry = await self._checkpoints.get(self.names.step_key(task_id, step))
+            entry = await self._checkpoints.get(
+                self.names.step_key(task_id, step), validate_keys=False
+            )
         except KeyNotFoundError:
             return None
         return checkpoint_decoder.decode(entry.value) if entry.value else None
@@ -159,7 +166,7 @@ class Store:
         """Store `checkpoint` unless one exists; return the one that won."""
         key = self.names.step_key(task_id, step)
         try:
-            await self._checkpoints.create(key, encode(checkpoint))
+            await self._checkpoints.create(key, encode(checkpoint), validate_keys=False)
         except KeyWrongLastSequenceError:
             existing = await self.get_checkpoint(task_id, step)
             if existing is None:  # deleted in between: ours is as good as any

@@ -30,6 +30,7 @@ class StepHeartbeat:
         self._ctx: StepContext | None = None
         self._tool: asyncio.Future[object] | None = None
         self._loop: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self.ended = False
 
     def attach(self, ctx: StepContext, tool: asyncio.Future[object]) -> None:
@@ -39,7 +40,8 @@ class StepHeartbeat:
         self._ctx = self._tool = None
 
     async def __aenter__(self) -> StepHeartbeat:
-        self._loop = asyncio.create_task(self._run())
+        # A timer, not a task: most steps end before their first beat.
+        self._timer = asyncio.get_running_loop().call_later(self._interval, self._fire)
         return self
 
     async def __aexit__(
@@ -48,20 +50,26 @@ class StepHeartbeat:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
 
+    def _fire(self) -> None:
+        self._timer = None
+        self._loop = asyncio.create_task(self._run())
+
     async def _run(self) -> None:
         while not self.ended:
-            await asyncio.sleep(self._interval)
             try:
                 await self._beat()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS away for a moment: keep beating
                 log.warning("heartbeat of %s failed: %s", self._msg.subject, exc)
+            await asyncio.sleep(self._interval)
 
     async def _beat(self) -> None:
         await self._msg.in_progress()

@@ -168,12 +168,12 @@ class StepRunner:
                 raise _GiveUp(ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded"))
             if attempt > policy.max_attempts:
                 raise _GiveUp(_exhausted(policy, "every attempt was lost to a crash or timeout"))
-            # Recording the start overlaps the tool's run; it is done before the finish.
-            started = asyncio.ensure_future(self._start(found, work, attempt))
+            started = await self._start(found, work, attempt)
             try:
                 result = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
             finally:
-                found = await started
+                if started is not None:
+                    found = await started
             try:
                 await self._finish(found, work, attempt, result)
             except nats.errors.MaxPayloadError as exc:
@@ -188,9 +188,12 @@ class StepRunner:
             return
         await msg.ack()
 
-    async def _start(self, found: Versioned, work: WorkMessage, attempt: int) -> Versioned:
-        """pending → running on the first step, and the `step_started` event, concurrently."""
-        event = self.store.emit(
+    async def _start(
+        self, found: Versioned, work: WorkMessage, attempt: int
+    ) -> asyncio.Future[Versioned] | None:
+        """Emit `step_started`; on a pending task also move it to running, overlapping
+        the tool's run (the caller awaits the returned future before finishing)."""
+        await self.store.emit(
             StepStarted(
                 task_id=work.task_id,
                 status=TaskStatus.RUNNING,
@@ -203,15 +206,14 @@ class StepRunner:
             attempt,
         )
         if found.record.status is not TaskStatus.PENDING:
-            await event
-            return found
-        (found, _), _ = await asyncio.gather(
-            self.store.update_record(
-                work.task_id, lambda r: transitions.start_step(r, work.step, utcnow()), found
-            ),
-            event,
+            return None
+        return asyncio.ensure_future(self._record_start(found, work))
+
+    async def _record_start(self, found: Versioned, work: WorkMessage) -> Versioned:
+        stored, _ = await self.store.update_record(
+            work.task_id, lambda r: transitions.start_step(r, work.step, utcnow()), found
         )
-        return found
+        return stored
 
     async def _run_tool(
         self,
