@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from types import TracebackType
-
 from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity
 
@@ -13,16 +10,16 @@ from services.api.routes import build_broker
 from services.client import Client
 from services.nats.connection import NatsConfig
 from services.nats.provision import Layout
+from services.service import Service
 
 
-class ApiService:
+class ApiService(Service):
     """Answers `tether.api.<verb>`; stateless, so any number of replicas share the load."""
 
     def __init__(self, nats: NatsConfig | None = None, *, layout: Layout | None = None) -> None:
         self.nats = nats or NatsConfig()
         self.discovery = Discovery()
         self._client = Client(self.nats, layout=layout)
-        self._stopping = asyncio.Event()
         tls = self.nats.tls_context()
         self.broker: NatsBroker = build_broker(
             self.nats.names,
@@ -35,29 +32,10 @@ class ApiService:
             connect_timeout=self.nats.connect_timeout,
         )
 
-    async def __aenter__(self) -> ApiService:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         await self._client.connect()
         await self.broker.start()
 
-    def request_stop(self) -> None:
-        self._stopping.set()
-
-    async def wait_stopped(self) -> None:
-        await self._stopping.wait()
-
     async def stop(self) -> None:
-        self._stopping.set()
         await self.broker.stop()
         await self._client.close()

@@ -20,6 +20,9 @@ from services.cli.loading import AppLoadError, load_app
 from services.demo.story import Demo
 from services.dispatcher import Dispatcher
 from services.errors import TetherError
+from services.gateway import DEFAULT_PORT as DEFAULT_GATEWAY_PORT
+from services.gateway import Gateway
+from services.nats.connection import NatsConfig
 from services.nats.server import NatsServer, NatsServerError
 from services.worker import App, Worker
 
@@ -44,8 +47,24 @@ async def _nats_url(url: str | None, data_dir: Path, port: int) -> AsyncIterator
         server.stop()
 
 
+@contextlib.asynccontextmanager
+async def _gateway(config: NatsConfig, port: int | None) -> AsyncIterator[Gateway | None]:
+    """The MCP gateway on `port` (0: a free one), or none when `port` is None."""
+    if port is None:
+        yield None
+        return
+    async with Gateway(config, port=port) as gateway:
+        yield gateway
+
+
 async def _dev(
-    apps: list[App], url: str | None, prefix: str, data_dir: Path, port: int, concurrency: int
+    apps: list[App],
+    url: str | None,
+    prefix: str,
+    data_dir: Path,
+    port: int,
+    concurrency: int,
+    gateway_port: int | None,
 ) -> None:
     console = Console()
     async with _nats_url(url, data_dir, port) as (nats_url, where):
@@ -58,10 +77,13 @@ async def _dev(
             Dispatcher(config),
             ApiService(config),
             Worker(apps, config, concurrency=concurrency) as worker,
+            _gateway(config, gateway_port) as gateway,
         ):
             console.print(f"[bold]Tether dev[/]\n  NATS        [cyan]{nats_url}[/] ({where})")
             console.print(f"  dispatcher  running; API on {config.names.api_subject('*')}")
             console.print(f"  worker      {', '.join(worker.tools)}")
+            if gateway is not None:
+                console.print(f"  MCP         [cyan]{gateway.url}[/] (Streamable HTTP, tasks)")
             console.print(
                 f"\nTry: TETHER_NATS_URL={nats_url} tether submit "
                 '\'search={"query":"durable agents"}\' summarize write_report --wait',
@@ -93,14 +115,21 @@ def dev(
         int, typer.Option(help="Port of the embedded server (0: a free one).")
     ] = DEV_PORT,
     concurrency: Annotated[int, typer.Option(help="Steps run at once, per tool.")] = 32,
+    gateway_port: Annotated[
+        int, typer.Option(help="Port of the MCP gateway (0: a free one).")
+    ] = DEFAULT_GATEWAY_PORT,
+    gateway: Annotated[bool, typer.Option(help="Serve the MCP gateway.")] = True,
 ) -> None:
-    """Run an embedded nats-server, the dispatcher and workers in one process."""
+    """Run an embedded nats-server, the dispatcher, workers and the MCP gateway in one process."""
     try:
         loaded = [load_app(spec) for spec in apps or [DEMO_APP]]
     except AppLoadError as exc:
         fail(str(exc))
+    mcp_port = gateway_port if gateway else None
     try:
-        asyncio.run(_dev(loaded, nats, prefix, data_dir, port if port else -1, concurrency))
+        asyncio.run(
+            _dev(loaded, nats, prefix, data_dir, port if port else -1, concurrency, mcp_port)
+        )
     except TetherError as exc:
         fail(str(exc))
 

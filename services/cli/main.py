@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from services.cli import dev, ops, processes
+from services.cli import dev, gateway, ops, processes
 
 app = typer.Typer(
     name="tether",
@@ -16,6 +16,7 @@ app = typer.Typer(
 processes.register(app)
 dev.register(app)
 ops.register(app)
+gateway.register(app)
 
 
 def main() -> None:

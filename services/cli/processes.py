@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Annotated, Protocol
+from typing import Annotated
 
 import typer
 
@@ -21,12 +21,8 @@ from services.cli.common import (
 from services.cli.loading import AppLoadError, load_app
 from services.dispatcher import Dispatcher
 from services.errors import TetherError
+from services.service import Service
 from services.worker import Worker
-
-
-class Service(Protocol):
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
 
 
 def serve(*services: Service) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from types import TracebackType
 
 import msgspec
 import nats.errors
@@ -24,6 +23,7 @@ from services.errors import InvalidTaskError
 from services.nats.connection import NatsConfig, connect
 from services.nats.provision import Layout, ensure_dispatcher_consumer
 from services.nats.store import Store
+from services.service import Service
 
 log = logging.getLogger("tether.dispatcher")
 
@@ -31,7 +31,7 @@ FETCH_TIMEOUT = 1.0
 KNOWN_TOOL_TTL = 30.0
 
 
-class Dispatcher:
+class Dispatcher(Service):
     """Consumes submissions: validate, create the record create-only, hand off step 0, ack."""
 
     def __init__(
@@ -46,30 +46,12 @@ class Dispatcher:
         self._loop: asyncio.Task[None] | None = None
         self._known_tools: dict[str, float] = {}
 
-    async def __aenter__(self) -> Dispatcher:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         self._nc = await connect(self.nats)
         self._store = await Store.open(self._nc, self.layout)
         await ensure_dispatcher_consumer(self._store.js, self.layout.names)
         self._loop = asyncio.create_task(self._serve(self._store))
         log.info("dispatcher consuming %s", self.layout.names.submit_subject)
-
-    def request_stop(self) -> None:
-        self._stopping.set()
-
-    async def wait_stopped(self) -> None:
-        await self._stopping.wait()
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -11,7 +11,6 @@ import socket
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from types import TracebackType
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -22,6 +21,7 @@ from services.engine.transitions import utcnow
 from services.nats.connection import NatsConfig, connect
 from services.nats.provision import ConsumerOptions, Layout, ensure_tool_consumer
 from services.nats.store import Store
+from services.service import Service
 from services.worker.app import App, Tool
 from services.worker.step import StepRunner
 
@@ -34,12 +34,12 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class Worker:
+class Worker(Service):
     """Runs the steps of every tool in `apps`, `concurrency` at a time per tool.
 
     ```python
-    async with Worker(app, NatsConfig(url)) as worker:
-        await worker.wait_stopped()
+    async with Worker(app, NatsConfig(url)):
+        ...  # steps run until the block ends; then in-flight steps finish or are released
     ```
     """
 
@@ -70,18 +70,6 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
-
-    async def __aenter__(self) -> Worker:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def start(self) -> None:
         self._nc = await connect(self.nats)
@@ -149,13 +137,6 @@ class Worker:
             with contextlib.suppress(Exception):
                 await msg.nak()
             raise
-
-    async def wait_stopped(self) -> None:
-        await self._stopping.wait()
-
-    def request_stop(self) -> None:
-        """Ask the worker to stop (safe from a signal handler)."""
-        self._stopping.set()
 
     async def stop(self) -> None:
         """Stop fetching, give in-flight steps `shutdown_grace` to finish, release the rest."""

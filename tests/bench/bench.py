@@ -296,7 +296,8 @@ def environment() -> str:
     ).stdout.strip()
     return (
         f"environment: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"nats-py {package_version('nats-py')}, msgspec {msgspec.__version__}, {version}, {platform.platform()}"
+        f"nats-py {package_version('nats-py')}, msgspec {msgspec.__version__}, {version}, "
+        f"{platform.platform()}"
     )
 
 

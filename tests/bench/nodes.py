@@ -73,7 +73,7 @@ async def run_baseline(url: str, concurrency: int) -> None:
     js = nc.jetstream()
     kv = await js.key_value(BASE_BUCKET)
     loops = []
-    for index, subject in enumerate(BASE_STEPS):
+    for index in range(len(BASE_STEPS)):
         durable = f"step{index + 1}"
         sub = await js.pull_subscribe_bind(durable, BASE_STREAM)
         following = BASE_STEPS[index + 1] if index + 1 < len(BASE_STEPS) else None
@@ -90,6 +90,7 @@ async def _baseline_loop(
     js: Any, kv: Any, sub: Any, following: str | None, index: int, concurrency: int
 ) -> None:
     slots = asyncio.Semaphore(concurrency)
+    running: set[asyncio.Task[None]] = set()
 
     async def handle(msg: Any) -> None:
         try:
@@ -115,7 +116,9 @@ async def _baseline_loop(
         except TimeoutError:
             msgs = []
         for msg in msgs:
-            asyncio.create_task(handle(msg))
+            task = asyncio.create_task(handle(msg))
+            running.add(task)
+            task.add_done_callback(running.discard)
         for _ in range(free - len(msgs)):
             slots.release()
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mcp import Client as McpClient
 
 from services import Client
 from services.testing import wait_until
@@ -58,6 +59,8 @@ async def _start_dev(tmp_path: Path, log: Path) -> tuple[asyncio.subprocess.Proc
         "0",
         "--data-dir",
         str(tmp_path / "state"),
+        "--gateway-port",
+        "0",
         cwd=tmp_path,
         env=_env(),
         stdout=out,
@@ -87,6 +90,11 @@ async def test_dev_serves_tasks_stops_cleanly_and_keeps_them(tmp_path: Path) -> 
     try:
         async with Client(url) as client:
             result = await (await client.submit(plan, task_id="kept")).wait(timeout=30)
+        mcp_url = re.search(r"MCP\s+(http://\S+/mcp)", (tmp_path / "dev-1.log").read_text())
+        assert mcp_url, (tmp_path / "dev-1.log").read_text()
+        async with McpClient(mcp_url.group(1), mode="legacy") as mcp:
+            tools = {tool.name for tool in (await mcp.list_tools()).tools}
+        assert {"run_plan", "search", "summarize", "write_report"} <= tools
     finally:
         code = await _stop(process)
     assert code == 0, (tmp_path / "dev-1.log").read_text()

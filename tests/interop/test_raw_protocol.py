@@ -14,11 +14,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 from nats.aio.client import Client as Nats
 from nats.aio.subscription import Subscription
 
 from services import NatsConfig, Worker
+from services.api import ApiService
+from services.testing import wait_until
 from tests.apps.tools import app
 
 SEED = [
@@ -30,7 +33,11 @@ HITS = ["agents run for hours", "durable execution matters", "MCP tasks"]
 REPORT = {"report": f"# Report\n\n{'; '.join(HITS)}\n", "sources": 3}
 # Field names are a contract (DESIGN.md); some events carry one field of their own.
 EVENT_FIELDS = {"event", "task_id", "status", "step", "tool", "attempt", "time", "output", "error"}
-EVENT_EXTRAS = {"step_completed": {"skipped"}, "step_retrying": {"retry_in_ms"}}
+EVENT_EXTRAS = {
+    "step_completed": {"skipped"},
+    "step_retrying": {"retry_in_ms"},
+    "waiting": {"input_request"},
+}
 RECORD_FIELDS = {
     "task_id",
     "status",
@@ -55,10 +62,20 @@ async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
 
 @pytest.fixture
 async def api(config: NatsConfig) -> AsyncIterator[None]:
-    from services.api import ApiService
-
-    async with ApiService(config):
+    async with ApiService(config), await nats.connect(config.url) as nc:
+        # nats-py 2.16's flush() writes its PING ahead of queued SUBs, so start() can
+        # return a few ms before the server routes requests to the service.
+        subject = config.names.api_subject("get")
+        await wait_until(lambda: answers(nc, subject), timeout=5, message=f"{subject} answering")
         yield
+
+
+async def answers(nc: Nats, subject: str) -> bool:
+    try:
+        await nc.request(subject, b'{"task_id": "readiness-check"}', timeout=1)
+    except nats.errors.NoRespondersError:
+        return False
+    return True
 
 
 @pytest.fixture
@@ -97,9 +114,30 @@ async def follow(sub: Subscription, until: str, timeout: float = 20) -> list[dic
 
 
 async def call(nc: Nats, prefix: str, verb: str, body: dict[str, Any] | bytes) -> Any:
+    """A request on `<prefix>.api.<verb>`: the decoded reply, an error reply included."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     reply = await nc.request(f"{prefix}.api.{verb}", data, timeout=10)
     return json.loads(reply.data)
+
+
+def is_error(reply: Any) -> bool:
+    """Records and results have an `error` field too: an error reply has nothing else."""
+    return isinstance(reply, dict) and set(reply) == {"error"}
+
+
+async def call_ok(nc: Nats, prefix: str, verb: str, body: dict[str, Any]) -> Any:
+    reply = await call(nc, prefix, verb, body)
+    assert not is_error(reply), f"{verb} {body} answered {reply}"
+    return reply
+
+
+async def call_error(nc: Nats, prefix: str, verb: str, body: dict[str, Any] | bytes) -> str:
+    """The error code of a request that must fail; its reply has exactly code and message."""
+    reply = await call(nc, prefix, verb, body)
+    assert is_error(reply) and set(reply["error"]) == {"code", "message"}, reply
+    assert reply["error"]["message"], reply
+    code: str = reply["error"]["code"]
+    return code
 
 
 async def read_record(nc: Nats, prefix: str, task_id: str) -> dict[str, Any]:
@@ -187,36 +225,32 @@ async def test_api_get_and_cancel_by_request_reply(
     await submit(nc, prefix, done_id, SEED)
     await follow(done, "completed")
 
-    assert await call(nc, prefix, "get", {"task_id": done_id}) == await read_record(
+    assert await call_ok(nc, prefix, "get", {"task_id": done_id}) == await read_record(
         nc, prefix, done_id
     )
 
     await submit(nc, prefix, slow_id, [{"tool": "slow", "input": {"sleep": 30}}])
     await follow(slow, "step_started")
-    cancelled = await call(nc, prefix, "cancel", {"task_id": slow_id})
+    cancelled = await call_ok(nc, prefix, "cancel", {"task_id": slow_id})
     assert set(cancelled) >= RECORD_FIELDS
     assert cancelled["task_id"] == slow_id and cancelled["status"] == "cancelled"
     (event,) = await follow(slow, "cancelled")
     assert set(event) == EVENT_FIELDS and event["status"] == "cancelled"
     assert (await read_record(nc, prefix, slow_id))["status"] == "cancelled"
 
-    again = await call(nc, prefix, "cancel", {"task_id": slow_id})
-    assert again["error"]["code"] == "conflict" and slow_id in again["error"]["message"]
-    unknown = await call(nc, prefix, "get", {"task_id": "no-such-task"})
-    assert set(unknown) == {"error"} and set(unknown["error"]) == {"code", "message"}
-    assert unknown["error"]["code"] == "not_found"
+    assert await call_error(nc, prefix, "cancel", {"task_id": slow_id}) == "conflict"
+    assert await call_error(nc, prefix, "get", {"task_id": "no-such-task"}) == "not_found"
     for bad in (b"not json", {"task_id": "has.a.dot"}, {}):
-        reply = await call(nc, prefix, "get", bad)
-        assert reply["error"]["code"] == "invalid", (bad, reply)
+        assert await call_error(nc, prefix, "get", bad) == "invalid", bad
 
 
 async def test_api_submit_result_and_list(
     nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
 ) -> None:
-    submitted = await call(nc, prefix, "submit", {"steps": [{"tool": "fast", "input": 7}]})
+    submitted = await call_ok(nc, prefix, "submit", {"steps": [{"tool": "fast", "input": 7}]})
     task_id = submitted["task_id"]
 
-    outcome = await call(nc, prefix, "result", {"task_id": task_id, "timeout_ms": 10_000})
+    outcome = await call_ok(nc, prefix, "result", {"task_id": task_id, "timeout_ms": 10_000})
 
     assert outcome == {
         "task_id": task_id,
@@ -224,13 +258,64 @@ async def test_api_submit_result_and_list(
         "result": {"step": 0, "payload": 7},
         "error": None,
     }
-    listed = await call(nc, prefix, "list", {"status": "completed", "limit": 10})
+    listed = await call_ok(nc, prefix, "list", {"status": "completed", "limit": 10})
     assert [t["task_id"] for t in listed["tasks"]] == [task_id]
     assert listed["next_cursor"] is None
-    duplicate = await call(nc, prefix, "submit", {"task_id": task_id, "steps": [{"tool": "fast"}]})
-    assert duplicate["error"]["code"] == "already_exists"
-    unknown_tool = await call(nc, prefix, "submit", {"steps": [{"tool": "nope"}]})
-    assert unknown_tool["error"]["code"] == "invalid"
+    again = {"task_id": task_id, "steps": [{"tool": "fast"}]}
+    assert await call_error(nc, prefix, "submit", again) == "already_exists"
+    assert await call_error(nc, prefix, "submit", {"steps": [{"tool": "nope"}]}) == "invalid"
+
+
+async def test_api_input_resumes_a_waiting_task(
+    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+) -> None:
+    task_id = new_id()
+    sub = await nc.subscribe(f"{prefix}.status.{task_id}")
+    await submit(nc, prefix, task_id, [{"tool": "asks", "input": "draft"}, {"tool": "fast"}])
+    waiting = (await follow(sub, "waiting"))[-1]
+    assert waiting["status"] == "waiting" and waiting["step"] == 0
+    request = {"prompt": "Approve the draft?", "schema": {"type": "object"}}
+    assert waiting["input_request"] == request
+
+    answered = await call_ok(nc, prefix, "input", {"task_id": task_id, "data": {"ok": True}})
+
+    assert answered["task_id"] == task_id  # resuming is asynchronous: follow the events
+    events = await follow(sub, "completed")
+    assert_event_shapes([waiting, *events], task_id)
+    assert [(e["event"], e["step"]) for e in events] == [
+        ("step_completed", 0),
+        ("step_started", 1),
+        ("step_completed", 1),
+        ("completed", None),
+    ]
+    assert events[0]["output"] == {"ok": True} and events[0]["skipped"] is True
+    assert events[-1]["output"] == {"step": 1, "payload": {"ok": True}}
+    again = {"task_id": task_id, "data": {"ok": False}}
+    assert await call_error(nc, prefix, "input", again) == "conflict"
+
+
+async def test_api_retry_runs_a_failed_task_again_as_a_new_generation(
+    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+) -> None:
+    task_id = new_id()
+    sub = await nc.subscribe(f"{prefix}.status.{task_id}")
+    await submit(nc, prefix, task_id, [{"tool": "fast", "input": 1}, {"tool": "refuses"}])
+    failed = (await follow(sub, "failed"))[-1]
+    assert failed["step"] == 1 and failed["error"]["type"] == "TerminalError"
+    record = await read_record(nc, prefix, task_id)
+    assert record["failed_step"] == 1 and record["error"] == failed["error"]
+
+    retried = await call_ok(nc, prefix, "retry", {"task_id": task_id})
+
+    assert retried["status"] == "running" and retried["generation"] == 2
+    assert retried["current_step"] == 1 and retried["error"] is None
+    events = await follow(sub, "failed")
+    assert [(e["event"], e["step"], e["attempt"]) for e in events] == [
+        ("step_retrying", 1, None),
+        ("step_started", 1, 1),
+        ("failed", 1, 1),
+    ]
+    assert await call_error(nc, prefix, "retry", {"task_id": new_id()}) == "not_found"
 
 
 async def test_the_api_is_discoverable_with_the_micro_protocol(

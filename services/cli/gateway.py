@@ -1,0 +1,25 @@
+"""`tether gateway`: the MCP server in front of Tether's tasks."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from services.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, NatsOption, PrefixOption, nats_config
+from services.cli.processes import serve
+from services.gateway import DEFAULT_PORT, Gateway
+
+
+def gateway(
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = DEFAULT_PORT,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
+    serve(Gateway(nats_config(nats, prefix, "tether-gateway"), host, port))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(gateway)

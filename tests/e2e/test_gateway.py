@@ -1,0 +1,629 @@
+"""`tether gateway` as real processes: MCP clients of both task generations drive Tether tasks.
+
+One nats-server, two gateway processes and a worker process serve the whole module
+(each test's tasks have their own ids); the dispatcher runs in-process. The `mcp`
+client covers listing, plain calls, 2026-07-28 task handles and the `tasks/*` requests;
+raw JSON-RPC over httpx covers what it cannot send: a 2025-11-25 task-augmented call
+and a `subscriptions/listen` naming task ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client as McpClient
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict, TypeAdapter
+
+from schemas.names import Names
+from services import Client, NatsConfig
+from services.testing import eventually, wait_until
+from tests.apps.tools import read_executions
+from tests.conftest import APP, ROOT, start_worker
+
+TASKS = "io.modelcontextprotocol/tasks"
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CAPABILITY = -32602, -32601, -32021
+TERMINAL = {"completed", "failed", "cancelled"}
+ANY: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+
+# -- the stack: two gateways, a worker, one prefix for the module -----------------------------
+@pytest.fixture(scope="module")
+def prefix() -> str:
+    """One installation for the module: the gateways and the worker outlive single tests."""
+    return f"gw{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def stack(nats_url: str, prefix: str) -> NatsConfig:
+    return NatsConfig(url=nats_url, names=Names(prefix=prefix))
+
+
+@pytest.fixture(autouse=True)
+def _dispatching(dispatcher: object) -> None:
+    """Every test submits tasks: the in-process dispatcher records them."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Workers:
+    config: NatsConfig
+    logs: Path
+    executions: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("TETHER_TEST_EXECUTIONS", str(self.executions))
+            log = self.logs / f"worker-{len(self.processes)}.log"
+            process = start_worker(self.config, APP, log=log)
+        self.processes.append(process)
+        return process
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def workers(stack: NatsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    logs = tmp_path_factory.mktemp("workers")
+    pool = Workers(stack, logs, logs / "executions.log")
+    pool.executions.touch()
+    pool.start()
+    yield pool
+    for process in pool.processes:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(10)
+
+
+@pytest.fixture(scope="module")
+async def gateways(
+    stack: NatsConfig, workers: Workers, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[str, str]]:
+    """Two `tether gateway` processes on the same installation."""
+    logs = tmp_path_factory.mktemp("gateways")
+    started = [_start_gateway(stack, logs / f"gateway-{n}.log") for n in range(2)]
+    try:
+        for process, log, _ in started:
+            await wait_until(
+                lambda p=process, out=log: (
+                    "MCP gateway serving" in out.read_text() or p.poll() is not None
+                ),
+                timeout=30,
+                message="the gateway to start",
+            )
+            assert process.poll() is None, log.read_text()
+        await wait_until(lambda: _tools_registered(stack), timeout=30, message="the worker")
+        yield started[0][2], started[1][2]
+    finally:
+        for process, _, _ in started:
+            process.send_signal(signal.SIGTERM)
+        for process, log, _ in started:
+            assert process.wait(15) == 0, log.read_text()
+
+
+def _start_gateway(config: NatsConfig, log: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
+    """`tether gateway` as a real process; returns it, its log and its MCP URL."""
+    port = _free_port()
+    command = [sys.executable, "-m", "services.cli", "gateway", "--port", str(port)]
+    command += ["--nats", config.url, "--prefix", config.names.prefix]
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            command, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, stdout=out, stderr=out
+        )
+    return process, log, f"http://127.0.0.1:{port}/mcp"
+
+
+async def _tools_registered(config: NatsConfig) -> bool:
+    async with Client(config) as client:
+        return await client.store.get_tool("asks") is not None
+
+
+# -- clients -------------------------------------------------------------------------------
+class TaskIdParams(types.RequestParams):
+    task_id: str
+
+
+class TaskRequest(types.Request[TaskIdParams, str]):
+    method: str
+    params: TaskIdParams
+    name_param = "taskId"  # SEP-2663: tasks/* carry the task id in the Mcp-Name header
+
+
+class UpdateParams(TaskIdParams):
+    input_responses: dict[str, Any]
+
+
+class UpdateRequest(types.Request[UpdateParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: UpdateParams
+    name_param = "taskId"
+
+
+class CreatedTask(types.Result):
+    """The 2026-07-28 `CreateTaskResult` (`resultType: "task"`)."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    poll_interval_ms: int | None = None
+
+
+async def _resolve(created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
+    """What a tasks-aware host does with a handle: poll `tasks/get` until the task ends."""
+    task = await eventually(lambda: _ended(ctx.session, created.task_id), timeout=30)
+    return types.CallToolResult.model_validate(task["result"])
+
+
+async def _ended(session: Any, task_id: str) -> dict[str, Any]:
+    task = await tasks_call(session, "tasks/get", task_id)
+    assert task["status"] in TERMINAL, task
+    return task
+
+
+class TasksExtension(ClientExtension):
+    identifier = TASKS
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=_resolve)]
+
+
+async def tasks_call(session: Any, method: str, task_id: str) -> dict[str, Any]:
+    request = TaskRequest(method=method, params=TaskIdParams(task_id=task_id))
+    result: dict[str, Any] = await session.send_request(request, ANY, 30)
+    return result
+
+
+def legacy(url: str, **options: Any) -> McpClient:
+    return McpClient(url, mode="legacy", **options)
+
+
+def modern(url: str, *, tasks: bool = True) -> McpClient:
+    return McpClient(url, mode=MODERN, extensions=[TasksExtension()] if tasks else None)
+
+
+class RpcError(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error["message"])
+        self.code: int = error["code"]
+
+
+class RawSession:
+    """A 2025-11-25 session over raw JSON-RPC: the `mcp` client cannot send `params.task`."""
+
+    def __init__(self, url: str, http: httpx.AsyncClient) -> None:
+        self.url, self.http = url, http
+        self.headers = {"accept": "application/json, text/event-stream"}
+        self._id = 0
+
+    async def open(self) -> RawSession:
+        client = {"name": "raw", "version": "0"}
+        init = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": client}
+        response = await self._post(
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+        )
+        assert "result" in _messages(response)[0], response.text
+        self.headers["mcp-session-id"] = response.headers["mcp-session-id"]
+        self.headers["mcp-protocol-version"] = LEGACY
+        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return self
+
+    async def close(self) -> None:
+        await self.http.delete(self.url, headers=self.headers)
+
+    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+        response = await self.http.post(self.url, json=body, headers=self.headers, timeout=30)
+        assert response.status_code < 300, response.text
+        return response
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._id += 1
+        body = {"jsonrpc": "2.0", "id": self._id, "method": method, "params": params}
+        response = await self._post(body)
+        for message in _messages(response):
+            if message.get("id") == self._id:
+                if "error" in message:
+                    raise RpcError(message["error"])
+                result: dict[str, Any] = message["result"]
+                return result
+        raise AssertionError(f"no answer to {method}: {response.text}")
+
+
+def _messages(response: httpx.Response) -> list[dict[str, Any]]:
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return [response.json()]
+    lines = response.text.splitlines()
+    return [json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip()]
+
+
+@contextlib.asynccontextmanager
+async def raw_session(url: str) -> AsyncIterator[RawSession]:
+    async with httpx.AsyncClient() as http:
+        session = await RawSession(url, http).open()
+        try:
+            yield session
+        finally:
+            await session.close()
+
+
+async def start_legacy_task(url: str, tool: str, arguments: Any, ttl: int = 60_000) -> str:
+    """A 2025-11-25 task-augmented call; the session ends as soon as the handle is back."""
+    async with raw_session(url) as raw:
+        created = await raw.call(
+            "tools/call", {"name": tool, "arguments": arguments, "task": {"ttl": ttl}}
+        )
+    task = created["task"]
+    assert task["status"] == "working" and task["ttl"] == ttl and task["pollInterval"] > 0
+    assert task["createdAt"].endswith("Z") and task["lastUpdatedAt"].endswith("Z")
+    task_id: str = task["taskId"]
+    return task_id
+
+
+async def start_modern_task(url: str, tool: str, arguments: Any) -> str:
+    """A 2026-07-28 call from a client that declared the tasks extension: a handle at once."""
+    async with modern(url) as client:
+        created = await client.session.call_tool(tool, arguments, allow_claimed=True)
+    assert isinstance(created, CreatedTask), created
+    # The handle shows the task as it is now: a fast task may be past `working` already.
+    assert created.status in {"working", "input_required", *TERMINAL} and created.poll_interval_ms
+    return created.task_id
+
+
+async def poll(url: str, generation: str, task_id: str, status: set[str]) -> dict[str, Any]:
+    """`tasks/get` from a new session until the task's status is in `status`."""
+    client = legacy(url) if generation == LEGACY else modern(url)
+    async with client:
+
+        async def check() -> dict[str, Any]:
+            task = await tasks_call(client.session, "tasks/get", task_id)
+            assert task["status"] in status, task
+            return task
+
+        return await eventually(check, timeout=30, interval=0.1)
+
+
+async def start_task(url: str, generation: str, tool: str, arguments: Any) -> str:
+    if generation == LEGACY:
+        return await start_legacy_task(url, tool, arguments)
+    return await start_modern_task(url, tool, arguments)
+
+
+GENERATIONS = pytest.mark.parametrize("generation", [LEGACY, MODERN])
+
+
+# -- tests ---------------------------------------------------------------------------------
+@GENERATIONS
+async def test_lists_the_workers_tools_with_schemas_and_run_plan(
+    gateways: tuple[str, str], generation: str
+) -> None:
+    client = legacy(gateways[0]) if generation == LEGACY else modern(gateways[0])
+    async with client:
+        assert client.protocol_version == generation
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        plain = await client.call_tool("search", {"query": "AI trends 2026", "limit": 2})
+
+    assert {"run_plan", "search", "summarize", "asks", "slow"} <= set(tools)
+    search = tools["search"]
+    assert search.description == "Search a tiny corpus."
+    assert search.input_schema["type"] == "object"
+    assert search.input_schema["properties"]["query"] == {"type": "string"}
+    assert search.input_schema["required"] == ["query"]
+    # A tool that takes a list is wrapped: MCP tool arguments are always an object.
+    assert tools["summarize"].input_schema["properties"]["input"]["type"] == "array"
+    assert tools["slow"].input_schema == {"type": "object"}
+    assert tools["run_plan"].input_schema["required"] == ["steps"]
+    if generation == LEGACY:
+        assert tools["search"].execution and tools["search"].execution.task_support == "optional"
+        assert (
+            tools["run_plan"].execution and tools["run_plan"].execution.task_support == "required"
+        )
+    else:
+        assert tools["search"].execution is None
+    # A plain call_tool answers the result: the 2025 gateway waits for the task, the 2026
+    # client gets a task handle that its ResultClaim resolves by polling tasks/get.
+    assert plain.structured_content == {
+        "result": ["agents run for hours", "durable execution matters"]
+    }
+    assert json.loads(plain.content[0].text) == [
+        "agents run for hours",
+        "durable execution matters",
+    ]  # type: ignore[union-attr]
+
+
+@GENERATIONS
+async def test_handle_at_once_then_a_new_session_polls_to_the_result(
+    gateways: tuple[str, str], generation: str
+) -> None:
+    task_id = await start_task(gateways[0], generation, "slow", {"sleep": 0.5})
+
+    task = await poll(gateways[0], generation, task_id, {"completed"})
+
+    expected = {"step": 0, "slept": 0.5}
+    if generation == MODERN:
+        assert task["result"]["structuredContent"] == expected
+        assert task["resultType"] == "complete" and task["ttlMs"] is None
+        return
+    async with legacy(gateways[0]) as client:
+        result = await tasks_call(client.session, "tasks/result", task_id)
+    assert result["structuredContent"] == expected and result["isError"] is False
+    assert json.loads(result["content"][0]["text"]) == expected
+    assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
+
+
+@GENERATIONS
+async def test_two_gateway_processes_answer_for_the_same_task(
+    gateways: tuple[str, str], generation: str
+) -> None:
+    first, second = gateways
+    task_id = await start_task(first, generation, "run_plan", {"steps": [
+        {"tool": "search", "input": {"query": "AI trends 2026"}},
+        {"tool": "summarize"},
+    ]})  # fmt: skip
+
+    done = await poll(second, generation, task_id, {"completed"})
+    again = await poll(first, generation, task_id, {"completed"})
+
+    assert done["taskId"] == again["taskId"] == task_id
+    assert done["lastUpdatedAt"] == again["lastUpdatedAt"]
+    summary = "agents run for hours; durable execution matters; MCP tasks"
+    if generation == MODERN:
+        assert done["result"]["structuredContent"] == {"result": summary}
+        return
+    async with raw_session(second) as raw:
+        listed = await raw.call("tasks/list", {})
+        result = await raw.call("tasks/result", {"taskId": task_id})
+    assert task_id in {task["taskId"] for task in listed["tasks"]}
+    assert result["structuredContent"] == {"result": summary}
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_mid_task_and_both_clients_still_get_the_result(
+    gateways: tuple[str, str], workers: Workers
+) -> None:
+    first, second = gateways
+    old = await start_legacy_task(first, "slow", {"sleep": 1.5})
+    new = await start_modern_task(second, "slow", {"sleep": 1.5})
+    running = {(old, 0), (new, 0)}
+    await wait_until(lambda: running <= set(read_executions(workers.executions)), timeout=20)
+
+    workers.kill()  # SIGKILL with both steps in flight
+    workers.start()
+
+    async with legacy(second) as client:  # tasks/result blocks until the task has ended
+        result = await tasks_call(client.session, "tasks/result", old)
+    assert result["structuredContent"] == {"step": 0, "slept": 1.5}
+    task = await poll(first, MODERN, new, TERMINAL)
+    assert task["status"] == "completed", task
+    assert task["result"]["structuredContent"] == {"step": 0, "slept": 1.5}
+    runs = read_executions(workers.executions)
+    assert runs[(old, 0)] == runs[(new, 0)] == 2  # the step that was running ran again
+
+
+@GENERATIONS
+async def test_cancel(gateways: tuple[str, str], generation: str) -> None:
+    task_id = await start_task(gateways[0], generation, "slow", {"sleep": 30})
+    client = legacy(gateways[1]) if generation == LEGACY else modern(gateways[1])
+    async with client:
+        answer = await tasks_call(client.session, "tasks/cancel", task_id)
+        task = await tasks_call(client.session, "tasks/get", task_id)
+        if generation == LEGACY:
+            assert answer["status"] == "cancelled" and answer["taskId"] == task_id
+            with pytest.raises(MCPError) as again:
+                await tasks_call(client.session, "tasks/cancel", task_id)
+            assert again.value.code == INVALID_PARAMS and "terminal" in again.value.message
+            with pytest.raises(MCPError) as no_result:
+                await tasks_call(client.session, "tasks/result", task_id)
+            assert no_result.value.code == INVALID_PARAMS
+        else:
+            assert answer["resultType"] == "complete" and "status" not in answer
+            assert await tasks_call(client.session, "tasks/cancel", task_id) == answer
+    assert task["status"] == "cancelled"
+
+
+async def test_input_required_2025_answered_by_elicitation_resumes_without_rerun(
+    gateways: tuple[str, str], workers: Workers
+) -> None:
+    steps = [{"tool": "asks"}, {"tool": "fast"}]
+    task_id = await start_legacy_task(gateways[0], "run_plan", {"steps": steps})
+    waiting = await poll(gateways[1], LEGACY, task_id, {"input_required"})
+    assert waiting["statusMessage"] == "Approve the draft?"
+    asked: list[types.ElicitRequestParams] = []
+
+    async def answer(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"approved": True})
+
+    async with legacy(gateways[1], elicitation_callback=answer) as client:
+        result = await tasks_call(client.session, "tasks/result", task_id)
+
+    assert result["structuredContent"] == {"step": 1, "payload": {"approved": True}}
+    assert len(asked) == 1 and asked[0].message == "Approve the draft?"
+    assert asked[0].meta and asked[0].meta["io.modelcontextprotocol/related-task"] == {
+        "taskId": task_id
+    }  # type: ignore[typeddict-item]
+    assert read_executions(workers.executions)[(task_id, 0)] == 1  # the step that asked: once
+
+
+async def test_input_required_2026_answered_by_tasks_update_resumes_without_rerun(
+    gateways: tuple[str, str], workers: Workers
+) -> None:
+    steps = [{"tool": "asks"}, {"tool": "fast"}]
+    task_id = await start_modern_task(gateways[0], "run_plan", {"steps": steps})
+    waiting = await poll(gateways[1], MODERN, task_id, {"input_required"})
+    [(key, request)] = waiting["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["message"] == "Approve the draft?"
+    assert request["params"]["requestedSchema"]["type"] == "object"
+
+    async with modern(gateways[0]) as client:
+        update = UpdateRequest(params=UpdateParams(task_id=task_id, input_responses={
+            "not-a-key": {"action": "accept", "content": {"approved": False}},
+            key: {"action": "accept", "content": {"approved": True}},
+        }))  # fmt: skip
+        ack = await client.session.send_request(update, ANY, 30)
+    assert ack["resultType"] == "complete"
+
+    done = await poll(gateways[1], MODERN, task_id, {"completed"})
+    assert done["result"]["structuredContent"] == {"step": 1, "payload": {"approved": True}}
+    assert read_executions(workers.executions)[(task_id, 0)] == 1
+
+
+@GENERATIONS
+async def test_a_failing_tool_fails_the_task_with_its_error(
+    gateways: tuple[str, str], generation: str
+) -> None:
+    task_id = await start_task(gateways[0], generation, "refuses", {})
+    task = await poll(gateways[1], generation, task_id, TERMINAL)
+
+    assert task["status"] == "failed"
+    assert "permission denied" in task["statusMessage"]
+    if generation == MODERN:
+        assert task["error"]["code"] == -32603 and "permission denied" in task["error"]["message"]
+        return
+    async with legacy(gateways[1]) as client:
+        result = await tasks_call(client.session, "tasks/result", task_id)
+    assert result["isError"] is True and "permission denied" in result["content"][0]["text"]
+
+
+async def test_the_errors_the_specs_name(gateways: tuple[str, str]) -> None:
+    url = gateways[0]
+    async with legacy(url) as client:
+        for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            with pytest.raises(MCPError) as unknown:
+                await tasks_call(client.session, method, "no-such-task")
+            assert unknown.value.code == INVALID_PARAMS, method
+        with pytest.raises(MCPError) as required:  # taskSupport "required", called without a task
+            await client.call_tool("run_plan", {"steps": [{"tool": "fast"}]})
+        assert required.value.code == METHOD_NOT_FOUND
+        with pytest.raises(MCPError) as unknown_tool:
+            await client.call_tool("no_such_tool", {})
+        assert unknown_tool.value.code == INVALID_PARAMS
+    async with raw_session(url) as raw:
+        with pytest.raises(RpcError) as malformed:
+            await raw.call("tasks/get", {"task": "x"})
+        assert malformed.value.code == INVALID_PARAMS
+        with pytest.raises(RpcError) as bad_plan:
+            await raw.call("tools/call", {"name": "run_plan", "arguments": {}, "task": {}})
+        assert bad_plan.value.code == INVALID_PARAMS
+    async with modern(url) as client:
+        with pytest.raises(MCPError) as unknown:
+            await tasks_call(client.session, "tasks/get", "no-such-task")
+        assert unknown.value.code == INVALID_PARAMS
+        with pytest.raises(MCPError) as gone:  # tasks/result is not part of 2026-07-28
+            await tasks_call(client.session, "tasks/result", "no-such-task")
+        assert gone.value.code == METHOD_NOT_FOUND
+    async with modern(url, tasks=False) as client:
+        with pytest.raises(MCPError) as undeclared:
+            await tasks_call(client.session, "tasks/get", "no-such-task")
+        assert undeclared.value.code == MISSING_CAPABILITY
+        assert undeclared.value.data == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+        with pytest.raises(MCPError) as needs_task:
+            await client.call_tool("run_plan", {"steps": [{"tool": "fast"}]})
+        assert needs_task.value.code == MISSING_CAPABILITY
+
+
+async def test_a_2026_client_without_the_extension_is_asked_and_answers_by_retrying(
+    gateways: tuple[str, str],
+) -> None:
+    async def answer(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    async with McpClient(gateways[0], mode=MODERN, elicitation_callback=answer) as client:
+        result = await client.call_tool("asks", {})
+    assert result.structured_content == {"ok": True}
+
+
+def modern_request(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A raw 2026-07-28 request (per-request envelope) and its routing headers."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+    }
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"_meta": meta, **params}}
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": MODERN}
+    return body, {**headers, "mcp-method": method}
+
+
+async def test_status_pushed_to_a_2026_listen_stream(gateways: tuple[str, str]) -> None:
+    task_id = await start_modern_task(gateways[0], "slow", {"sleep": 0.5})
+    listen = {"notifications": {"taskIds": [task_id, "unknown"]}}
+    body, headers = modern_request("subscriptions/listen", listen)
+    seen: list[dict[str, Any]] = []
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", gateways[1], json=body, headers=headers) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:]))
+                if seen[-1].get("params", {}).get("status") == "completed":
+                    break
+    ack, *updates = seen
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"] == {"taskIds": [task_id]}
+    assert {update["method"] for update in updates} == {"notifications/tasks"}
+    assert updates[-1]["params"]["result"]["structuredContent"] == {"step": 0, "slept": 0.5}
+    assert updates[-1]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 7
+
+
+async def test_status_pushed_to_a_connected_2025_session(gateways: tuple[str, str]) -> None:
+    pushed: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(timeout=30) as http:
+        raw = await RawSession(gateways[0], http).open()
+        try:
+            async with http.stream("GET", raw.url, headers=raw.headers) as stream:
+                arguments = {"name": "slow", "arguments": {"sleep": 0.3}, "task": {}}
+                task_id = (await raw.call("tools/call", arguments))["task"]["taskId"]
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:"):
+                        pushed.append(json.loads(line[5:]))
+                        if pushed[-1]["params"]["status"] in TERMINAL:
+                            break
+        finally:
+            await raw.close()
+    assert pushed[-1]["method"] == "notifications/tasks/status"
+    assert pushed[-1]["params"]["taskId"] == task_id
+    assert pushed[-1]["params"]["status"] == "completed"
+
+
+async def test_the_mcp_name_header_must_name_the_task(gateways: tuple[str, str]) -> None:
+    task_id = await start_modern_task(gateways[0], "fast", {})
+    body, headers = modern_request("tasks/get", {"taskId": task_id})
+    async with httpx.AsyncClient(timeout=30) as http:
+        right = await http.post(gateways[1], json=body, headers={**headers, "mcp-name": task_id})
+        wrong = await http.post(gateways[1], json=body, headers={**headers, "mcp-name": "other"})
+    assert right.status_code == 200 and _messages(right)[0]["result"]["taskId"] == task_id
+    assert _messages(wrong)[0]["error"]["code"] == -32020  # header mismatch

@@ -1,0 +1,120 @@
+"""The gateway's pure mappings: tool schemas, task shapes, input requests (no server)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from schemas.tasks import ErrorInfo, InputRequest, StepSpec, TaskRecord, TaskStatus, ToolInfo
+from services.errors import InvalidTaskError
+from services.gateway.inputs import answer, input_key, input_requests, requested_schema
+from services.gateway.tasks import (
+    as_created,
+    detailed_task,
+    legacy_task,
+    mcp_status,
+    modern_task,
+    tool_result,
+)
+from services.gateway.tools import input_schema, plan_steps, tool_step
+
+NOW = datetime(2026, 7, 28, 12, 0, tzinfo=UTC)
+
+
+def _record(status: TaskStatus, **fields: Any) -> TaskRecord:
+    return TaskRecord(
+        task_id="t1",
+        status=status,
+        steps=[StepSpec(tool="asks"), StepSpec(tool="fast")],
+        created_at=NOW,
+        updated_at=NOW + timedelta(seconds=2),
+        **fields,
+    )
+
+
+def test_status_mapping() -> None:
+    assert [mcp_status(status) for status in TaskStatus] == [
+        "working",
+        "working",
+        "input_required",
+        "completed",
+        "failed",
+        "cancelled",
+    ]
+
+
+def test_struct_schemas_are_inlined_and_other_inputs_wrapped() -> None:
+    struct = {
+        "$ref": "#/$defs/Query",
+        "$defs": {"Query": {"type": "object", "properties": {"query": {"type": "string"}}}},
+    }
+    schema, wrapped = input_schema(struct)
+    assert not wrapped and schema["type"] == "object" and "query" in schema["properties"]
+    assert input_schema({}) == ({"type": "object"}, False)
+
+    listing, wrapped = input_schema(
+        {"type": "array", "items": {"$ref": "#/$defs/Hit"}, "$defs": {}}
+    )
+    assert wrapped and listing["required"] == ["input"] and "$defs" in listing
+    assert listing["properties"]["input"] == {"type": "array", "items": {"$ref": "#/$defs/Hit"}}
+
+    info = ToolInfo(name="summarize", input_schema={"type": "array"}, updated_at=NOW)
+    assert tool_step(info, {"input": ["a"]}) == StepSpec(tool="summarize", input=["a"])
+    with pytest.raises(InvalidTaskError, match="'input'"):
+        tool_step(info, {"hits": ["a"]})
+
+
+def test_run_plan_arguments() -> None:
+    steps = plan_steps({"steps": [{"tool": "search", "input": {"query": "q"}}, {"tool": "fast"}]})
+    assert [step.tool for step in steps] == ["search", "fast"]
+    for bad in ({}, {"steps": []}, {"steps": "search"}, {"steps": [{"input": 1}]}):
+        with pytest.raises(InvalidTaskError):
+            plan_steps(bad)
+
+
+def test_task_shapes_of_both_generations() -> None:
+    record = _record(TaskStatus.RUNNING, metadata={"mcp": {"ttl_ms": 60_000}})
+    legacy = legacy_task(record, 500)
+    assert legacy["status"] == "working" and legacy["ttl"] == 60_000
+    assert legacy["pollInterval"] == 500 and legacy["createdAt"] == "2026-07-28T12:00:00.000Z"
+    assert legacy["lastUpdatedAt"] == "2026-07-28T12:00:02.000Z"
+    modern = modern_task(_record(TaskStatus.PENDING), 500)
+    assert modern["ttlMs"] is None and modern["pollIntervalMs"] == 500
+
+    done = detailed_task(_record(TaskStatus.COMPLETED, result="ok"), 500)
+    assert done["result"] == tool_result("ok")
+    assert done["result"]["structuredContent"] == {"result": "ok"}
+    error = ErrorInfo(type="TerminalError", message="permission denied")
+    failed = detailed_task(_record(TaskStatus.FAILED, error=error, failed_step=1), 500)
+    assert failed["error"]["code"] == -32603 and "permission denied" in failed["error"]["message"]
+    assert "step 2 (fast)" in failed["statusMessage"]
+
+    created = legacy_task(as_created(_record(TaskStatus.COMPLETED, result=1)), 500)
+    assert created["status"] == "working" and created["lastUpdatedAt"] == created["createdAt"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "content", "expected"),
+    [
+        ({"type": "object"}, {"approved": True}, {"approved": True}),
+        ({"type": "object", "properties": {"n": {"type": "integer"}}}, {"n": 3}, {"n": 3}),
+        ({"type": "string"}, {"answer": "yes"}, "yes"),
+        ({"type": "array", "items": {"type": "string"}}, {"answer": '["a","b"]'}, ["a", "b"]),
+    ],
+)
+def test_input_requests_become_forms_and_answers_come_back(
+    schema: dict[str, Any], content: dict[str, Any], expected: Any
+) -> None:
+    request = InputRequest(prompt="Approve?", schema=schema)
+    form = requested_schema(request)
+    assert form["type"] == "object" and isinstance(form["properties"], dict)
+    assert all("type" in field for field in form["properties"].values())
+    assert answer(request, content) == expected
+
+    record = _record(TaskStatus.WAITING, input_request=request, current_step=0, generation=2)
+    assert input_key(record) == "step-0-g2"
+    [(key, asked)] = input_requests(record).items()
+    assert key == "step-0-g2" and asked["method"] == "elicitation/create"
+    assert asked["params"] == {"mode": "form", "message": "Approve?", "requestedSchema": form}
