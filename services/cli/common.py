@@ -19,14 +19,24 @@ PrefixOption = Annotated[
         "--prefix", envvar="TETHER_PREFIX", help="Prefix of every subject, stream and bucket."
     ),
 ]
+ReplicasOption = Annotated[
+    int,
+    typer.Option(
+        "--replicas",
+        envvar="TETHER_REPLICAS",
+        min=1,
+        max=5,
+        help="Replicas of the streams and buckets Tether creates (3 on a cluster).",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 DEFAULT_NATS = DEFAULT_URL
 DEFAULT_PREFIX = "tether"
 
 
-def nats_config(url: str, prefix: str, name: str = "tether-cli") -> NatsConfig:
-    return NatsConfig(url=url, names=Names(prefix=prefix), name=name)
+def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int = 1) -> NatsConfig:
+    return NatsConfig(url=url, names=Names(prefix=prefix), name=name, replicas=replicas)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from services.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, NatsOption, PrefixOption, nats_config
+from services.cli.common import (
+    DEFAULT_NATS,
+    DEFAULT_PREFIX,
+    NatsOption,
+    PrefixOption,
+    ReplicasOption,
+    nats_config,
+)
 from services.cli.processes import serve
 from services.gateway import DEFAULT_PORT, Gateway
 
@@ -16,9 +23,10 @@ def gateway(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
+    replicas: ReplicasOption = 1,
 ) -> None:
     """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
-    serve(Gateway(nats_config(nats, prefix, "tether-gateway"), host, port))
+    serve(Gateway(nats_config(nats, prefix, "tether-gateway", replicas), host, port))
 
 
 def register(app: typer.Typer) -> None:

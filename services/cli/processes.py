@@ -15,6 +15,7 @@ from services.cli.common import (
     DEFAULT_PREFIX,
     NatsOption,
     PrefixOption,
+    ReplicasOption,
     fail,
     nats_config,
 )
@@ -55,28 +56,35 @@ def worker(
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     concurrency: Annotated[int, typer.Option(help="Steps run at once, per tool.")] = 32,
+    replicas: ReplicasOption = 1,
 ) -> None:
     """Serve the tools of one or more apps."""
     try:
         loaded = [load_app(spec) for spec in apps]
     except AppLoadError as exc:
         fail(str(exc))
-    serve(Worker(loaded, nats_config(nats, prefix, "tether-worker"), concurrency=concurrency))
+    config = nats_config(nats, prefix, "tether-worker", replicas)
+    serve(Worker(loaded, config, concurrency=concurrency))
 
 
 def dispatcher(
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     api: Annotated[bool, typer.Option(help="Also answer the request/reply API.")] = True,
+    replicas: ReplicasOption = 1,
 ) -> None:
     """Accept submitted tasks, hand off their first steps, answer `tether.api.*`."""
-    config = nats_config(nats, prefix, "tether-dispatcher")
+    config = nats_config(nats, prefix, "tether-dispatcher", replicas)
     serve(Dispatcher(config), *([ApiService(config)] if api else []))
 
 
-def api(nats: NatsOption = DEFAULT_NATS, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+def api(
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    replicas: ReplicasOption = 1,
+) -> None:
     """Answer the request/reply API on `tether.api.*` (discoverable via `$SRV.*`)."""
-    serve(ApiService(nats_config(nats, prefix, "tether-api")))
+    serve(ApiService(nats_config(nats, prefix, "tether-api", replicas)))
 
 
 def register(app: typer.Typer) -> None:

@@ -43,7 +43,7 @@ class Client:
         self, nats: NatsConfig | str | None = None, *, layout: Layout | None = None
     ) -> None:
         self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
-        self.layout = layout or Layout(names=self.nats.names)
+        self.layout = layout or Layout.for_config(self.nats)
         self._nc: NatsClient | None = None
         self._store: Store | None = None
         self._known_tools: dict[str, float] = {}

@@ -38,7 +38,7 @@ class Dispatcher(Service):
         self, nats: NatsConfig | None = None, *, layout: Layout | None = None, batch: int = 64
     ) -> None:
         self.nats = nats or NatsConfig()
-        self.layout = layout or Layout(names=self.nats.names)
+        self.layout = layout or Layout.for_config(self.nats)
         self.batch = batch
         self._nc: NatsClient | None = None
         self._store: Store | None = None

@@ -30,6 +30,9 @@ class NatsConfig:
     """Client name shown in the server's connection list."""
     connect_timeout: float = 5.0
     names: Names = field(default_factory=lambda: DEFAULT_NAMES)
+    """Prefix of every subject, stream and bucket."""
+    replicas: int = 1
+    """Replicas of Tether's streams and buckets when it creates them (3 on a cluster)."""
 
     @property
     def servers(self) -> list[str]:

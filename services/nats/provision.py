@@ -20,6 +20,7 @@ from nats.js.api import (
 from nats.js.errors import APIError, NotFoundError
 
 from schemas.names import DEFAULT_NAMES, Names
+from services.nats.connection import NatsConfig
 
 # NATS error codes (never match on description text).
 STREAM_NAME_IN_USE = 10058
@@ -42,6 +43,10 @@ class Layout:
     status_per_task: int = 10_000
     dead_letter_max_age: timedelta = timedelta(days=30)
     heartbeat_ttl: timedelta = timedelta(seconds=30)
+
+    @classmethod
+    def for_config(cls, config: NatsConfig) -> Layout:
+        return cls(names=config.names, replicas=config.replicas)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class Worker(Service):
         if not self.tools:
             raise ValueError("the worker has no tools: register some with @app.tool()")
         self.nats = nats or NatsConfig()
-        self.layout = layout or Layout(names=self.nats.names)
+        self.layout = layout or Layout.for_config(self.nats)
         self.concurrency = concurrency
         self.worker_id = worker_id or default_worker_id()
         self.shutdown_grace = shutdown_grace

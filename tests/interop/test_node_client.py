@@ -23,7 +23,7 @@ from tests.apps.tools import app
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE / "client.mjs"
 INSTALL_HINT = (
-    "the interop tests need Node.js 18+ and npm on PATH: install them from "
+    "the interop tests need Node.js 20+ and npm on PATH: install them from "
     "https://nodejs.org (or 'apt-get install nodejs npm', 'brew install node')"
 )
 SUMMARY = "agents run for hours; durable execution matters; MCP tasks"
@@ -46,7 +46,7 @@ def node() -> str:
     if node is None or npm is None:
         pytest.fail(f"{'node' if node is None else 'npm'} not found: {INSTALL_HINT}")
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
-    if int(version.stdout.strip().lstrip("v").split(".")[0]) < 18:
+    if int(version.stdout.strip().lstrip("v").split(".")[0]) < 20:
         pytest.fail(f"Node.js {version.stdout.strip()} is too old: {INSTALL_HINT}")
     if not (HERE / "node_modules").is_dir():
         command = "ci" if (HERE / "package-lock.json").exists() else "install"
