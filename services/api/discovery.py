@@ -36,6 +36,11 @@ class Discovery:
         self.started: datetime = utcnow()
         self.endpoints: dict[str, Endpoint] = {}
 
+    @property
+    def ping_subject(self) -> str:
+        """The subject only this instance answers."""
+        return f"$SRV.PING.{NAME}.{self.id}"
+
     def add_endpoint(self, name: str, subject: str) -> None:
         self.endpoints[name] = Endpoint(name=name, subject=subject)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+import nats.errors
 from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity
 
@@ -35,6 +38,20 @@ class ApiService(Service):
     async def start(self) -> None:
         await self._client.connect()
         await self.broker.start()
+        await self._wait_until_answering()
+
+    async def _wait_until_answering(self, timeout: float = 10.0) -> None:
+        """Return once this instance answers its own `$SRV.PING`: a flush alone can overtake
+        subscriptions still buffered in nats-py, so the first requests would find no one."""
+        subject = self.discovery.ping_subject
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await self._client.store.nc.request(subject, b"", timeout=0.25)
+                return
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
 
     async def stop(self) -> None:
         await self.broker.stop()

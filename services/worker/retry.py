@@ -15,9 +15,9 @@ class RetryPolicy:
 
     max_attempts: int = 3
     """Attempts in all, the first included; 1 means never retry."""
-    initial_backoff: timedelta = timedelta(seconds=1)
-    """Delay before the first retry."""
-    max_backoff: timedelta = timedelta(seconds=60)
+    initial_backoff: timedelta | float = timedelta(seconds=1)
+    """Delay before the first retry (a timedelta, or seconds)."""
+    max_backoff: timedelta | float = timedelta(seconds=60)
     """Cap on the delay between attempts."""
     backoff_coefficient: float = 2.0
     """Each retry waits this many times longer than the one before."""
@@ -25,6 +25,10 @@ class RetryPolicy:
     """Random spread of each delay, as a fraction of it (0.2 = ±20 %)."""
 
     def __post_init__(self) -> None:
+        for name in ("initial_backoff", "max_backoff"):  # seconds are accepted too
+            value = getattr(self, name)
+            if isinstance(value, int | float):
+                object.__setattr__(self, name, timedelta(seconds=value))
         if self.max_attempts < 1:
             raise ValueError("RetryPolicy.max_attempts must be at least 1")
         if self.backoff_coefficient < 1:
@@ -32,9 +36,9 @@ class RetryPolicy:
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> timedelta:
         """Delay after failed attempt number `attempt` (1-based)."""
-        cap = self.max_backoff.total_seconds()
+        cap = _seconds(self.max_backoff)
         exponent = min(attempt - 1, 64)  # past the cap anyway; keeps the float finite
-        capped = min(self.initial_backoff.total_seconds() * self.backoff_coefficient**exponent, cap)
+        capped = min(_seconds(self.initial_backoff) * self.backoff_coefficient**exponent, cap)
         spread = capped * self.jitter
         jittered = capped + (rng or random).uniform(-spread, spread)
         return timedelta(seconds=max(0.0, min(jittered, cap)))
@@ -53,3 +57,7 @@ class RetryPolicy:
         if override.max_backoff_ms is not None:
             changes["max_backoff"] = timedelta(milliseconds=override.max_backoff_ms)
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _seconds(value: timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)

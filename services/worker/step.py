@@ -1,8 +1,8 @@
 """One work message, start to finish: the step protocol of DESIGN.md.
 
 decode → check the record → checkpoint or execute (with heartbeats) → record and
-hand off → ack. Outcomes map to JetStream in one place (`_settle`): done → ack,
-retry → nak(delay), give up → dead letter + term.
+hand off → ack. Outcomes map to JetStream verbs only in this module: done or stale →
+ack, retry → nak(delay), give up → dead letter + term (heartbeats: in_progress).
 """
 
 from __future__ import annotations

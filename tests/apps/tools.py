@@ -22,7 +22,7 @@ from services import (
 )
 
 app = App("tests")
-FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.05, max_backoff=0.2, jitter=0.0)  # type: ignore[arg-type]
+FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.05, max_backoff=0.2, jitter=0.0)
 BEAT = 0.5  # heartbeat (s): a killed worker's steps come back after 5 x BEAT
 
 
@@ -114,7 +114,7 @@ async def refuses(ctx: StepContext, data: Any) -> Any:
 
 @app.tool(
     heartbeat=BEAT, retry=RetryPolicy(max_attempts=2, initial_backoff=0.05, jitter=0.0), timeout=0.3
-)  # type: ignore[arg-type]
+)
 async def hangs(ctx: StepContext, data: Any) -> Any:
     record(ctx)
     await asyncio.sleep(60)

@@ -139,7 +139,9 @@ async function cancelledTask(nc, js) {
   await events.until("cancelled");
   events.stop();
   const missing = await request(nc, "get", { task_id: newTaskId() });
-  check(missing.error?.code === "not_found" && typeof missing.error.message === "string",
+  // Records have an `error` field too: an error reply is the object whose only key is `error`.
+  const isError = Object.keys(missing).join() === "error";
+  check(isError && missing.error.code === "not_found" && typeof missing.error.message === "string",
     "api.get of an unknown id", missing);
   return {
     cancelled_task_id: taskId,
