@@ -103,7 +103,9 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
         (names.tools_bucket, None),
         (names.heartbeats_bucket, _seconds(layout.heartbeat_ttl)),
     ):
-        # Direct gets: a read is one request answered by any replica, not a JSON API call.
+        # Direct gets are one request instead of a JSON API call, but on a cluster any
+        # replica may answer them, possibly before it has applied the latest write; the
+        # protocol reads its own writes, so replicated buckets read from the leader.
         await _ensure_bucket(
             js,
             KeyValueConfig(
@@ -112,7 +114,7 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
                 ttl=ttl,
                 replicas=layout.replicas,
                 storage=storage,
-                direct=True,
+                direct=layout.replicas == 1,
             ),
         )
     try:
@@ -126,11 +128,19 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
 
 
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    """Create the stream, or update what Tether owns of an existing one.
+
+    Never lowers its replicas: a client started without `--replicas` must not turn a
+    cluster's R3 stream into R1.
+    """
     try:
         await js.add_stream(config)
     except APIError as exc:
         if exc.err_code != STREAM_NAME_IN_USE:
             raise
+        assert config.name is not None
+        current = (await js.stream_info(config.name)).config
+        config.num_replicas = max(config.num_replicas or 1, current.num_replicas or 1)
         await js.update_stream(config)
 
 
