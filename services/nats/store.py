@@ -15,7 +15,13 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import Header
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import (
+    APIError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoKeysError,
+    NoStreamResponseError,
+)
 from nats.js.kv import KeyValue
 
 from schemas.codec import checkpoint_decoder, encode, record_decoder
@@ -36,6 +42,26 @@ _tool_decoder = msgspec.json.Decoder(ToolInfo)
 MSG_ID: str = Header.MSG_ID.value
 _PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class _PubAck(msgspec.Struct):
+    """JetStream's reply to a publish, decoded with msgspec (nats-py uses json + a dataclass)."""
+
+    seq: int = 0
+    duplicate: bool = False
+    error: _ApiError | None = None
+
+
+_pub_ack_decoder = msgspec.json.Decoder(_PubAck)
+WRONG_LAST_SEQUENCE = (10071, 10164)
+EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
+PUBLISH_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +90,8 @@ class Store:
         self._checkpoints = buckets["checkpoints"]
         self._heartbeats = buckets["heartbeats"]
         self._tools = buckets["tools"]
+        self._tasks_prefix = f"$KV.{names.tasks_bucket}."
+        self._checkpoints_prefix = f"$KV.{names.checkpoints_bucket}."
 
     @classmethod
     async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
@@ -85,6 +113,26 @@ class Store:
         }
         return cls(nc, js, names, buckets)
 
+    # -- JetStream publishes ----------------------------------------------------
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str]) -> _PubAck:
+        """A JetStream publish that waits for the PubAck; errors keep NATS's codes."""
+        try:
+            reply = await self.nc.request(subject, data, timeout=PUBLISH_TIMEOUT, headers=headers)
+        except NoRespondersError as exc:
+            raise NoStreamResponseError from exc
+        ack = _pub_ack_decoder.decode(reply.data)
+        if ack.error is not None:
+            error = ack.error
+            if error.err_code in WRONG_LAST_SEQUENCE:
+                raise KeyWrongLastSequenceError(description=error.description)
+            raise APIError(code=error.code, err_code=error.err_code, description=error.description)
+        return ack
+
+    async def _write(self, subject: str, data: bytes, last: int) -> int:
+        """Compare-and-set one KV key (`last=0`: create only); returns the new revision."""
+        headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)}
+        return (await self._publish(subject, data, headers)).seq
+
     # -- task records --------------------------------------------------------
     async def get_record(self, task_id: str) -> Versioned | None:
         try:
@@ -104,7 +152,7 @@ class Store:
     async def create_record(self, record: TaskRecord) -> Versioned | None:
         """Create the record; None when a record with that id already exists."""
         try:
-            revision = await self._tasks.create(record.task_id, encode(record), validate_keys=False)
+            revision = await self._write(self._tasks_prefix + record.task_id, encode(record), 0)
         except KeyWrongLastSequenceError:
             return None
         return Versioned(record, revision)
@@ -126,8 +174,8 @@ class Store:
             if new is None:
                 return found, False
             try:
-                revision = await self._tasks.update(
-                    task_id, encode(new), last=found.revision, validate_keys=False
+                revision = await self._write(
+                    self._tasks_prefix + task_id, encode(new), found.revision
                 )
             except KeyWrongLastSequenceError:
                 current = None
@@ -166,7 +214,7 @@ class Store:
         """Store `checkpoint` unless one exists; return the one that won."""
         key = self.names.step_key(task_id, step)
         try:
-            await self._checkpoints.create(key, encode(checkpoint), validate_keys=False)
+            await self._write(self._checkpoints_prefix + key, encode(checkpoint), 0)
         except KeyWrongLastSequenceError:
             existing = await self.get_checkpoint(task_id, step)
             if existing is None:  # deleted in between: ours is as good as any
@@ -195,10 +243,8 @@ class Store:
     # -- streams -------------------------------------------------------------
     async def publish_work(self, work: WorkMessage, msg_id: str) -> bool:
         """Hand a step to its tool's consumer; False when the server saw `msg_id` already."""
-        ack = await self.js.publish(
-            self.names.work_subject(work.tool),
-            encode(work),
-            headers={Header.MSG_ID: msg_id},
+        ack = await self._publish(
+            self.names.work_subject(work.tool), encode(work), {MSG_ID: msg_id}
         )
         return not ack.duplicate
 
@@ -215,7 +261,7 @@ class Store:
         if isinstance(event, _PROGRESS_EVENTS):
             await self.nc.publish(subject, encode(event), headers=headers)
         else:
-            await self.js.publish(subject, encode(event), headers=headers)
+            await self._publish(subject, encode(event), headers)
 
     async def dead_letter(self, letter: DeadLetter) -> None:
         await self.js.publish(self.names.dead_letter_subject(letter.tool), encode(letter))
