@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +87,16 @@ class Demo:
         return await self._epilogue(client, task_id, outcome)
 
     async def _follow(
-        self, events: object, progress: Progress, client: Client, task_id: str
+        self,
+        events: AsyncIterator[AnyStatusEvent],
+        progress: Progress,
+        client: Client,
+        task_id: str,
     ) -> AnyStatusEvent:
         bars: dict[int, TaskID] = {}
         poll = asyncio.create_task(self._show_progress(client, task_id, progress, bars))
         try:
-            async for event in events:  # type: ignore[attr-defined]
+            async for event in events:
                 self._narrate(event, progress, bars)
                 if isinstance(event, Completed | Failed):
                     return event
