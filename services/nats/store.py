@@ -92,6 +92,8 @@ class Store:
         self._tools = buckets["tools"]
         self._tasks_prefix = f"$KV.{names.tasks_bucket}."
         self._checkpoints_prefix = f"$KV.{names.checkpoints_bucket}."
+        self.direct_reads = False
+        """Whether the buckets answer direct gets (single server: yes; a cluster: no)."""
 
     @classmethod
     async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
@@ -111,7 +113,10 @@ class Store:
             "heartbeats": await js.key_value(names.heartbeats_bucket),
             "tools": await js.key_value(names.tools_bucket),
         }
-        return cls(nc, js, names, buckets)
+        store = cls(nc, js, names, buckets)
+        info = await js.stream_info(f"KV_{names.tasks_bucket}")
+        store.direct_reads = bool(info.config.allow_direct)
+        return store
 
     # -- JetStream publishes ----------------------------------------------------
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str]) -> _PubAck:
@@ -128,6 +133,29 @@ class Store:
             raise APIError(code=error.code, err_code=error.err_code, description=error.description)
         return ack
 
+    async def _read(self, bucket: KeyValue, prefix: str, key: str) -> tuple[bytes, int] | None:
+        """A key's latest value and revision: one direct get when the bucket allows it."""
+        if not self.direct_reads:
+            try:
+                entry = await bucket.get(key, validate_keys=False)
+            except KeyNotFoundError:
+                return None
+            return (entry.value, entry.revision or 0) if entry.value else None
+        stream = f"KV_{prefix[4:-1]}"
+        reply = await self.nc.request(
+            f"$JS.API.DIRECT.GET.{stream}.{prefix}{key}", b"", timeout=PUBLISH_TIMEOUT
+        )
+        headers = reply.headers or {}
+        if not reply.data:
+            if headers.get("Status") == "404":
+                return None
+            raise APIError(
+                code=int(headers.get("Status") or 0), description=headers.get("Description", "")
+            )
+        if headers.get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        return reply.data, int(headers["Nats-Sequence"])
+
     async def _write(self, subject: str, data: bytes, last: int) -> int:
         """Compare-and-set one KV key (`last=0`: create only); returns the new revision."""
         headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)}
@@ -135,13 +163,10 @@ class Store:
 
     # -- task records --------------------------------------------------------
     async def get_record(self, task_id: str) -> Versioned | None:
-        try:
-            entry = await self._tasks.get(task_id, validate_keys=False)
-        except KeyNotFoundError:
+        found = await self._read(self._tasks, self._tasks_prefix, task_id)
+        if found is None:
             return None
-        if not entry.value:  # an expired key with limit markers reads as empty
-            return None
-        return Versioned(record_decoder.decode(entry.value), entry.revision or 0)
+        return Versioned(record_decoder.decode(found[0]), found[1])
 
     async def require_record(self, task_id: str) -> Versioned:
         found = await self.get_record(task_id)
@@ -200,13 +225,8 @@ class Store:
 
     # -- checkpoints ---------------------------------------------------------
     async def get_checkpoint(self, task_id: str, step: int) -> Checkpoint | None:
-        try:
-            entry = await self._checkpoints.get(
-                self.names.step_key(task_id, step), validate_keys=False
-            )
-        except KeyNotFoundError:
-            return None
-        return checkpoint_decoder.decode(entry.value) if entry.value else None
+        found = await self.get_memo(self.names.step_key(task_id, step))
+        return None if found is None else checkpoint_decoder.decode(found)
 
     async def create_checkpoint(
         self, task_id: str, step: int, checkpoint: Checkpoint
@@ -223,11 +243,8 @@ class Store:
         return checkpoint
 
     async def get_memo(self, key: str) -> bytes | None:
-        try:
-            entry = await self._checkpoints.get(key)
-        except KeyNotFoundError:
-            return None
-        return entry.value
+        found = await self._read(self._checkpoints, self._checkpoints_prefix, key)
+        return None if found is None else found[0]
 
     async def create_memo(self, key: str, value: bytes) -> bytes:
         """Store a memoized side effect's result create-only; return the stored bytes."""
