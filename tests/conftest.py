@@ -13,6 +13,7 @@ import pytest
 
 from schemas.names import Names
 from services import Client, Dispatcher, NatsConfig, Worker
+from services.api import ApiService
 from services.testing import nats_server_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,13 @@ async def client(config: NatsConfig) -> AsyncIterator[Client]:
 async def dispatcher(config: NatsConfig) -> AsyncIterator[Dispatcher]:
     async with Dispatcher(config) as d:
         yield d
+
+
+@pytest.fixture
+async def api(config: NatsConfig) -> AsyncIterator[ApiService]:
+    """The request/reply API, answering by the time the fixture yields."""
+    async with ApiService(config) as service:
+        yield service
 
 
 @pytest.fixture

@@ -54,12 +54,6 @@ async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
 
 
 @pytest.fixture
-async def api(config: NatsConfig) -> AsyncIterator[ApiService]:
-    async with ApiService(config) as service:
-        yield service
-
-
-@pytest.fixture
 async def nc(config: NatsConfig) -> AsyncIterator[NATS]:
     """A plain NATS connection: no Tether code between the test and the wire."""
     conn = await nats.connect(config.url)

@@ -10,14 +10,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import nats
-import nats.errors
 import pytest
-from nats.aio.client import Client as Nats
 
 from services import NatsConfig, Worker
-from services.api import ApiService
-from services.testing import wait_until
 from tests.apps.tools import app
 
 HERE = Path(__file__).resolve().parent
@@ -66,24 +61,6 @@ def node() -> str:
 async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
     async with Worker(app, config) as w:
         yield w
-
-
-@pytest.fixture
-async def api(config: NatsConfig) -> AsyncIterator[None]:
-    async with ApiService(config), await nats.connect(config.url) as nc:
-        # nats-py 2.16's flush() writes its PING ahead of queued SUBs, so start() can
-        # return a few ms before the server routes requests to the service.
-        subject = config.names.api_subject("get")
-        await wait_until(lambda: answers(nc, subject), timeout=5, message=f"{subject} answering")
-        yield
-
-
-async def answers(nc: Nats, subject: str) -> bool:
-    try:
-        await nc.request(subject, b'{"task_id": "readiness-check"}', timeout=1)
-    except nats.errors.NoRespondersError:
-        return False
-    return True
 
 
 async def run_client(node: str, config: NatsConfig, *flags: str) -> dict[str, Any]:
