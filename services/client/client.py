@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
@@ -18,18 +16,19 @@ from schemas.ids import InvalidNameError, validate_task_id
 from schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from services.client.handle import TaskHandle
 from services.engine import lifecycle
+from services.engine.known_tools import KnownTools
 from services.engine.plans import to_step, validate_submit
 from services.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
 from services.nats.connection import NatsConfig, connect
 from services.nats.provision import Layout
 from services.nats.store import Store
+from services.service import Service
 
 StepLike = StepSpec | dict[str, Any] | str
-KNOWN_TOOL_TTL = 30.0
 ACCEPT_WAIT = 5.0
 
 
-class Client:
+class Client(Service):
     """A connection to Tether.
 
     ```python
@@ -46,23 +45,18 @@ class Client:
         self.layout = layout or Layout.for_config(self.nats)
         self._nc: NatsClient | None = None
         self._store: Store | None = None
-        self._known_tools: dict[str, float] = {}
-
-    async def __aenter__(self) -> Client:
-        await self.connect()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+        self._known_tools: KnownTools | None = None
 
     async def connect(self) -> None:
         self._nc = await connect(self.nats)
         self._store = await Store.open(self._nc, self.layout)
+        self._known_tools = KnownTools(self._store)
+
+    async def start(self) -> None:
+        await self.connect()
+
+    async def stop(self) -> None:
+        await self.close()
 
     async def close(self) -> None:
         if self._nc is not None:
@@ -96,7 +90,8 @@ class Client:
         validate_submit(submit)
         data = encode(submit)
         self._check_size(submit.task_id, data)
-        await self._check_tools(submit)
+        assert self._known_tools is not None
+        await self._known_tools.check(submit.steps)
         store = self.store
         if await store.get_record(submit.task_id) is not None:
             raise TaskExistsError(submit.task_id)
@@ -125,18 +120,6 @@ class Client:
                 f"task {task_id!r} is {len(data):,} bytes; the NATS server accepts at most "
                 f"{limit:,} (max_payload): pass large inputs by reference (a URL or object name)"
             )
-
-    async def _check_tools(self, submit: TaskSubmit) -> None:
-        now = time.monotonic()
-        for tool in {spec.tool for spec in submit.steps}:
-            if self._known_tools.get(tool, 0.0) > now:
-                continue
-            if await self.store.get_tool(tool) is None:
-                raise InvalidTaskError(
-                    f"unknown tool {tool!r}: no worker has registered it; start a worker "
-                    "that serves it ('tether worker MODULE:APP') before submitting"
-                )
-            self._known_tools[tool] = now + KNOWN_TOOL_TTL
 
     def handle(self, task_id: str) -> TaskHandle:
         """A handle on an existing task, e.g. after a restart of the client."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 import msgspec
 import nats.errors
@@ -15,8 +14,9 @@ from nats.aio.msg import Msg
 from schemas.codec import submit_decoder
 from schemas.ids import InvalidNameError
 from schemas.names import SUBMIT_DEAD_LETTER
-from schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit
+from schemas.tasks import ErrorInfo, TaskRecord, TaskStatus
 from services.engine import handoff, lifecycle, transitions
+from services.engine.known_tools import KnownTools
 from services.engine.plans import task_id_of, validate_submit
 from services.engine.transitions import utcnow
 from services.errors import InvalidTaskError
@@ -28,7 +28,6 @@ from services.service import Service
 log = logging.getLogger("tether.dispatcher")
 
 FETCH_TIMEOUT = 1.0
-KNOWN_TOOL_TTL = 30.0
 
 
 class Dispatcher(Service):
@@ -44,11 +43,12 @@ class Dispatcher(Service):
         self._store: Store | None = None
         self._stopping = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
-        self._known_tools: dict[str, float] = {}
+        self._known_tools: KnownTools | None = None
 
     async def start(self) -> None:
         self._nc = await connect(self.nats)
         self._store = await Store.open(self._nc, self.layout)
+        self._known_tools = KnownTools(self._store)
         await ensure_dispatcher_consumer(self._store.js, self.layout.names)
         self._loop = asyncio.create_task(self._serve(self._store))
         log.info("dispatcher consuming %s", self.layout.names.submit_subject)
@@ -87,7 +87,8 @@ class Dispatcher(Service):
         try:
             submit = submit_decoder.decode(msg.data)
             validate_submit(submit)
-            await self._check_tools(store, submit)
+            assert self._known_tools is not None
+            await self._known_tools.check(submit.steps)
         except (
             msgspec.DecodeError,
             msgspec.ValidationError,
@@ -113,18 +114,6 @@ class Dispatcher(Service):
             created = existing  # our own earlier attempt crashed before acking: finish it
         await _hand_off_if_pending(store, created.record)
         await msg.ack()
-
-    async def _check_tools(self, store: Store, submit: TaskSubmit) -> None:
-        now = time.monotonic()
-        for tool in {spec.tool for spec in submit.steps}:
-            if self._known_tools.get(tool, 0.0) > now:
-                continue
-            if await store.get_tool(tool) is None:
-                raise InvalidTaskError(
-                    f"unknown tool {tool!r}: no worker has registered it; "
-                    "start a worker that serves it ('tether worker MODULE:APP')"
-                )
-            self._known_tools[tool] = now + KNOWN_TOOL_TTL
 
     async def _reject(self, store: Store, msg: Msg, reason: str) -> None:
         """Tell the sender: a failed record and event if the id is usable, always a dead letter."""
