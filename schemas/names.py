@@ -77,6 +77,10 @@ class Names(msgspec.Struct, frozen=True):
     def dead_letter_subjects(self) -> str:
         return f"{self.prefix}.dead.>"
 
+    def cancel_notice_subject(self, task_id: str) -> str:
+        """Core NATS only (no stream): workers stop a cancelled task's steps at once."""
+        return f"{self.prefix}.control.cancelled.{task_id}"
+
     def api_subject(self, verb: str) -> str:
         return f"{self.prefix}.api.{verb}"
 

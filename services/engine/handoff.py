@@ -1,9 +1,12 @@
 """Record a completed step, then hand off the next one: the protocol's steps 4 and 5.
 
-The record moves first (compare-and-set), then the next step's message is published.
+The checkpoint and the record move first, then the next step's message is published.
 That way a worker that receives step i+1 always reads a record that has reached it,
 and a holder of step i that crashed after recording finds `current_step == i + 1`
 and re-publishes the hand-off, which `Nats-Msg-Id` turns into a no-op if it happened.
+The checkpoint and the record's compare-and-set are in flight together: a record that
+moved past a step whose checkpoint did not land makes the step run again (the worker
+treats "no checkpoint" as "not done"), so no output is ever skipped.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 from typing import Any
 
 from schemas.codec import encode
-from schemas.events import AnyStatusEvent, Completed, StepCompleted, Submitted
+from schemas.events import Completed, StepCompleted, Submitted
 from schemas.tasks import Checkpoint, TaskRecord, TaskStatus
 from services.engine import transitions
 from services.engine.transitions import utcnow
@@ -26,6 +29,25 @@ def event_output(output: Any) -> Any:
     return output if len(encode(output)) <= EVENT_OUTPUT_LIMIT else None
 
 
+async def record_step(
+    store: Store, current: Versioned, step: int, checkpoint: Checkpoint, *, attempt: int
+) -> TaskRecord | None:
+    """Checkpoint a step that just ran and complete it (see `complete_step`)."""
+    task_id = current.record.task_id
+    stored_checkpoint = asyncio.ensure_future(store.create_checkpoint(task_id, step, checkpoint))
+    try:
+        stored, changed = await _advance(store, current, step, checkpoint)
+    finally:
+        winner = await stored_checkpoint
+    if winner is not checkpoint and changed:
+        # Another run of this step checkpointed first: its output is the step's.
+        redone = transitions.complete_step(current.record, step, winner, utcnow())
+        stored, changed = await store.update_record(
+            task_id, lambda record: redone if record == stored.record else None, stored
+        )
+    return await _hand_off_after(store, stored, changed, step, winner, attempt, skipped=False)
+
+
 async def complete_step(
     store: Store,
     current: Versioned,
@@ -36,19 +58,36 @@ async def complete_step(
     skipped: bool = False,
 ) -> TaskRecord | None:
     """Record `step` as done and hand off what follows; None if the task moved on without us."""
-    stored, changed = await store.update_record(
+    stored, changed = await _advance(store, current, step, checkpoint)
+    return await _hand_off_after(store, stored, changed, step, checkpoint, attempt, skipped)
+
+
+async def _advance(
+    store: Store, current: Versioned, step: int, checkpoint: Checkpoint
+) -> tuple[Versioned, bool]:
+    return await store.update_record(
         current.record.task_id,
         lambda record: transitions.complete_step(record, step, checkpoint, utcnow()),
         current,
     )
+
+
+async def _hand_off_after(
+    store: Store,
+    stored: Versioned,
+    changed: bool,
+    step: int,
+    checkpoint: Checkpoint,
+    attempt: int | None,
+    skipped: bool,
+) -> TaskRecord | None:
     record = stored.record
     if not changed and record.current_step != step + 1:
         return None  # cancelled or failed meanwhile, or a stale duplicate
-    # The record has moved: the events and the next step's message can go out together.
-    await asyncio.gather(
-        emit_step_completed(store, record, step, checkpoint, attempt=attempt, skipped=skipped),
-        hand_off_next(store, record, step, checkpoint),
-    )
+    # The record has moved. Progress events do not wait for a PubAck, so emitting
+    # first costs the hand-off nothing (and saves gathering them as tasks).
+    await emit_step_completed(store, record, step, checkpoint, attempt=attempt, skipped=skipped)
+    await hand_off_next(store, record, step, checkpoint)
     return record
 
 
@@ -62,7 +101,7 @@ async def emit_step_completed(
     skipped: bool = False,
 ) -> None:
     now = utcnow()
-    events: list[AnyStatusEvent] = [
+    await store.emit(
         StepCompleted(
             task_id=record.task_id,
             status=record.status,
@@ -72,18 +111,19 @@ async def emit_step_completed(
             time=now,
             output=event_output(checkpoint.output),
             skipped=skipped,
-        )
-    ]
+        ),
+        record.generation,
+    )
     if record.status is TaskStatus.COMPLETED:
-        events.append(
+        await store.emit(
             Completed(
                 task_id=record.task_id,
                 status=record.status,
                 time=now,
                 output=event_output(record.result),
-            )
+            ),
+            record.generation,
         )
-    await asyncio.gather(*(store.emit(event, record.generation) for event in events))
 
 
 async def hand_off_next(
@@ -98,10 +138,9 @@ async def hand_off_next(
 async def hand_off_first(store: Store, record: TaskRecord) -> None:
     """Emit `submitted` and publish the first step (both idempotent on a replay)."""
     work = transitions.current_work(record)
-    await asyncio.gather(
-        store.emit(
-            Submitted(task_id=record.task_id, status=TaskStatus.PENDING, time=record.created_at),
-            record.generation,
-        ),
-        store.publish_work(work, store.names.step_msg_id(work.task_id, work.step, work.generation)),
+    await store.emit(
+        Submitted(task_id=record.task_id, status=TaskStatus.PENDING, time=record.created_at),
+        record.generation,
     )
+    msg_id = store.names.step_msg_id(work.task_id, work.step, work.generation)
+    await store.publish_work(work, msg_id)

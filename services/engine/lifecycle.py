@@ -72,7 +72,8 @@ async def dead_letter(
 
 
 async def cancel_task(store: Store, task_id: str) -> TaskRecord:
-    """Cancel a task that has not ended; a running step stops within one heartbeat."""
+    """Cancel a task that has not ended; workers running one of its steps stop it at once
+    (on the notice), or within one heartbeat if they missed the notice."""
     stored, changed = await store.update_record(
         task_id, lambda record: transitions.cancel(record, utcnow())
     )
@@ -83,6 +84,7 @@ async def cancel_task(store: Store, task_id: str) -> TaskRecord:
             f"task {task_id!r} is already {record.status.value}: "
             "only unfinished tasks can be cancelled",
         )
+    await store.notify_cancelled(task_id)
     await store.emit(
         Cancelled(task_id=task_id, status=TaskStatus.CANCELLED, time=record.updated_at),
         record.generation,

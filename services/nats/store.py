@@ -8,10 +8,10 @@ in one place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import msgspec
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import Header
@@ -37,6 +37,8 @@ from schemas.tasks import (
 )
 from services.errors import NatsUnavailableError, TaskNotFoundError
 from services.nats.provision import Layout, provision
+from services.nats.recent import RecentRecords, Versioned
+from services.nats.requests import Requester
 
 _tool_decoder = msgspec.json.Decoder(ToolInfo)
 MSG_ID: str = Header.MSG_ID.value
@@ -64,14 +66,6 @@ EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.valu
 PUBLISH_TIMEOUT = 5.0
 
 
-@dataclass(frozen=True)
-class Versioned:
-    """A task record and the KV revision it was read at (for compare-and-set)."""
-
-    record: TaskRecord
-    revision: int
-
-
 class Store:
     """Keys are not re-validated here: task ids and tool names are checked where they
     enter (dispatcher, worker, client, API), and the hot path saves the regex."""
@@ -85,6 +79,7 @@ class Store:
     ) -> None:
         self.nc = nc
         self.js = js
+        self._requests = Requester(nc, PUBLISH_TIMEOUT)
         self.names = names
         self._tasks = buckets["tasks"]
         self._checkpoints = buckets["checkpoints"]
@@ -94,6 +89,8 @@ class Store:
         self._checkpoints_prefix = f"$KV.{names.checkpoints_bucket}."
         self.direct_reads = False
         """Whether the buckets answer direct gets (single server: yes; a cluster: no)."""
+        self.recent: RecentRecords | None = None
+        """Records written through this store, kept for workers (`remember_records`)."""
 
     @classmethod
     async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
@@ -114,15 +111,33 @@ class Store:
             "tools": await js.key_value(names.tools_bucket),
         }
         store = cls(nc, js, names, buckets)
+        await store._requests.start()
         info = await js.stream_info(f"KV_{names.tasks_bucket}")
         store.direct_reads = bool(info.config.allow_direct)
         return store
+
+    async def remember_records(self, on_cancel: Callable[[str], None]) -> None:
+        """Keep the records this store writes (see `RecentRecords`) and follow the
+        cancellation notices that invalidate them; `on_cancel` hears each one too."""
+        recent = self.recent = RecentRecords(lambda: self.nc.stats["reconnects"])
+        prefix = len(self.names.cancel_notice_subject(""))
+
+        async def cancelled(msg: Msg) -> None:
+            task_id = msg.subject[prefix:]
+            recent.forget(task_id)
+            on_cancel(task_id)
+
+        await self.nc.subscribe(self.names.cancel_notice_subject("*"), cb=cancelled)
+
+    async def notify_cancelled(self, task_id: str) -> None:
+        """Tell every worker at once (core NATS) that a task was cancelled."""
+        await self.nc.publish(self.names.cancel_notice_subject(task_id))
 
     # -- JetStream publishes ----------------------------------------------------
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str]) -> _PubAck:
         """A JetStream publish that waits for the PubAck; errors keep NATS's codes."""
         try:
-            reply = await self.nc.request(subject, data, timeout=PUBLISH_TIMEOUT, headers=headers)
+            reply = await self._requests.request(subject, data, headers)
         except NoRespondersError as exc:
             raise NoStreamResponseError from exc
         ack = _pub_ack_decoder.decode(reply.data)
@@ -142,9 +157,8 @@ class Store:
                 return None
             return (entry.value, entry.revision or 0) if entry.value else None
         stream = f"KV_{prefix[4:-1]}"
-        reply = await self.nc.request(
-            f"$JS.API.DIRECT.GET.{stream}.{prefix}{key}", b"", timeout=PUBLISH_TIMEOUT
-        )
+        subject = f"$JS.API.DIRECT.GET.{stream}.{prefix}{key}"
+        reply = await self._requests.request(subject, b"", None)
         headers = reply.headers or {}
         if not reply.data:
             if headers.get("Status") == "404":
@@ -180,7 +194,7 @@ class Store:
             revision = await self._write(self._tasks_prefix + record.task_id, encode(record), 0)
         except KeyWrongLastSequenceError:
             return None
-        return Versioned(record, revision)
+        return self._written(record, revision)
 
     async def update_record(
         self,
@@ -205,7 +219,13 @@ class Store:
             except KeyWrongLastSequenceError:
                 current = None
                 continue
-            return Versioned(new, revision), True
+            return self._written(new, revision), True
+
+    def _written(self, record: TaskRecord, revision: int) -> Versioned:
+        found = Versioned(record, revision)
+        if self.recent is not None:
+            self.recent.remember(found)
+        return found
 
     async def watch_record(self, task_id: str) -> KeyValue.KeyWatcher:
         """Updates of one record: the current value first, then a None marker, then changes."""

@@ -35,6 +35,14 @@ class StepHeartbeat:
 
     def attach(self, ctx: StepContext, tool: asyncio.Future[object]) -> None:
         self._ctx, self._tool = ctx, tool
+        if self.ended:
+            tool.cancel()
+
+    def end(self) -> None:
+        """The task ended elsewhere (cancelled): stop the tool if it runs, or when it starts."""
+        self.ended = True
+        if self._tool is not None:
+            self._tool.cancel()
 
     def detach(self) -> None:
         self._ctx = self._tool = None
@@ -79,5 +87,4 @@ class StepHeartbeat:
         await self._store.beat(ctx.heartbeat())
         found = await self._store.get_record(ctx.task_id)
         if found is None or found.record.status.is_terminal:
-            self.ended = True
-            tool.cancel()
+            self.end()

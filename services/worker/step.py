@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +21,14 @@ from nats.aio.msg import Msg
 from schemas.codec import work_decoder
 from schemas.events import StepRetrying, StepStarted
 from schemas.ids import InvalidNameError, validate_task_id
-from schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
+from schemas.tasks import (
+    Checkpoint,
+    ErrorInfo,
+    StepSpec,
+    TaskRecord,
+    TaskStatus,
+    WorkMessage,
+)
 from services.engine import handoff, lifecycle, transitions
 from services.engine.plans import validate_steps
 from services.engine.transitions import utcnow
@@ -34,6 +41,7 @@ from services.worker.results import NeedsInput, NextSteps
 from services.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
+START_DELAY = 0.1
 
 
 class _Retry(Exception):
@@ -57,6 +65,7 @@ class StepRunner:
     tools: dict[str, Tool]
     worker_id: str
     rng: random.Random
+    _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
 
     async def handle(self, msg: Msg) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker."""
@@ -71,11 +80,28 @@ class StepRunner:
             # Left unacknowledged: JetStream redelivers it and the protocol replays.
             log.exception("step message on %s failed; it will be redelivered", msg.subject)
 
+    def stop_task(self, task_id: str) -> None:
+        """A cancellation notice: end the task's running steps now."""
+        for heartbeat in self._running.get(task_id, ()):
+            heartbeat.end()
+
     async def _handle(self, msg: Msg, heartbeat: StepHeartbeat) -> None:
         tool_name = msg.subject.rsplit(".", 1)[-1]
         work = await self._decode(msg, tool_name)
         if work is None:
             return
+        running = self._running.setdefault(work.task_id, set())
+        running.add(heartbeat)
+        try:
+            await self._handle_work(msg, heartbeat, tool_name, work)
+        finally:
+            running.discard(heartbeat)
+            if not running:
+                self._running.pop(work.task_id, None)
+
+    async def _handle_work(
+        self, msg: Msg, heartbeat: StepHeartbeat, tool_name: str, work: WorkMessage
+    ) -> None:
         found, checkpoint = await self._read(work, msg.metadata.num_delivered)
         if found is None:
             await self._reject(msg, tool_name, f"no task {work.task_id!r} exists", work)
@@ -85,9 +111,13 @@ class StepRunner:
             await msg.ack()
             return
         if record.current_step == work.step + 1:
-            await self._replay_hand_off(found, work.step, checkpoint)
-            await msg.ack()
-            return
+            if checkpoint is None:
+                checkpoint = await self._stored_output(record, work.step)
+            if checkpoint is not None:
+                await self._replay_hand_off(found, work.step, checkpoint)
+                await msg.ack()
+                return
+            # The record moved on but the step's output never landed: run it again.
         if checkpoint is not None:
             await handoff.complete_step(self.store, found, work.step, checkpoint, skipped=True)
             await msg.ack()
@@ -111,6 +141,10 @@ class StepRunner:
                 self.store.get_record(work.task_id),
                 self.store.get_checkpoint(work.task_id, work.step),
             )
+        recent = self.store.recent
+        found = recent.take(work.task_id, work.step, work.generation) if recent else None
+        if found is not None:
+            return found, None  # this process just handed the step off: see RecentRecords
         found = await self.store.get_record(work.task_id)
         if found is None or found.record.status is not TaskStatus.WAITING:
             return found, None
@@ -146,14 +180,15 @@ class StepRunner:
             await lifecycle.fail_task(self.store, work.task_id, error, step=work.step)
         await msg.term()
 
-    async def _replay_hand_off(
-        self, found: Versioned, step: int, checkpoint: Checkpoint | None
-    ) -> None:
+    async def _stored_output(self, record: TaskRecord, step: int) -> Checkpoint | None:
+        """The step's checkpoint; for a completed task's last step, its result will do."""
+        checkpoint = await self.store.get_checkpoint(record.task_id, step)
+        if checkpoint is None and record.status is TaskStatus.COMPLETED:
+            return Checkpoint(output=record.result, time=record.updated_at)
+        return checkpoint
+
+    async def _replay_hand_off(self, found: Versioned, step: int, checkpoint: Checkpoint) -> None:
         """The record moved past `step` but the holder may have died before handing off."""
-        if checkpoint is None:
-            checkpoint = await self.store.get_checkpoint(found.record.task_id, step)
-        if checkpoint is None:
-            return
         await handoff.emit_step_completed(self.store, found.record, step, checkpoint)
         await handoff.hand_off_next(self.store, found.record, step, checkpoint)
 
@@ -173,7 +208,7 @@ class StepRunner:
                 result = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
             finally:
                 if started is not None:
-                    found = await started
+                    found = await started.settle()
             try:
                 await self._finish(found, work, attempt, result)
             except nats.errors.MaxPayloadError as exc:
@@ -190,9 +225,9 @@ class StepRunner:
 
     async def _start(
         self, found: Versioned, work: WorkMessage, attempt: int
-    ) -> asyncio.Future[Versioned] | None:
-        """Emit `step_started`; on a pending task also move it to running, overlapping
-        the tool's run (the caller awaits the returned future before finishing)."""
+    ) -> _RecordStart | None:
+        """Emit `step_started`; on a pending task also move it to running (see
+        `_RecordStart`; the caller settles it before finishing)."""
         await self.store.emit(
             StepStarted(
                 task_id=work.task_id,
@@ -207,13 +242,7 @@ class StepRunner:
         )
         if found.record.status is not TaskStatus.PENDING:
             return None
-        return asyncio.ensure_future(self._record_start(found, work))
-
-    async def _record_start(self, found: Versioned, work: WorkMessage) -> Versioned:
-        stored, _ = await self.store.update_record(
-            work.task_id, lambda r: transitions.start_step(r, work.step, utcnow()), found
-        )
-        return stored
+        return _RecordStart(self.store, found, work)
 
     async def _run_tool(
         self,
@@ -267,8 +296,7 @@ class StepRunner:
             await lifecycle.wait_for_input(self.store, found, work.step, result.request(), attempt)
             return
         checkpoint = _checkpoint(result, attempt)
-        checkpoint = await self.store.create_checkpoint(work.task_id, work.step, checkpoint)
-        await handoff.complete_step(self.store, found, work.step, checkpoint, attempt=attempt)
+        await handoff.record_step(self.store, found, work.step, checkpoint, attempt=attempt)
 
     async def _retry_or_give_up(
         self,
@@ -316,6 +344,37 @@ class StepRunner:
         )
         await lifecycle.fail_task(self.store, work.task_id, error, step=work.step, attempt=attempt)
         await msg.term()
+
+
+class _RecordStart:
+    """pending → running, written once the first step has run for `START_DELAY`.
+
+    A first step that ends sooner goes straight from pending to its completion write,
+    which saves one JetStream write per task; a longer one shows `running` within
+    `START_DELAY` of starting (its `step_started` event goes out at once either way).
+    """
+
+    def __init__(self, store: Store, found: Versioned, work: WorkMessage) -> None:
+        self._store = store
+        self._found = found
+        self._work = work
+        self._write: asyncio.Task[Versioned] | None = None
+        self._timer = asyncio.get_running_loop().call_later(START_DELAY, self._fire)
+
+    def _fire(self) -> None:
+        self._write = asyncio.create_task(self._record())
+
+    async def _record(self) -> Versioned:
+        step = self._work.step
+        stored, _ = await self._store.update_record(
+            self._work.task_id, lambda r: transitions.start_step(r, step, utcnow()), self._found
+        )
+        return stored
+
+    async def settle(self) -> Versioned:
+        """The record to finish the step from: as read, or as the start write left it."""
+        self._timer.cancel()
+        return self._found if self._write is None else await self._write
 
 
 def _checkpoint(result: Any, attempt: int) -> Checkpoint:

@@ -75,6 +75,7 @@ class Worker(Service):
         self._nc = await connect(self.nats)
         store = await Store.open(self._nc, self.layout)
         runner = StepRunner(store, self.tools, self.worker_id, random.Random())
+        await store.remember_records(runner.stop_task)
         for tool in self.tools.values():
             await self._register(store, tool)
             self._loops.append(asyncio.create_task(self._serve(store.js, runner, tool)))

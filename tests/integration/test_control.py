@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from schemas import Cancelled, TaskStatus, Waiting
-from services import Client, NatsConfig, TaskCancelledError, TaskConflictError, Worker
-from services.testing import eventually
+from services import (
+    App,
+    Client,
+    NatsConfig,
+    StepContext,
+    TaskCancelledError,
+    TaskConflictError,
+    Worker,
+)
+from services.testing import eventually, wait_until
 from tests.apps.tools import app, read_executions
 
 
@@ -124,3 +134,34 @@ async def _consumer_idle(client: Client, tool: str) -> None:
     names = client.store.names
     info = await client.store.js.consumer_info(names.work_stream, names.tool_consumer(tool))
     assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+patient = App("patient")
+patient_log: list[str] = []
+
+
+@patient.tool(heartbeat=600)
+async def waits_long(ctx: StepContext, data: Any) -> Any:
+    """Its heartbeat is too slow to notice a cancel: only the notice can stop it."""
+    patient_log.append("started")
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        patient_log.append("stopped")
+        raise
+
+
+async def test_a_cancel_notice_stops_a_running_step_at_once(
+    config: NatsConfig, client: Client, dispatcher: object
+) -> None:
+    patient_log.clear()
+    async with Worker(patient, config):
+        handle = await client.submit([{"tool": "waits_long", "input": 1}], task_id="noticed")
+        await wait_until(lambda: "started" in patient_log, message="the step to start")
+
+        await handle.cancel()
+
+        await wait_until(lambda: "stopped" in patient_log, message="the step to be stopped")
+    with pytest.raises(TaskCancelledError):
+        await handle.wait(timeout=5)
+    assert patient_log == ["started", "stopped"]

@@ -10,7 +10,9 @@ import msgspec
 import pytest
 
 from schemas import DeadLetter, Failed, StepRetrying, TaskStatus
+from schemas.tasks import StepSpec, TaskRecord, WorkMessage
 from services import Client, NatsConfig, TaskFailedError, Worker
+from services.engine.transitions import utcnow
 from services.testing import eventually
 from tests.apps.tools import app, read_executions
 
@@ -152,3 +154,32 @@ async def test_retry_a_failed_task_from_its_failed_step(
     assert counts[(handle.task_id, 1)] == 2
     record = await handle.get()
     assert record.generation == 2 and record.error is None
+
+
+async def test_a_record_ahead_of_a_lost_checkpoint_runs_the_step_again(
+    config: NatsConfig, client: Client, registered: None, executions: Path
+) -> None:
+    """A step's checkpoint and record writes are in flight together: if only the record
+    landed (a crash in between), the step's output is gone, so the step runs again."""
+    now = utcnow()
+    steps = [StepSpec(tool="fast", input=1), StepSpec(tool="fast")]
+    record = TaskRecord(
+        task_id="ahead",
+        status=TaskStatus.RUNNING,
+        steps=steps,
+        current_step=1,
+        created_at=now,
+        updated_at=now,
+    )
+    store = client.store
+    assert await store.create_record(record) is not None
+    work = WorkMessage(task_id="ahead", step=0, tool="fast", input=1)
+    await store.publish_work(work, store.names.step_msg_id("ahead", 0))
+
+    async with Worker(app, config):
+        result = await client.handle("ahead").wait(timeout=10)
+
+    assert result == {"step": 1, "payload": {"step": 0, "payload": 1}}
+    counts = read_executions(executions)
+    assert (counts[("ahead", 0)], counts[("ahead", 1)]) == (1, 1)
+    assert await store.get_checkpoint("ahead", 0) is not None

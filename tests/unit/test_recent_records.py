@@ -1,0 +1,62 @@
+"""RecentRecords: which remembered records a step may start from without a read."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from services.engine.transitions import utcnow
+from services.nats.recent import RecentRecords, Versioned
+
+
+def versioned(step: int = 1, status: TaskStatus = TaskStatus.RUNNING) -> Versioned:
+    now = utcnow()
+    record = TaskRecord(
+        task_id="t",
+        status=status,
+        steps=[StepSpec(tool="a"), StepSpec(tool="b")],
+        current_step=step,
+        created_at=now,
+        updated_at=now,
+    )
+    return Versioned(record, 7)
+
+
+def test_the_next_step_takes_the_record_once() -> None:
+    recent = RecentRecords(lambda: 0)
+    found = versioned()
+    recent.remember(found)
+
+    assert recent.take("t", 1, 1) is found
+    assert recent.take("t", 1, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("step", "generation", "status"),
+    [
+        (0, 1, TaskStatus.RUNNING),  # another step
+        (1, 2, TaskStatus.RUNNING),  # another generation (a retry)
+        (1, 1, TaskStatus.WAITING),  # a resumed step needs its answer: read it
+        (1, 1, TaskStatus.CANCELLED),
+    ],
+)
+def test_a_record_for_another_situation_is_not_used(
+    step: int, generation: int, status: TaskStatus
+) -> None:
+    recent = RecentRecords(lambda: 0)
+    found = versioned(status=status)
+    recent.remember(found)
+
+    assert recent.take("t", step, generation) is None
+
+
+def test_a_cancel_notice_or_a_reconnect_drops_records() -> None:
+    reconnects = [0]
+    recent = RecentRecords(lambda: reconnects[0])
+    recent.remember(versioned())
+    recent.forget("t")
+    assert recent.take("t", 1, 1) is None
+
+    recent.remember(versioned())
+    reconnects[0] += 1  # notices sent while disconnected are lost
+    assert recent.take("t", 1, 1) is None
