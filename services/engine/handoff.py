@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
+
 from schemas.codec import encode
 from schemas.events import Completed, StepCompleted, Submitted
 from schemas.tasks import Checkpoint, TaskRecord, TaskStatus
@@ -26,14 +28,24 @@ EVENT_OUTPUT_LIMIT = 4096
 
 def event_output(output: Any) -> Any:
     """Outputs ride on events only when small; followers read big ones from the record."""
-    return output if len(encode(output)) <= EVENT_OUTPUT_LIMIT else None
+    size = len(output) if isinstance(output, msgspec.Raw) else len(encode(output))
+    return output if size <= EVENT_OUTPUT_LIMIT else None
 
 
 async def record_step(
     store: Store, current: Versioned, step: int, checkpoint: Checkpoint, *, attempt: int
 ) -> TaskRecord | None:
-    """Checkpoint a step that just ran and complete it (see `complete_step`)."""
+    """Checkpoint a step that just ran and complete it (see `complete_step`).
+
+    The last step of a plan is not checkpointed: the record's compare-and-set that
+    completes the task stores its output as `result`, which stands in for it.
+    """
     task_id = current.record.task_id
+    if step + 1 == len(current.record.steps) and not checkpoint.next_steps:
+        stored, changed = await _advance(store, current, step, checkpoint)
+        if not changed and stored.record.status is TaskStatus.COMPLETED:
+            checkpoint = msgspec.structs.replace(checkpoint, output=stored.record.result)
+        return await _hand_off_after(store, stored, changed, step, checkpoint, attempt, False)
     stored_checkpoint = asyncio.ensure_future(store.create_checkpoint(task_id, step, checkpoint))
     try:
         stored, changed = await _advance(store, current, step, checkpoint)

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from schemas.tasks import TaskRecord, TaskStatus
 
-MAX_AGE = 30.0
-CAPACITY = 10_000
+MAX_AGE = 10.0
+CAPACITY = 4096
+MAX_RECORD_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,25 @@ class RecentRecords:
         self._reconnects = reconnects
         self._entries: dict[str, tuple[Versioned, float, int]] = {}
 
-    def remember(self, found: Versioned) -> None:
-        if len(self._entries) >= CAPACITY:
-            self._entries.pop(next(iter(self._entries)))  # the oldest
-        self._entries[found.record.task_id] = (found, time.monotonic(), self._reconnects())
+    def remember(self, found: Versioned, size: int) -> None:
+        """Keep `found` (`size` bytes encoded) if a next step could start from it.
+
+        Only running records are kept, only small ones, only for `MAX_AGE`: an entry
+        whose next step went to another process is never taken, so these bounds are
+        what limit the memory it holds.
+        """
+        task_id = found.record.task_id
+        self._entries.pop(task_id, None)
+        if found.record.status is not TaskStatus.RUNNING or size > MAX_RECORD_BYTES:
+            return
+        now = time.monotonic()
+        entries = self._entries
+        while entries:
+            oldest = next(iter(entries))
+            if len(entries) < CAPACITY and now - entries[oldest][1] < MAX_AGE:
+                break
+            del entries[oldest]
+        entries[task_id] = (found, now, self._reconnects())
 
     def take(self, task_id: str, step: int, generation: int) -> Versioned | None:
         """The record for a first delivery of `step`, if this process wrote it lately."""

@@ -191,10 +191,11 @@ class Store:
     async def create_record(self, record: TaskRecord) -> Versioned | None:
         """Create the record; None when a record with that id already exists."""
         try:
-            revision = await self._write(self._tasks_prefix + record.task_id, encode(record), 0)
+            data = encode(record)
+            revision = await self._write(self._tasks_prefix + record.task_id, data, 0)
         except KeyWrongLastSequenceError:
             return None
-        return self._written(record, revision)
+        return self._written(record, revision, len(data))
 
     async def update_record(
         self,
@@ -212,19 +213,18 @@ class Store:
             new = change(found.record)
             if new is None:
                 return found, False
+            data = encode(new)
             try:
-                revision = await self._write(
-                    self._tasks_prefix + task_id, encode(new), found.revision
-                )
+                revision = await self._write(self._tasks_prefix + task_id, data, found.revision)
             except KeyWrongLastSequenceError:
                 current = None
                 continue
-            return self._written(new, revision), True
+            return self._written(new, revision, len(data)), True
 
-    def _written(self, record: TaskRecord, revision: int) -> Versioned:
+    def _written(self, record: TaskRecord, revision: int, size: int) -> Versioned:
         found = Versioned(record, revision)
         if self.recent is not None:
-            self.recent.remember(found)
+            self.recent.remember(found, size)
         return found
 
     async def watch_record(self, task_id: str) -> KeyValue.KeyWatcher:

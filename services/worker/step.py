@@ -18,7 +18,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 
-from schemas.codec import work_decoder
+from schemas.codec import encode, work_decoder
 from schemas.events import StepRetrying, StepStarted
 from schemas.ids import InvalidNameError, validate_task_id
 from schemas.tasks import (
@@ -378,25 +378,24 @@ class _RecordStart:
 
 
 def _checkpoint(result: Any, attempt: int) -> Checkpoint:
+    """The step's checkpoint, its output encoded once: the checkpoint, the record, the
+    next step's message and the event all embed those bytes (`msgspec.Raw`)."""
+    output, next_steps = result, None
     if isinstance(result, NextSteps):
         try:
             validate_steps(result.steps, "next steps")
         except InvalidTaskError as exc:
             raise _GiveUp(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
-        checkpoint = Checkpoint(
-            output=result.output, next_steps=list(result.steps), attempt=attempt, time=utcnow()
-        )
-    else:
-        checkpoint = Checkpoint(output=result, attempt=attempt, time=utcnow())
+        output, next_steps = result.output, list(result.steps)
     try:
-        msgspec.json.encode(checkpoint)
+        raw = msgspec.Raw(encode(output))
     except (TypeError, msgspec.EncodeError) as exc:
         raise _GiveUp(
             ErrorInfo(
                 type="InvalidOutput", message=f"the step's output cannot be stored as JSON: {exc}"
             )
         ) from exc
-    return checkpoint
+    return Checkpoint(output=raw, next_steps=next_steps, attempt=attempt, time=utcnow())
 
 
 def _timeout(tool: Tool, spec: StepSpec, found: Versioned) -> float | None:

@@ -32,6 +32,8 @@ from nats.js.api import Header
 from schemas.names import DEFAULT_NAMES as NAMES
 from schemas.tasks import StepSpec, TaskSubmit
 from services import NatsServer
+from services.nats.store import Store
+from services.testing.progress import stored_steps
 from tests.bench.nodes import BASE_BUCKET, BASE_STEPS, provision_baseline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,7 @@ class Result:
 
 
 class Node:
-    """A node process (Tether worker + dispatcher, or the baseline's handlers)."""
+    """A node process: a Tether worker or dispatcher, or the baseline's handlers."""
 
     def __init__(
         self, kind: str, url: str, concurrency: int, env: dict[str, str] | None = None
@@ -195,7 +197,7 @@ async def crash_recovery(url: str, tasks: int, executions: Path) -> dict[str, fl
     """W3: SIGKILL the worker ~1 s in, start a fresh one; count re-runs."""
     bench = Bench(url)
     env = {"BENCH_EXECUTIONS": str(executions)}
-    node = Node("tether", url, 20, env)
+    node = Node("worker", url, 20, env)
     nc, completions = await bench._connect("tether")
     completions.expected = tasks
     run = uuid.uuid4().hex[:8]
@@ -205,12 +207,10 @@ async def crash_recovery(url: str, tasks: int, executions: Path) -> dict[str, fl
     )
     await asyncio.sleep(1.0)  # the scenario: the crash comes about a second in
     node.kill()
-    checkpoints = await nc.jetstream().key_value(NAMES.checkpoints_bucket)
-    done_at_kill = {
-        tuple(k.split(".")[:2]) for k in await checkpoints.keys() if k.startswith("w3-" + run)
-    }
+    stored = await stored_steps(await Store.open(nc), ids)
+    done_at_kill = {(task_id, str(step)) for task_id, step in stored}
     restarted = time.perf_counter()
-    fresh = Node("tether", url, 20, env)
+    fresh = Node("worker", url, 20, env)
     try:
         await asyncio.wait_for(completions.all_done.wait(), timeout=120)
         recovery = time.perf_counter() - restarted
@@ -250,10 +250,12 @@ async def main(args: argparse.Namespace) -> list[Result]:
         node.stop()
         results += [base_w1, base_w2]
 
+        dispatcher = Node("dispatcher", url, args.concurrency)  # its own process, as deployed
         for processes in args.processes:
             for size in [200, 100, 100 * 1024] if processes == 1 else [200]:
-                w1 = Result(f"W1 throughput ({processes} proc, {_size(size)})", "tether")
-                nodes = [Node("tether", url, args.concurrency) for _ in range(processes)]
+                workers = f"{processes} worker{'s' if processes > 1 else ''}"
+                w1 = Result(f"W1 throughput ({workers}, {_size(size)})", "tether")
+                nodes = [Node("worker", url, args.concurrency) for _ in range(processes)]
                 for _ in range(args.runs):
                     seconds = await bench.throughput("tether", args.tasks, size)
                     w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
@@ -274,6 +276,7 @@ async def main(args: argparse.Namespace) -> list[Result]:
             w3.add(
                 **await crash_recovery(url, args.crash_tasks, Path(tmp) / f"executions-{run}.log")
             )
+        dispatcher.stop()
         results.append(w3)
     report(results, base_w1, base_w2, args.out)
     return results

@@ -1,6 +1,7 @@
-"""The processes a benchmark measures: a Tether node (worker + dispatcher) and the raw baseline.
+"""The processes a benchmark measures: a Tether worker, a Tether dispatcher, the raw baseline.
 
-Run as `python -m tests.bench.nodes tether|baseline URL CONCURRENCY` by tests/bench/bench.py.
+Run as `python -m tests.bench.nodes worker|dispatcher|baseline URL CONCURRENCY` by
+tests/bench/bench.py. The dispatcher is a process of its own, as in deploy/.
 """
 
 from __future__ import annotations
@@ -60,9 +61,13 @@ async def third(ctx: StepContext, data: Any) -> Any:
     return data
 
 
-async def run_tether(url: str, concurrency: int) -> None:
-    config = NatsConfig(url=url)
-    async with Dispatcher(config), Worker(app, config, concurrency=concurrency):
+async def run_worker(url: str, concurrency: int) -> None:
+    async with Worker(app, NatsConfig(url=url), concurrency=concurrency):
+        await _until_signalled()
+
+
+async def run_dispatcher(url: str, concurrency: int) -> None:
+    async with Dispatcher(NatsConfig(url=url)):
         await _until_signalled()
 
 
@@ -161,4 +166,5 @@ async def _until_signalled() -> None:
 
 if __name__ == "__main__":
     kind, url, concurrency = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    asyncio.run((run_tether if kind == "tether" else run_baseline)(url, concurrency))
+    runners = {"worker": run_worker, "dispatcher": run_dispatcher, "baseline": run_baseline}
+    asyncio.run(runners[kind](url, concurrency))

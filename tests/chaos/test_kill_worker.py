@@ -11,6 +11,7 @@ import pytest
 from schemas import Names, TaskStatus
 from services import Client, Dispatcher, NatsConfig, NatsServer
 from services.testing import eventually, wait_until
+from services.testing.progress import stored_steps
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker
 
@@ -22,18 +23,6 @@ PLAN = [
     {"tool": "fast"},
 ]
 TASKS = 60
-
-
-async def checkpointed(client: Client) -> set[tuple[str, int]]:
-    """Every (task, step) whose checkpoint is stored right now."""
-    bucket = await client.store.js.key_value(client.store.names.checkpoints_bucket)
-    keys = await bucket.keys()
-    steps = set()
-    for key in keys:
-        task_id, step, *rest = key.split(".")
-        if not rest:
-            steps.add((task_id, int(step)))
-    return steps
 
 
 async def all_completed(client: Client, task_ids: list[str]) -> None:
@@ -61,7 +50,7 @@ async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
     )
     worker.send_signal(signal.SIGKILL)
     worker.wait(10)
-    done_at_kill = await checkpointed(client)
+    done_at_kill = await stored_steps(client.store)
     started_at_kill = set(read_executions(executions))
 
     replacement = start_worker(config, APP, log=tmp_path / "worker-2.log", concurrency=20)

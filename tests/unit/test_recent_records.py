@@ -25,7 +25,7 @@ def versioned(step: int = 1, status: TaskStatus = TaskStatus.RUNNING) -> Version
 def test_the_next_step_takes_the_record_once() -> None:
     recent = RecentRecords(lambda: 0)
     found = versioned()
-    recent.remember(found)
+    recent.remember(found, 100)
 
     assert recent.take("t", 1, 1) is found
     assert recent.take("t", 1, 1) is None
@@ -45,7 +45,7 @@ def test_a_record_for_another_situation_is_not_used(
 ) -> None:
     recent = RecentRecords(lambda: 0)
     found = versioned(status=status)
-    recent.remember(found)
+    recent.remember(found, 100)
 
     assert recent.take("t", step, generation) is None
 
@@ -53,10 +53,20 @@ def test_a_record_for_another_situation_is_not_used(
 def test_a_cancel_notice_or_a_reconnect_drops_records() -> None:
     reconnects = [0]
     recent = RecentRecords(lambda: reconnects[0])
-    recent.remember(versioned())
+    recent.remember(versioned(), 100)
     recent.forget("t")
     assert recent.take("t", 1, 1) is None
 
-    recent.remember(versioned())
+    recent.remember(versioned(), 100)
     reconnects[0] += 1  # notices sent while disconnected are lost
+    assert recent.take("t", 1, 1) is None
+
+
+def test_only_small_running_records_are_kept() -> None:
+    recent = RecentRecords(lambda: 0)
+    recent.remember(versioned(), 100)
+    recent.remember(versioned(status=TaskStatus.COMPLETED), 100)  # replaces, then drops
+    assert recent.take("t", 1, 1) is None
+
+    recent.remember(versioned(), 1_000_000)
     assert recent.take("t", 1, 1) is None
