@@ -45,7 +45,9 @@ async def record_step(
         stored, changed = await _advance(store, current, step, checkpoint)
         if not changed and stored.record.status is TaskStatus.COMPLETED:
             checkpoint = msgspec.structs.replace(checkpoint, output=stored.record.result)
-        return await _hand_off_after(store, stored, changed, step, checkpoint, attempt, False)
+        return await _hand_off_after(
+            store, stored, changed, step, checkpoint, attempt, skipped=False
+        )
     stored_checkpoint = asyncio.ensure_future(store.create_checkpoint(task_id, step, checkpoint))
     try:
         stored, changed = await _advance(store, current, step, checkpoint)

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from schemas.tasks import TaskRecord, TaskStatus
+from schemas.tasks import TaskStatus
+
+if TYPE_CHECKING:
+    from services.nats.store import Versioned
 
 MAX_AGE = 10.0
 CAPACITY = 4096
 MAX_RECORD_BYTES = 8192
-
-
-@dataclass(frozen=True)
-class Versioned:
-    """A task record and the KV revision it was read at (for compare-and-set)."""
-
-    record: TaskRecord
-    revision: int
 
 
 class RecentRecords:

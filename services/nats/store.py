@@ -8,6 +8,7 @@ in one place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 from nats.aio.client import Client as NatsClient
@@ -37,7 +38,7 @@ from schemas.tasks import (
 )
 from services.errors import NatsUnavailableError, TaskNotFoundError
 from services.nats.provision import Layout, provision
-from services.nats.recent import RecentRecords, Versioned
+from services.nats.recent import RecentRecords
 from services.nats.requests import Requester
 
 _tool_decoder = msgspec.json.Decoder(ToolInfo)
@@ -64,6 +65,14 @@ _pub_ack_decoder = msgspec.json.Decoder(_PubAck)
 WRONG_LAST_SEQUENCE = (10071, 10164)
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
 PUBLISH_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A task record and the KV revision it was read at (for compare-and-set)."""
+
+    record: TaskRecord
+    revision: int
 
 
 class Store:

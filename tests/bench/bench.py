@@ -90,6 +90,47 @@ class Node:
             self.process.wait(20)
 
 
+class CpuTime:
+    """CPU seconds that the server, the workers (or the baseline's handlers) and the
+    dispatcher spend in a block: steadier than wall time on a shared machine."""
+
+    def __init__(self, server: int | None, workers: list[Node], dispatcher: Node | None = None):
+        self.pids = {
+            "server": [server] if server else [],
+            "workers": [n.process.pid for n in workers],
+            "dispatcher": [dispatcher.process.pid] if dispatcher else [],
+        }
+        self.used: dict[str, float] = {}
+
+    def __enter__(self) -> CpuTime:
+        self.used = {role: -_cpu_seconds(pids) for role, pids in self.pids.items()}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for role, pids in self.pids.items():
+            self.used[role] += _cpu_seconds(pids)
+
+    def per_task(self, tasks: int) -> dict[str, float]:
+        """CPU ms per task, by process role (roles without a process are left out)."""
+        return {
+            f"cpu_ms_per_task_{role}": self.used[role] * 1000 / tasks
+            for role, pids in self.pids.items()
+            if pids
+        }
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of processes, from /proc (0 where /proc is missing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 class Completions:
     """Counts completions seen on a subject and times each task's."""
 
@@ -243,8 +284,10 @@ async def main(args: argparse.Namespace) -> list[Result]:
         base_w1, base_w2 = Result("W1 throughput", "baseline"), Result("W2 latency", "baseline")
         node = Node("baseline", url, args.concurrency)
         for _ in range(args.runs):
-            seconds = await bench.throughput("baseline", args.tasks, 200)
+            with CpuTime(server.pid, [node]) as cpu:
+                seconds = await bench.throughput("baseline", args.tasks, 200)
             base_w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
+            base_w1.add(**cpu.per_task(args.tasks))
             samples = await bench.latency("baseline", args.latency_tasks)
             base_w2.add(p50_ms=_pct(samples, 50), p99_ms=_pct(samples, 99))
         node.stop()
@@ -257,8 +300,10 @@ async def main(args: argparse.Namespace) -> list[Result]:
                 w1 = Result(f"W1 throughput ({workers}, {_size(size)})", "tether")
                 nodes = [Node("worker", url, args.concurrency) for _ in range(processes)]
                 for _ in range(args.runs):
-                    seconds = await bench.throughput("tether", args.tasks, size)
+                    with CpuTime(server.pid, nodes, dispatcher) as cpu:
+                        seconds = await bench.throughput("tether", args.tasks, size)
                     w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
+                    w1.add(**cpu.per_task(args.tasks))
                 w1.add(peak_mb=max(n.peak_memory_mb() for n in nodes))
                 if processes == 1 and size == 200:
                     w2 = Result("W2 latency", "tether")
@@ -321,6 +366,10 @@ def report(results: list[Result], base_w1: Result, base_w2: Result, out: Path | 
             ratio = ""
             if key == "tasks_per_s" and result.system == "tether":
                 ratio = f"{result.median(key) / base_tps:.0%} of baseline"
+            if key.startswith("cpu_ms_per_task") and "200 B" in result.workload:
+                base = base_w1.metrics.get(key)
+                if base:
+                    ratio = f"{result.median(key) / statistics.median(base):.2f}× baseline"
             if key == "p50_ms" and result.system == "tether":
                 ratio = f"{result.median(key) / base_p50:.2f}× baseline"
             lines.append(

@@ -15,9 +15,18 @@ from tests.conftest import APP, start_worker
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("point", ["checkpointed", "recorded", "handed-off"])
+@pytest.mark.parametrize(
+    ("point", "step"),
+    [
+        ("checkpointed", 1),
+        ("recorded", 1),
+        ("handed-off", 1),
+        ("recorded", 2),  # the last step: its output is the record's result, not a checkpoint
+    ],
+)
 async def test_redelivery_after_a_crash_reruns_nothing(
     point: str,
+    step: int,
     config: NatsConfig,
     client: Client,
     dispatcher: object,
@@ -26,9 +35,9 @@ async def test_redelivery_after_a_crash_reruns_nothing(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    task_id = f"crash-{point}"
+    task_id = f"crash-{point}-{step}"
     handle = await client.submit([{"tool": "fast", "input": 0}, "fast", "fast"], task_id=task_id)
-    monkeypatch.setenv("TETHER_CRASH_AT", f"{point}:{task_id}:1")
+    monkeypatch.setenv("TETHER_CRASH_AT", f"{point}:{task_id}:{step}")
     doomed_log = tmp_path / "doomed.log"
     doomed = start_worker(
         config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
@@ -48,4 +57,4 @@ async def test_redelivery_after_a_crash_reruns_nothing(
 
     assert result["step"] == 2
     counts = read_executions(executions)
-    assert [counts[(task_id, step)] for step in range(3)] == [1, 1, 1]
+    assert [counts[(task_id, i)] for i in range(3)] == [1, 1, 1]

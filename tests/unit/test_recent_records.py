@@ -6,7 +6,8 @@ import pytest
 
 from schemas.tasks import StepSpec, TaskRecord, TaskStatus
 from services.engine.transitions import utcnow
-from services.nats.recent import RecentRecords, Versioned
+from services.nats.recent import RecentRecords
+from services.nats.store import Versioned
 
 
 def versioned(step: int = 1, status: TaskStatus = TaskStatus.RUNNING) -> Versioned:
