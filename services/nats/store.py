@@ -20,7 +20,6 @@ from nats.js.errors import (
     APIError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NoKeysError,
     NoStreamResponseError,
 )
 from nats.js.kv import KeyValue
@@ -62,6 +61,21 @@ class _PubAck(msgspec.Struct):
 
 
 _pub_ack_decoder = msgspec.json.Decoder(_PubAck)
+
+
+class _StreamState(msgspec.Struct):
+    subjects: dict[str, int] | None = None
+
+
+class _StreamSubjects(msgspec.Struct):
+    """The part of JetStream's STREAM.INFO reply that lists subjects, a page at a time."""
+
+    state: _StreamState | None = None
+    total: int = 0
+    error: _ApiError | None = None
+
+
+_stream_subjects_decoder = msgspec.json.Decoder(_StreamSubjects)
 WRONG_LAST_SEQUENCE = (10071, 10164)
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
 PUBLISH_TIMEOUT = 5.0
@@ -169,14 +183,12 @@ class Store:
         subject = f"$JS.API.DIRECT.GET.{stream}.{prefix}{key}"
         reply = await self._requests.request(subject, b"", None)
         headers = reply.headers or {}
-        if not reply.data:
-            if headers.get("Status") == "404":
-                return None
+        if headers.get("KV-Operation") in ("DEL", "PURGE") or headers.get("Status") == "404":
+            return None  # deleted, or never written
+        if "Status" in headers:
             raise APIError(
                 code=int(headers.get("Status") or 0), description=headers.get("Description", "")
             )
-        if headers.get("KV-Operation") in ("DEL", "PURGE"):
-            return None
         return reply.data, int(headers["Nats-Sequence"])
 
     async def _write(self, subject: str, data: bytes, last: int) -> int:
@@ -240,11 +252,31 @@ class Store:
         """Updates of one record: the current value first, then a None marker, then changes."""
         return await self._tasks.watch(task_id)
 
+    async def keys(self, bucket: str) -> list[str]:
+        """Every key in a bucket (deleted ones included: reads skip those).
+
+        Read from the stream's subject list, a page of up to 100,000 per request.
+        nats-py's `KeyValue.keys()` can come back empty when its watcher's consumer
+        info overtakes the entries it has not processed yet.
+        """
+        prefix = f"$KV.{bucket}."
+        keys: list[str] = []
+        while True:
+            body = encode({"subjects_filter": prefix + ">", "offset": len(keys)})
+            reply = await self._requests.request(f"$JS.API.STREAM.INFO.KV_{bucket}", body, None)
+            info = _stream_subjects_decoder.decode(reply.data)
+            if info.error is not None:
+                error = info.error
+                raise APIError(
+                    code=error.code, err_code=error.err_code, description=error.description
+                )
+            page = info.state.subjects if info.state and info.state.subjects else {}
+            keys.extend(subject[len(prefix) :] for subject in page)
+            if not page or len(keys) >= info.total:
+                return keys
+
     async def list_records(self) -> list[TaskRecord]:
-        try:
-            keys = await self._tasks.keys()
-        except NoKeysError:
-            return []
+        keys = await self.keys(self.names.tasks_bucket)
         records = []
         for key in keys:
             found = await self.get_record(key)
@@ -328,10 +360,7 @@ class Store:
 
     async def list_tools(self) -> list[ToolInfo]:
         """Every tool a worker has advertised, by name."""
-        try:
-            keys = await self._tools.keys()
-        except NoKeysError:
-            return []
+        keys = await self.keys(self.names.tools_bucket)
         tools = [await self.get_tool(key) for key in sorted(keys)]
         return [tool for tool in tools if tool is not None]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from nats.js.errors import NoKeysError
-
 from schemas.tasks import TaskStatus
 from services.nats.store import Store
 
@@ -11,11 +9,7 @@ from services.nats.store import Store
 async def stored_steps(store: Store, task_ids: list[str] | None = None) -> set[tuple[str, int]]:
     """Every (task, step) with a checkpoint, plus the last step of each completed task
     (the record's `result` is that step's checkpoint); only `task_ids` if given."""
-    bucket = await store.js.key_value(store.names.checkpoints_bucket)
-    try:
-        keys = await bucket.keys()
-    except NoKeysError:
-        keys = []
+    keys = await store.keys(store.names.checkpoints_bucket)
     wanted = None if task_ids is None else set(task_ids)
     steps = set()
     for key in keys:

@@ -1,0 +1,26 @@
+"""Store.keys: a bucket's keys from the stream's subject list, on a real nats-server."""
+
+from __future__ import annotations
+
+from schemas.tasks import TaskRecord, TaskStatus
+from services import Client
+from services.engine.transitions import utcnow
+
+
+def _record(task_id: str) -> TaskRecord:
+    now = utcnow()
+    return TaskRecord(
+        task_id=task_id, status=TaskStatus.PENDING, steps=[], created_at=now, updated_at=now
+    )
+
+
+async def test_keys_lists_every_key_and_records_skip_deleted_ones(client: Client) -> None:
+    store = client.store
+    assert await store.keys(store.names.tasks_bucket) == []
+    for n in range(5):
+        assert await store.create_record(_record(f"k-{n}")) is not None
+    tasks = await store.js.key_value(store.names.tasks_bucket)
+    await tasks.delete("k-4")
+
+    assert sorted(await store.keys(store.names.tasks_bucket)) == [f"k-{n}" for n in range(5)]
+    assert sorted(r.task_id for r in await store.list_records()) == [f"k-{n}" for n in range(4)]
