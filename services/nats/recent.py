@@ -59,9 +59,8 @@ class RecentRecords:
             return None
         found, written_at, reconnects = entry
         record = found.record
-        usable = (
-            record.status is TaskStatus.RUNNING
-            and record.current_step == step
+        usable = (  # only running records are kept (see `remember`)
+            record.current_step == step
             and record.generation == generation
             and reconnects == self._reconnects()
             and time.monotonic() - written_at < MAX_AGE

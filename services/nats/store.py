@@ -51,6 +51,12 @@ class _ApiError(msgspec.Struct):
     err_code: int = 0
     description: str = ""
 
+    def exception(self) -> APIError:
+        """nats-py's exception for this error, so callers keep catching what they know."""
+        if self.err_code in WRONG_LAST_SEQUENCE:
+            return KeyWrongLastSequenceError(description=self.description)
+        return APIError(code=self.code, err_code=self.err_code, description=self.description)
+
 
 class _PubAck(msgspec.Struct):
     """JetStream's reply to a publish, decoded with msgspec (nats-py uses json + a dataclass)."""
@@ -165,10 +171,7 @@ class Store:
             raise NoStreamResponseError from exc
         ack = _pub_ack_decoder.decode(reply.data)
         if ack.error is not None:
-            error = ack.error
-            if error.err_code in WRONG_LAST_SEQUENCE:
-                raise KeyWrongLastSequenceError(description=error.description)
-            raise APIError(code=error.code, err_code=error.err_code, description=error.description)
+            raise ack.error.exception()
         return ack
 
     async def _read(self, bucket: KeyValue, prefix: str, key: str) -> tuple[bytes, int] | None:
@@ -266,10 +269,7 @@ class Store:
             reply = await self._requests.request(f"$JS.API.STREAM.INFO.KV_{bucket}", body, None)
             info = _stream_subjects_decoder.decode(reply.data)
             if info.error is not None:
-                error = info.error
-                raise APIError(
-                    code=error.code, err_code=error.err_code, description=error.description
-                )
+                raise info.error.exception()
             page = info.state.subjects if info.state and info.state.subjects else {}
             keys.extend(subject[len(prefix) :] for subject in page)
             if not page or len(keys) >= info.total:
