@@ -105,3 +105,15 @@ def start_worker(
             stdout=out,
             stderr=out,
         )
+
+
+def stop_worker(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM and wait. A graceful stop is bounded (grace, then release), so one that
+    outlasts `timeout` is a bug: the process is killed, then the test fails."""
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise AssertionError(f"the worker did not stop within {timeout:.0f}s of SIGTERM") from None

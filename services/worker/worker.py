@@ -28,6 +28,7 @@ from services.worker.step import StepRunner
 log = logging.getLogger("tether.worker")
 
 FETCH_TIMEOUT = 1.0
+CANCEL_GRACE = 5.0
 
 
 def default_worker_id() -> str:
@@ -102,6 +103,8 @@ class Worker(Service):
         slots = asyncio.Semaphore(self.concurrency)
         while not self._stopping.is_set():
             await slots.acquire()
+            if self._stopping.is_set():
+                break  # stopped while every slot was busy: fetch nothing more
             free = 1
             while free < self.concurrency and not slots.locked():
                 await slots.acquire()
@@ -143,6 +146,12 @@ class Worker(Service):
         """Stop fetching, give in-flight steps `shutdown_grace` to finish, release the rest."""
         self._stopping.set()
         if self._loops:
+            # A loop ends after its current fetch (at most FETCH_TIMEOUT); one still
+            # waiting for a free slot (every slot busy with a long step) is cancelled, or
+            # the grace below would not bound the stop.
+            _, waiting = await asyncio.wait(self._loops, timeout=2 * FETCH_TIMEOUT)
+            for loop in waiting:
+                loop.cancel()
             await asyncio.gather(*self._loops, return_exceptions=True)
             self._loops.clear()
         if self._in_flight:
@@ -151,7 +160,10 @@ class Worker(Service):
             )
             for task in pending:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:
+                _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
+                if stuck:  # their messages are redelivered after ack_wait
+                    log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await self._nc.close()

@@ -10,7 +10,7 @@ import pytest
 from services import Client, NatsConfig
 from services.testing import wait_until
 from tests.apps.tools import read_executions
-from tests.conftest import APP, start_worker
+from tests.conftest import APP, start_worker, stop_worker
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +52,7 @@ async def test_redelivery_after_a_crash_reruns_nothing(
     try:
         result = await handle.wait(timeout=30)
     finally:
-        survivor.terminate()
-        survivor.wait(10)
+        stop_worker(survivor)
 
     assert result["step"] == 2
     counts = read_executions(executions)

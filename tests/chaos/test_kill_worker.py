@@ -13,7 +13,7 @@ from services import Client, Dispatcher, NatsConfig, NatsServer
 from services.testing import eventually, wait_until
 from services.testing.progress import stored_steps
 from tests.apps.tools import read_executions
-from tests.conftest import APP, start_worker
+from tests.conftest import APP, start_worker, stop_worker
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,7 @@ async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
     try:
         await eventually(lambda: all_completed(client, task_ids), timeout=60, interval=0.2)
     finally:
-        replacement.terminate()
-        replacement.wait(10)
+        stop_worker(replacement)
 
     counts = read_executions(executions)
     rerun = {key for key, n in counts.items() if n > 1}
@@ -101,10 +100,11 @@ async def test_restart_of_nats_server_loses_nothing(
             assert len(counts) == 40 * 3
             assert max(counts.values()) <= 2
     finally:
-        if worker is not None:
-            worker.terminate()
-            worker.wait(10)
-        server.stop()
+        try:
+            if worker is not None:
+                stop_worker(worker)
+        finally:
+            server.stop()
 
 
 async def _registered(client: Client) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from services import Client, NatsConfig
 from services.testing import wait_until
 from tests.apps.tools import read_executions
-from tests.conftest import APP, start_worker
+from tests.conftest import APP, start_worker, stop_worker
 
 
 async def test_max_concurrency_holds_across_two_worker_processes(
@@ -34,8 +34,7 @@ async def test_max_concurrency_holds_across_two_worker_processes(
         await asyncio.gather(*(h.wait(timeout=30) for h in handles))
     finally:
         for worker in workers:
-            worker.terminate()
-            worker.wait(10)
+            stop_worker(worker)
 
     seen = [int(line) for line in (running / "max").read_text().split()]
     assert len(seen) == 10, executions.read_text()
@@ -64,6 +63,5 @@ async def test_sigterm_finishes_the_running_step_then_exits(
     try:
         await handle.wait(timeout=20)
     finally:
-        replacement.terminate()
-        replacement.wait(10)
+        stop_worker(replacement)
     assert read_executions(executions)[(handle.task_id, 0)] == 1
