@@ -45,6 +45,7 @@ from services.errors import (
     TaskNotFoundError,
     TetherError,
 )
+from services.nats.cancellation import raise_if_cancelled
 from services.nats.store import Store
 
 
@@ -213,6 +214,7 @@ class EventFeed:
         )
         try:
             while True:
+                raise_if_cancelled()  # next_msg can eat the cancel that ends the feed
                 try:
                     msg = await sub.next_msg(timeout=60)
                 except nats.errors.TimeoutError:
@@ -234,6 +236,7 @@ async def poll_heartbeats(store: Store, task_id: str, view: render.EventView) ->
             view.heartbeat(await store.get_heartbeat(task_id))
         except (nats.errors.Error, OSError):
             pass  # reconnecting: the bar just pauses
+        raise_if_cancelled()
         await asyncio.sleep(HEARTBEAT_POLL)
 
 

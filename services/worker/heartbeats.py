@@ -10,6 +10,7 @@ from types import TracebackType
 
 from nats.aio.msg import Msg
 
+from services.nats.cancellation import raise_if_cancelled
 from services.nats.store import Store
 from services.worker.context import StepContext
 
@@ -77,7 +78,7 @@ class StepHeartbeat:
                 raise
             except Exception as exc:  # NATS away for a moment: keep beating
                 log.warning("heartbeat of %s failed: %s", self._msg.subject, exc)
-            _raise_if_cancelled()
+            raise_if_cancelled()  # or a loop whose cancel a NATS call ate beats on forever
             await asyncio.sleep(self._interval)
 
     async def _beat(self) -> None:
@@ -89,16 +90,3 @@ class StepHeartbeat:
         found = await self._store.get_record(ctx.task_id)
         if found is None or found.record.status.is_terminal:
             self.end()
-
-
-def _raise_if_cancelled() -> None:
-    """Raise a cancellation that a NATS call swallowed.
-
-    On Python 3.11, `asyncio.wait_for` (under nats-py's `request` and every KV and
-    JetStream call) returns the result instead of raising when the cancel lands just as
-    the reply arrives, and nats-py's flush catches CancelledError outright. Without this
-    check a heartbeat loop cancelled there beats on forever, and its step never settles.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
