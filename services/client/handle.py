@@ -17,6 +17,7 @@ from schemas.events import TERMINAL_EVENTS, AnyStatusEvent
 from schemas.tasks import TaskRecord, TaskStatus
 from services.engine import lifecycle
 from services.errors import TaskCancelledError, TaskFailedError, TaskTimeoutError
+from services.nats.cancellation import raise_if_cancelled
 from services.nats.store import Store
 
 RECHECK_INTERVAL = 5.0
@@ -61,6 +62,7 @@ class TaskHandle:
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         deadline = None if seconds is None else time.monotonic() + seconds
         while True:
+            raise_if_cancelled()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TaskTimeoutError(
@@ -86,6 +88,7 @@ class TaskHandle:
         give_up = time.monotonic() + window
         try:
             while (left := give_up - time.monotonic()) > 0:
+                raise_if_cancelled()
                 try:
                     entry = await watcher.updates(timeout=left)  # type: ignore[no-untyped-call]
                 except TimeoutError:

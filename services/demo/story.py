@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from schemas.events import AnyStatusEvent, Completed, Failed, StepCompleted, StepStarted
 from services import Client, Dispatcher, NatsConfig, NatsServer
+from services.nats.cancellation import raise_if_cancelled
 from services.testing import wait_until
 
 QUERY = "durable execution for AI agents"
@@ -130,6 +131,7 @@ class Demo:
         self, client: Client, task_id: str, progress: Progress, bars: dict[int, TaskID]
     ) -> None:
         while True:
+            raise_if_cancelled()
             beat = await client.store.get_heartbeat(task_id)
             if beat is not None and beat.step in bars and beat.progress is not None:
                 progress.update(bars[beat.step], completed=beat.progress, note=beat.message or "")

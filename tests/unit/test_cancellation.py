@@ -1,4 +1,4 @@
-"""StepHeartbeat stops when its step settles, even if a NATS call ate the cancellation."""
+"""Loops stopped by cancel() end even when a NATS call inside them ate the cancellation."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import contextlib
 from datetime import timedelta
 from typing import cast
 
+import pytest
 from nats.aio.msg import Msg
 
+from services.nats.cancellation import raise_if_cancelled
 from services.nats.store import Store
 from services.worker.heartbeats import StepHeartbeat
 
@@ -49,3 +51,19 @@ async def test_a_heartbeat_cancelled_inside_a_call_that_swallows_it_still_stops(
 
     assert stopping in done, "the heartbeat loop ran on after its step settled"
     assert msg.beats == 1
+
+
+async def test_raise_if_cancelled_raises_the_cancel_a_call_swallowed() -> None:
+    msg = SwallowingMsg()
+
+    async def one_turn() -> str:
+        await msg.in_progress()
+        raise_if_cancelled()
+        return "ran on"
+
+    turn = asyncio.create_task(one_turn())
+    await asyncio.wait_for(msg.in_call.wait(), timeout=5)
+    turn.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await turn
