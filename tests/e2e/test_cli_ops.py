@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from services import Client, NatsConfig, TaskStatus
-from tests.conftest import APP, ROOT, start_worker
+from tests.conftest import APP, ROOT, start_worker, stop_worker
 
 CLI_TIMEOUT = 30.0
 
@@ -83,8 +83,7 @@ async def worker(
 ) -> AsyncIterator[subprocess.Popen[bytes]]:
     process = start_worker(config, APP, log=tmp_path / "worker.log")
     yield process
-    process.terminate()
-    await asyncio.to_thread(process.wait, 10)
+    await asyncio.to_thread(stop_worker, process)
 
 
 async def running(client: Client, task_id: str) -> None:

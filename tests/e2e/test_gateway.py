@@ -35,7 +35,7 @@ from schemas.names import Names
 from services import Client, NatsConfig
 from services.testing import eventually, wait_until
 from tests.apps.tools import read_executions
-from tests.conftest import APP, ROOT, start_worker
+from tests.conftest import APP, ROOT, start_worker, stop_worker
 
 TASKS = "io.modelcontextprotocol/tasks"
 LEGACY = "2025-11-25"
@@ -100,8 +100,7 @@ def workers(stack: NatsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iter
     yield pool
     for process in pool.processes:
         if process.poll() is None:
-            process.terminate()
-            process.wait(10)
+            stop_worker(process)
 
 
 @pytest.fixture(scope="module")
