@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
-from schemas.tasks import ErrorInfo, StepSpec, TaskRecord, TaskStatus
+from schemas.tasks import DurationMs, ErrorInfo, StepSpec, TaskRecord, TaskStatus
+
+MAX_RESULT_WAIT_MS = 24 * 3600 * 1000
+MAX_LIST = 1000
 
 
 class ErrorCode(str, Enum):
@@ -37,7 +40,7 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True):
     steps: list[StepSpec]
     task_id: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    deadline_ms: int | None = None
+    deadline_ms: DurationMs | None = None
 
 
 class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,7 +55,7 @@ class TaskRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 class ResultRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
-    timeout_ms: int = 0
+    timeout_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_RESULT_WAIT_MS)] = 0
 
 
 class ResultReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,13 +69,17 @@ class ResultReply(msgspec.Struct, frozen=True, kw_only=True):
 
 class ListRequest(msgspec.Struct, frozen=True, kw_only=True):
     status: TaskStatus | None = None
-    limit: int = 100
+    limit: Annotated[int, msgspec.Meta(extra_json_schema={"minimum": 1, "maximum": MAX_LIST})] = 100
     cursor: str | None = None
 
 
 class ListReply(msgspec.Struct, frozen=True, kw_only=True):
+    """`omitted`: tasks on this page whose records are too large for a reply (records
+    written before Tether bounded them); the page goes on past them."""
+
     tasks: list[TaskRecord]
     next_cursor: str | None = None
+    omitted: list[str] = msgspec.field(default_factory=list)
 
 
 class InputAnswer(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,6 +22,10 @@ heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 event_decoder: msgspec.json.Decoder[AnyStatusEvent] = msgspec.json.Decoder(AnyStatusEvent)
 
 
+NESTED = "JSON nested too deeply"
+"""What a decode that hit the recursion limit says (msgspec raises RecursionError)."""
+
+
 def decode(data: bytes, type: type[T]) -> T:
     """Decode JSON into `type`; raises msgspec.ValidationError naming the bad field."""
     return msgspec.json.decode(data, type=type)

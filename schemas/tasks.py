@@ -4,9 +4,28 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+
+MAX_STEPS = 1000
+"""Steps in one submitted plan."""
+MAX_ATTEMPTS = 1000
+MAX_BACKOFF_MS = 24 * 3600 * 1000
+"""One day: the longest delay between two attempts."""
+MAX_DURATION_MS = 366 * 24 * 3600 * 1000
+"""A year and a day: the longest step timeout or task deadline."""
+
+
+def _bounds(low: int, high: int) -> msgspec.Meta:
+    """Bounds stated in the JSON Schemas; `services.engine.plans` enforces them with
+    errors that name the task and step (a plain decode error would not)."""
+    return msgspec.Meta(extra_json_schema={"minimum": low, "maximum": high})
+
+
+Attempts = Annotated[int, _bounds(1, MAX_ATTEMPTS)]
+BackoffMs = Annotated[int, _bounds(0, MAX_BACKOFF_MS)]
+DurationMs = Annotated[int, _bounds(1, MAX_DURATION_MS)]
 
 
 class TaskStatus(str, Enum):
@@ -25,9 +44,9 @@ class TaskStatus(str, Enum):
 class RetryOverride(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Per-step overrides of the tool's retry policy; unset fields keep the tool's value."""
 
-    max_attempts: int | None = None
-    initial_backoff_ms: int | None = None
-    max_backoff_ms: int | None = None
+    max_attempts: Attempts | None = None
+    initial_backoff_ms: BackoffMs | None = None
+    max_backoff_ms: BackoffMs | None = None
 
 
 class StepSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -35,7 +54,7 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     tool: str
     input: Any = None
-    timeout_ms: int | None = None
+    timeout_ms: DurationMs | None = None
     retry: RetryOverride | None = None
 
 
@@ -59,7 +78,7 @@ class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     steps: list[StepSpec]
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    deadline_ms: int | None = None
+    deadline_ms: DurationMs | None = None
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,10 +108,10 @@ class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One step to run, on `tether.work.<tool>`; `Nats-Msg-Id` is `<task_id>.<step>`."""
 
     task_id: str
-    step: int
+    step: Annotated[int, msgspec.Meta(ge=0)]
     tool: str
     input: Any = None
-    generation: int = 1
+    generation: Annotated[int, msgspec.Meta(ge=1)] = 1
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):

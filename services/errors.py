@@ -2,6 +2,7 @@
 
     TetherError
     ├── NatsUnavailableError       NATS could not be reached
+    ├── MessageTooLargeError       a message or stored value larger than NATS allows
     ├── TaskError                  something about one task
     │   ├── TaskNotFoundError
     │   ├── TaskExistsError        a submit reused a task id
@@ -34,6 +35,19 @@ class NatsUnavailableError(TetherError):
 
 class InvalidTaskError(TetherError, ValueError):
     pass
+
+
+class MessageTooLargeError(TetherError, ValueError):
+    """Raised before sending, so the server never sees (and never disconnects over) it."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} is {size:,} bytes; at most {limit:,} fit (the NATS server's "
+            "max_payload, less room for headers and replies): store large data elsewhere "
+            "and pass a reference"
+        )
+        self.size = size
+        self.limit = limit
 
 
 class TaskError(TetherError):

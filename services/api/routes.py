@@ -20,6 +20,7 @@ from faststream.middlewares import ExceptionMiddleware
 from faststream.nats import NatsBroker
 
 from schemas.api import (
+    MAX_LIST,
     ErrorReply,
     InputAnswer,
     ListReply,
@@ -43,8 +44,8 @@ from services.errors import TaskTimeoutError
 QUEUE = "tether-api"
 MAX_WORKERS = 64
 REPLY_MARGIN = 4096
+"""Room for a reply's headers and envelope (FastStream adds about 100 bytes of headers)."""
 MESSAGE = Context("message")
-MAX_LIST = 1000
 R = TypeVar("R")
 
 
@@ -108,7 +109,7 @@ def build_broker(
 
     @route("get")
     async def get(request: TaskRequest) -> TaskRecord:
-        return await client().get(request.task_id)
+        return _fits(client(), await client().get(request.task_id))
 
     @route("result")
     async def result(request: ResultRequest) -> ResultReply:
@@ -129,17 +130,17 @@ def build_broker(
 
     @route("cancel")
     async def cancel(request: TaskRequest) -> TaskRecord:
-        return await client().cancel(request.task_id)
+        return _fits(client(), await client().cancel(request.task_id))
 
     @route("input")
     async def answer(request: InputAnswer) -> TaskRecord:
         await client().send_input(request.task_id, request.data)
-        return await client().get(request.task_id)
+        return _fits(client(), await client().get(request.task_id))
 
     @route("retry")
     async def retry(request: TaskRequest) -> TaskRecord:
         await client().retry(request.task_id)
-        return await client().get(request.task_id)
+        return _fits(client(), await client().get(request.task_id))
 
     discovery.subscribe(broker)
     return broker
@@ -157,8 +158,23 @@ def _still_running(record: TaskRecord) -> Exception:
     )
 
 
+def _fits(client: Client, record: TaskRecord) -> TaskRecord:
+    """Refuse a reply the server would refuse: sending it would close the connection."""
+    size, limit = len(encode(record)), client.max_payload - REPLY_MARGIN
+    if size > limit:
+        raise InvalidRequestError(
+            f"task {record.task_id!r} is too large to send ({size:,} bytes; a reply holds "
+            f"at most {limit:,}): it was recorded before Tether bounded records"
+        )
+    return record
+
+
 def _page(records: list[TaskRecord], request: ListRequest, max_bytes: int) -> ListReply:
-    """Up to `limit` records after the cursor, as many as fit in one reply."""
+    """Up to `limit` records after the cursor, as many as fit in one reply.
+
+    A record too large for any reply is named in `omitted` and passed over, so the
+    tasks after it stay reachable.
+    """
     if not 1 <= request.limit <= MAX_LIST:
         raise InvalidRequestError(f"invalid list request: limit must be between 1 and {MAX_LIST}")
     start = 0
@@ -168,15 +184,21 @@ def _page(records: list[TaskRecord], request: ListRequest, max_bytes: int) -> Li
             raise InvalidRequestError(f"invalid list request: unknown cursor {request.cursor!r}")
         start = ids.index(request.cursor) + 1
     page: list[TaskRecord] = []
+    omitted: list[str] = []
     size = 64
+    last = start
     for record in records[start : start + request.limit]:
-        size += len(encode(record)) + 1
-        if size > max_bytes:
+        record_size = len(encode(record)) + 1
+        if record_size + 64 > max_bytes:
+            omitted.append(record.task_id)
+            size += len(record.task_id) + 3
+        elif size + record_size > max_bytes:
             break
-        page.append(record)
-    if not page and start < len(records):
-        raise InvalidRequestError(
-            f"task {records[start].task_id!r} is too large to list: read it with 'get'"
-        )
-    more = start + len(page) < len(records)
-    return ListReply(tasks=page, next_cursor=page[-1].task_id if more else None)
+        else:
+            page.append(record)
+            size += record_size
+        last += 1
+    more = last < len(records)
+    return ListReply(
+        tasks=page, next_cursor=records[last - 1].task_id if more else None, omitted=omitted
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import nats.errors
@@ -33,7 +34,21 @@ class ApiService(Service):
             token=self.nats.token,
             security=BaseSecurity(ssl_context=tls) if tls else None,
             connect_timeout=self.nats.connect_timeout,
+            closed_cb=self._broker_closed,
         )
+        self._stopping = False
+
+    async def _broker_closed(self) -> None:
+        if not self._stopping:
+            self.connection_lost("the API's NATS connection closed for good")
+
+    async def wait_lost(self) -> str:
+        own = asyncio.ensure_future(super().wait_lost())
+        client = asyncio.ensure_future(self._client.wait_lost())
+        done, pending = await asyncio.wait([own, client], return_when=asyncio.FIRST_COMPLETED)
+        for waiter in pending:
+            waiter.cancel()
+        return done.pop().result()
 
     async def start(self) -> None:
         await self._client.connect()
@@ -54,5 +69,6 @@ class ApiService(Service):
                     raise
 
     async def stop(self) -> None:
+        self._stopping = True
         await self.broker.stop()
         await self._client.close()

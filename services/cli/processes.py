@@ -27,9 +27,13 @@ from services.worker import Worker
 
 
 def serve(*services: Service) -> None:
-    """Run services until SIGTERM or Ctrl-C, then stop them gracefully (last started first)."""
+    """Run services until SIGTERM or Ctrl-C, then stop them gracefully (last started first).
 
-    async def run() -> None:
+    A service that lost NATS for good stops the process with exit code 1, so that its
+    supervisor (systemd, Kubernetes, `tether dev`'s caller) starts a fresh one.
+    """
+
+    async def run() -> str | None:
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -39,16 +43,29 @@ def serve(*services: Service) -> None:
             for service in services:
                 await service.start()
                 started.append(service)
-            await stopping.wait()
+            return await _until_stopped_or_lost(stopping, started)
         finally:
             for service in reversed(started):
                 await service.stop()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(run())
+        lost = asyncio.run(run())
     except TetherError as exc:
         fail(str(exc))
+    if lost is not None:
+        fail(f"{lost}: exiting so that a fresh process takes over", code=1)
+
+
+async def _until_stopped_or_lost(stopping: asyncio.Event, services: list[Service]) -> str | None:
+    """None on a stop signal; why, when a service can no longer work."""
+    waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stopping.wait())]
+    waiters += [asyncio.ensure_future(service.wait_lost()) for service in services]
+    done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in pending:
+        waiter.cancel()
+    result = done.pop().result()
+    return result if isinstance(result, str) else None
 
 
 def worker(

@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
-from nats.js.api import Header
 
 from schemas.codec import encode
 from schemas.ids import InvalidNameError, validate_task_id
@@ -19,13 +18,14 @@ from services.engine import lifecycle
 from services.engine.known_tools import KnownTools
 from services.engine.plans import to_step, validate_submit
 from services.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
-from services.nats.connection import NatsConfig, connect
+from services.nats.connection import NatsConfig, close, connect
 from services.nats.provision import Layout
 from services.nats.store import Store
 from services.service import Service
 
 StepLike = StepSpec | dict[str, Any] | str
 ACCEPT_WAIT = 5.0
+RECORD_OVERHEAD = 1024
 
 
 class Client(Service):
@@ -48,7 +48,7 @@ class Client(Service):
         self._known_tools: KnownTools | None = None
 
     async def connect(self) -> None:
-        self._nc = await connect(self.nats)
+        self._nc = await connect(self.nats, self.connection_lost)
         self._store = await Store.open(self._nc, self.layout)
         self._known_tools = KnownTools(self._store)
 
@@ -60,8 +60,7 @@ class Client(Service):
 
     async def close(self) -> None:
         if self._nc is not None:
-            with contextlib.suppress(Exception):
-                await self._nc.close()
+            await close(self._nc)
         self._nc = self._store = None
 
     @property
@@ -88,17 +87,13 @@ class Client(Service):
             deadline_ms=None if deadline is None else int(deadline.total_seconds() * 1000),
         )
         validate_submit(submit)
-        data = encode(submit)
-        self._check_size(submit.task_id, data)
+        self._check_size(submit.task_id, encode(submit))
         assert self._known_tools is not None
         await self._known_tools.check(submit.steps)
         store = self.store
         if await store.get_record(submit.task_id) is not None:
             raise TaskExistsError(submit.task_id)
-        ack = await store.js.publish(
-            store.names.submit_subject, data, headers={Header.MSG_ID: submit.task_id}
-        )
-        if ack.duplicate:
+        if not await store.publish_submit(submit):
             raise TaskExistsError(submit.task_id)
         handle = self.handle(submit.task_id)
         # The submission is durable in the stream now; wait (briefly) for the dispatcher to
@@ -114,11 +109,13 @@ class Client(Service):
         return int(self.store.nc.max_payload)
 
     def _check_size(self, task_id: str, data: bytes) -> None:
-        limit = self.max_payload
+        # The record the dispatcher makes of it is a little larger than the submission.
+        limit = self.store.max_value - RECORD_OVERHEAD
         if len(data) > limit:
             raise InvalidTaskError(
-                f"task {task_id!r} is {len(data):,} bytes; the NATS server accepts at most "
-                f"{limit:,} (max_payload): pass large inputs by reference (a URL or object name)"
+                f"task {task_id!r} is {len(data):,} bytes; at most {limit:,} fit (the NATS "
+                "server's max_payload, less room for the record and replies): pass large "
+                "inputs by reference (a URL or object name)"
             )
 
     def handle(self, task_id: str) -> TaskHandle:

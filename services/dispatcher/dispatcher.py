@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import msgspec
-import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from schemas.codec import submit_decoder
-from schemas.ids import InvalidNameError
+from schemas.codec import NESTED, submit_decoder
 from schemas.names import SUBMIT_DEAD_LETTER
-from schemas.tasks import ErrorInfo, TaskRecord, TaskStatus
+from schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit
 from services.engine import handoff, lifecycle, transitions
 from services.engine.known_tools import KnownTools
 from services.engine.plans import task_id_of, validate_submit
 from services.engine.transitions import utcnow
-from services.errors import InvalidTaskError
-from services.nats.connection import NatsConfig, connect
+from services.errors import InvalidTaskError, MessageTooLargeError
+from services.nats.connection import NatsConfig, close, connect
 from services.nats.provision import Layout, ensure_dispatcher_consumer
 from services.nats.store import Store
 from services.service import Service
@@ -46,7 +43,7 @@ class Dispatcher(Service):
         self._known_tools: KnownTools | None = None
 
     async def start(self) -> None:
-        self._nc = await connect(self.nats)
+        self._nc = await connect(self.nats, self.connection_lost)
         self._store = await Store.open(self._nc, self.layout)
         self._known_tools = KnownTools(self._store)
         await ensure_dispatcher_consumer(self._store.js, self.layout.names)
@@ -59,14 +56,13 @@ class Dispatcher(Service):
             await asyncio.gather(self._loop, return_exceptions=True)
             self._loop = None
         if self._nc is not None:
-            with contextlib.suppress(Exception):
-                await self._nc.close()
+            await close(self._nc)
             self._nc = None
 
     async def _serve(self, store: Store) -> None:
         names = self.layout.names
         sub = await store.js.pull_subscribe_bind(names.dispatcher_consumer, names.submit_stream)
-        while not self._stopping.is_set():
+        while not (self._stopping.is_set() or self.is_lost):
             try:
                 msgs = await sub.fetch(self.batch, timeout=FETCH_TIMEOUT)
             except TimeoutError:
@@ -85,23 +81,17 @@ class Dispatcher(Service):
 
     async def _accept(self, store: Store, msg: Msg) -> None:
         try:
-            submit = submit_decoder.decode(msg.data)
-            validate_submit(submit)
+            submit = _decode(msg.data)
             assert self._known_tools is not None
             await self._known_tools.check(submit.steps)
-        except (
-            msgspec.DecodeError,
-            msgspec.ValidationError,
-            InvalidNameError,
-            InvalidTaskError,
-        ) as exc:
+        except InvalidTaskError as exc:
             await self._reject(store, msg, str(exc))
             return
         seq = msg.metadata.sequence.stream
         try:
             created = await store.create_record(transitions.new_record(submit, utcnow(), seq))
-        except nats.errors.MaxPayloadError:
-            await self._reject(store, msg, f"task {submit.task_id!r} is too large to record")
+        except MessageTooLargeError as exc:
+            await self._reject(store, msg, f"task {submit.task_id!r} is too large to record: {exc}")
             return
         if created is None:
             existing = await store.require_record(submit.task_id)
@@ -130,6 +120,19 @@ class Dispatcher(Service):
         if task_id is not None:
             await _record_rejection(store, task_id, error, msg.metadata.sequence.stream)
         await msg.term()
+
+
+def _decode(data: bytes) -> TaskSubmit:
+    """The submission, or InvalidTaskError saying what is wrong: every decode failure is
+    the sender's, so none may leave the message to come back for ever."""
+    try:
+        submit = submit_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidTaskError(str(exc)) from exc
+    except RecursionError as exc:
+        raise InvalidTaskError(NESTED) from exc
+    validate_submit(submit)
+    return submit
 
 
 async def _hand_off_if_pending(store: Store, record: TaskRecord) -> None:

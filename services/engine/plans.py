@@ -8,11 +8,17 @@ from typing import Any
 import msgspec
 
 from schemas.ids import InvalidNameError, validate_task_id, validate_tool_name
-from schemas.tasks import StepSpec, TaskSubmit
+from schemas.tasks import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_MS,
+    MAX_DURATION_MS,
+    MAX_STEPS,
+    StepSpec,
+    TaskSubmit,
+)
 from services.errors import InvalidTaskError
 
-MAX_STEPS = 1000
-MAX_DEADLINE_MS = 366 * 24 * 3600 * 1000
+MAX_DEADLINE_MS = MAX_DURATION_MS
 
 
 def validate_submit(submit: TaskSubmit) -> None:
@@ -47,17 +53,20 @@ def validate_steps(steps: Sequence[StepSpec], where: str, first: int = 0) -> Non
 
 
 def _override_problem(spec: StepSpec) -> str | None:
-    if spec.timeout_ms is not None and spec.timeout_ms <= 0:
-        return "timeout_ms must be positive"
+    if spec.timeout_ms is not None:
+        if spec.timeout_ms <= 0:
+            return "timeout_ms must be positive"
+        if spec.timeout_ms > MAX_DURATION_MS:
+            return f"timeout_ms must be at most {MAX_DURATION_MS} (a year and a day)"
     retry = spec.retry
     if retry is None:
         return None
-    if retry.max_attempts is not None and retry.max_attempts < 1:
-        return "retry.max_attempts must be at least 1"
+    if retry.max_attempts is not None and not 1 <= retry.max_attempts <= MAX_ATTEMPTS:
+        return f"retry.max_attempts must be between 1 and {MAX_ATTEMPTS}"
     for name in ("initial_backoff_ms", "max_backoff_ms"):
         value = getattr(retry, name)
-        if value is not None and value < 0:
-            return f"retry.{name} must not be negative"
+        if value is not None and not 0 <= value <= MAX_BACKOFF_MS:
+            return f"retry.{name} must be between 0 and {MAX_BACKOFF_MS} (one day)"
     return None
 
 
@@ -77,7 +86,7 @@ def task_id_of(data: bytes) -> str | None:
     """The task id of an undecodable submission, if it has a usable one."""
     try:
         raw = msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     task_id = raw.get("task_id") if isinstance(raw, dict) else None
     try:

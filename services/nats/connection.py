@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import nats
@@ -12,6 +15,8 @@ from schemas.names import DEFAULT_NAMES, Names
 from services.errors import NatsUnavailableError
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+log = logging.getLogger("tether.nats")
+_closing: weakref.WeakSet[NatsClient] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,21 @@ class NatsConfig:
         return context
 
 
-async def connect(config: NatsConfig) -> NatsClient:
-    """Connect, then keep reconnecting for ever: a NATS restart must not kill a worker."""
+async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = None) -> NatsClient:
+    """Connect, then keep reconnecting for ever: a NATS restart must not kill a worker.
+
+    nats-py does give up on a connection for good in some cases (a protocol error
+    from the server, such as an oversized message); `on_lost` hears of that, so the
+    owner can stop instead of living on without NATS. Close with `close`.
+    """
+
+    async def closed() -> None:
+        if nc in _closing or on_lost is None:
+            return
+        reason = f"the NATS connection to {config.url} closed for good ({nc.last_error})"
+        log.error("%s", reason)
+        on_lost(reason)
+
     try:
         nc = await nats.connect(
             servers=config.servers,
@@ -65,6 +83,7 @@ async def connect(config: NatsConfig) -> NatsClient:
             error_cb=_quiet,
             disconnected_cb=_noop,
             reconnected_cb=_noop,
+            closed_cb=closed,
         )
     except (OSError, nats.errors.Error, TimeoutError) as exc:
         raise NatsUnavailableError(
@@ -73,6 +92,15 @@ async def connect(config: NatsConfig) -> NatsClient:
         ) from exc
     nc.options["max_reconnect_attempts"] = -1
     return nc
+
+
+async def close(nc: NatsClient) -> None:
+    """Close a connection on purpose (its `on_lost` stays silent); never raises."""
+    _closing.add(nc)
+    try:
+        await nc.close()
+    except Exception as exc:
+        log.debug("closing the NATS connection: %s", exc)
 
 
 async def _quiet(exc: Exception) -> None:

@@ -15,6 +15,8 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from services.nats.limits import check_message
+
 NO_RESPONDERS = "503"
 SWEEP_EVERY = 0.25
 
@@ -35,7 +37,9 @@ class Requester:
         await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
 
     async def request(self, subject: str, data: bytes, headers: dict[str, str] | None) -> Msg:
-        """The reply to one request; NoRespondersError or nats' TimeoutError otherwise."""
+        """The reply to one request; NoRespondersError or nats' TimeoutError otherwise
+        (MessageTooLargeError, before sending, for what the server would refuse)."""
+        check_message(subject, data, headers, self._nc.max_payload)
         loop = asyncio.get_running_loop()
         self._count += 1
         token = str(self._count)

@@ -32,10 +32,12 @@ from schemas.tasks import (
     DeadLetter,
     Heartbeat,
     TaskRecord,
+    TaskSubmit,
     ToolInfo,
     WorkMessage,
 )
 from services.errors import NatsUnavailableError, TaskNotFoundError
+from services.nats.limits import check_message, check_value, max_value
 from services.nats.provision import Layout, provision
 from services.nats.recent import RecentRecords
 from services.nats.requests import Requester
@@ -158,12 +160,17 @@ class Store:
 
         await self.nc.subscribe(self.names.cancel_notice_subject("*"), cb=cancelled)
 
+    @property
+    def max_value(self) -> int:
+        """The largest record, checkpoint or memo this store writes (see `limits`)."""
+        return max_value(self.nc.max_payload)
+
     async def notify_cancelled(self, task_id: str) -> None:
         """Tell every worker at once (core NATS) that a task was cancelled."""
         await self.nc.publish(self.names.cancel_notice_subject(task_id))
 
     # -- JetStream publishes ----------------------------------------------------
-    async def _publish(self, subject: str, data: bytes, headers: dict[str, str]) -> _PubAck:
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str] | None) -> _PubAck:
         """A JetStream publish that waits for the PubAck; errors keep NATS's codes."""
         try:
             reply = await self._requests.request(subject, data, headers)
@@ -196,6 +203,7 @@ class Store:
 
     async def _write(self, subject: str, data: bytes, last: int) -> int:
         """Compare-and-set one KV key (`last=0`: create only); returns the new revision."""
+        check_value(f"the value of {subject}", data, self.nc.max_payload)
         headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)}
         return (await self._publish(subject, data, headers)).seq
 
@@ -310,7 +318,7 @@ class Store:
     async def create_memo(self, key: str, value: bytes) -> bytes:
         """Store a memoized side effect's result create-only; return the stored bytes."""
         try:
-            await self._checkpoints.create(key, value)
+            await self._write(self._checkpoints_prefix + key, value, 0)
         except KeyWrongLastSequenceError:
             existing = await self.get_memo(key)
             if existing is None:
@@ -336,17 +344,28 @@ class Store:
         msg_id = self.names.event_msg_id(event.task_id, event.kind, event.step, generation, n)
         subject = self.names.status_subject(event.task_id)
         headers = {MSG_ID: msg_id}
+        data = encode(event)
         if isinstance(event, _PROGRESS_EVENTS):
-            await self.nc.publish(subject, encode(event), headers=headers)
+            check_message(subject, data, headers, self.nc.max_payload)
+            await self.nc.publish(subject, data, headers=headers)
         else:
-            await self._publish(subject, encode(event), headers)
+            await self._publish(subject, data, headers)
+
+    async def publish_submit(self, submit: TaskSubmit) -> bool:
+        """Queue a submission for the dispatcher; False when its id was seen in the window."""
+        data = encode(submit)
+        check_value(f"task {submit.task_id!r}", data, self.nc.max_payload)
+        ack = await self._publish(self.names.submit_subject, data, {MSG_ID: submit.task_id})
+        return not ack.duplicate
 
     async def dead_letter(self, letter: DeadLetter) -> None:
-        await self.js.publish(self.names.dead_letter_subject(letter.tool), encode(letter))
+        await self._publish(self.names.dead_letter_subject(letter.tool), encode(letter), None)
 
     # -- heartbeats and tools ------------------------------------------------
     async def beat(self, heartbeat: Heartbeat) -> None:
-        await self._heartbeats.put(heartbeat.task_id, encode(heartbeat))
+        data = encode(heartbeat)
+        check_value(f"the heartbeat of task {heartbeat.task_id!r}", data, self.nc.max_payload)
+        await self._heartbeats.put(heartbeat.task_id, data)
 
     async def get_heartbeat(self, task_id: str) -> Heartbeat | None:
         try:

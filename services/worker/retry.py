@@ -37,8 +37,11 @@ class RetryPolicy:
     def backoff(self, attempt: int, rng: random.Random | None = None) -> timedelta:
         """Delay after failed attempt number `attempt` (1-based)."""
         cap = _seconds(self.max_backoff)
-        exponent = min(attempt - 1, 64)  # past the cap anyway; keeps the float finite
-        capped = min(_seconds(self.initial_backoff) * self.backoff_coefficient**exponent, cap)
+        exponent = min(attempt - 1, 64)
+        try:
+            capped = min(_seconds(self.initial_backoff) * self.backoff_coefficient**exponent, cap)
+        except OverflowError:  # a coefficient so large the float runs out: past the cap
+            capped = cap
         spread = capped * self.jitter
         jittered = capped + (rng or random).uniform(-spread, spread)
         return timedelta(seconds=max(0.0, min(jittered, cap)))

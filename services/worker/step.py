@@ -15,10 +15,9 @@ from datetime import timedelta
 from typing import Any
 
 import msgspec
-import nats.errors
 from nats.aio.msg import Msg
 
-from schemas.codec import encode, work_decoder
+from schemas.codec import NESTED, encode, work_decoder
 from schemas.events import StepRetrying, StepStarted
 from schemas.ids import InvalidNameError, validate_task_id
 from schemas.tasks import (
@@ -32,7 +31,12 @@ from schemas.tasks import (
 from services.engine import handoff, lifecycle, transitions
 from services.engine.plans import validate_steps
 from services.engine.transitions import utcnow
-from services.errors import InvalidTaskError, RetryableError, TerminalError
+from services.errors import (
+    InvalidTaskError,
+    MessageTooLargeError,
+    RetryableError,
+    TerminalError,
+)
 from services.nats.store import Store, Versioned
 from services.worker.app import Tool
 from services.worker.context import StepContext
@@ -42,6 +46,7 @@ from services.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
 START_DELAY = 0.1
+ERROR_MESSAGE_LIMIT = 4096
 
 
 class _Retry(Exception):
@@ -130,25 +135,23 @@ class StepRunner:
     async def _read(
         self, work: WorkMessage, delivery: int
     ) -> tuple[Versioned | None, Checkpoint | None]:
-        """The task record and, where one can exist, the step's checkpoint.
+        """The task record and the step's checkpoint, read at once.
 
-        A first delivery of a step's message has no checkpoint unless it resumes a
-        waiting step (the answer is its checkpoint), so the read is skipped then:
-        one round trip less on the hot path. Redeliveries read both at once.
+        The delivery count is no proof that a step never ran: a nats-server that was
+        killed can lose a consumer's delivery state, and redeliver a step whose
+        checkpoint is stored as a first delivery. Only a record this process wrote
+        itself, for the step it just handed off (see `RecentRecords`, which drops
+        every entry on a reconnect), lets a first delivery skip both reads.
         """
-        if delivery > 1:
-            return await asyncio.gather(
-                self.store.get_record(work.task_id),
-                self.store.get_checkpoint(work.task_id, work.step),
-            )
         recent = self.store.recent
-        found = recent.take(work.task_id, work.step, work.generation) if recent else None
-        if found is not None:
-            return found, None  # this process just handed the step off: see RecentRecords
-        found = await self.store.get_record(work.task_id)
-        if found is None or found.record.status is not TaskStatus.WAITING:
-            return found, None
-        return found, await self.store.get_checkpoint(work.task_id, work.step)
+        if delivery == 1 and recent is not None:
+            found = recent.take(work.task_id, work.step, work.generation)
+            if found is not None:
+                return found, None
+        return await asyncio.gather(
+            self.store.get_record(work.task_id),
+            self.store.get_checkpoint(work.task_id, work.step),
+        )
 
     async def _decode(self, msg: Msg, tool_name: str) -> WorkMessage | None:
         try:
@@ -156,6 +159,9 @@ class StepRunner:
             validate_task_id(work.task_id)
         except (msgspec.DecodeError, msgspec.ValidationError, InvalidNameError) as exc:
             await self._reject(msg, tool_name, f"undecodable work message: {exc}", None)
+            return None
+        except RecursionError:
+            await self._reject(msg, tool_name, "undecodable work message: " + NESTED, None)
             return None
         if work.tool != tool_name or tool_name not in self.tools:
             await self._reject(
@@ -211,8 +217,8 @@ class StepRunner:
                     found = await started.settle()
             try:
                 await self._finish(found, work, attempt, result)
-            except nats.errors.MaxPayloadError as exc:
-                raise _GiveUp(_too_large(self.store)) from exc
+            except MessageTooLargeError as exc:
+                raise _GiveUp(_too_large(exc)) from exc
         except _TaskEnded:
             pass
         except _Retry as retry:
@@ -409,16 +415,19 @@ def _timeout(tool: Tool, spec: StepSpec, found: Versioned) -> float | None:
     return min(limits) if limits else None
 
 
-def _too_large(store: Store) -> ErrorInfo:
+def _too_large(exc: MessageTooLargeError) -> ErrorInfo:
     return ErrorInfo(
         type="OutputTooLarge",
-        message=f"the step's output does not fit in a NATS message (max_payload "
-        f"{store.nc.max_payload:,} bytes): store large data elsewhere and return a reference",
+        message=f"the step's output does not fit: {exc}",
     )
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:
-    return ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
+    """The error as stored and sent; a huge message is cut so the failure itself fits."""
+    message = str(exc) or type(exc).__name__
+    if len(message) > ERROR_MESSAGE_LIMIT:
+        message = message[:ERROR_MESSAGE_LIMIT] + f"… ({len(message):,} characters)"
+    return ErrorInfo(type=type(exc).__name__, message=message)
 
 
 def _exhausted(policy: RetryPolicy, last: str, kind: str = "RetriesExhausted") -> ErrorInfo:

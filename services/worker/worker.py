@@ -18,7 +18,7 @@ from nats.js import JetStreamContext
 
 from schemas.tasks import ToolInfo
 from services.engine.transitions import utcnow
-from services.nats.connection import NatsConfig, connect
+from services.nats.connection import NatsConfig, close, connect
 from services.nats.provision import ConsumerOptions, Layout, ensure_tool_consumer
 from services.nats.store import Store
 from services.service import Service
@@ -73,7 +73,7 @@ class Worker(Service):
         self._in_flight: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._nc = await connect(self.nats)
+        self._nc = await connect(self.nats, self.connection_lost)
         store = await Store.open(self._nc, self.layout)
         runner = StepRunner(store, self.tools, self.worker_id, random.Random())
         await store.remember_records(runner.stop_task)
@@ -101,7 +101,7 @@ class Worker(Service):
         names = self.layout.names
         sub = await js.pull_subscribe_bind(names.tool_consumer(tool.name), names.work_stream)
         slots = asyncio.Semaphore(self.concurrency)
-        while not self._stopping.is_set():
+        while not (self._stopping.is_set() or self.is_lost):
             await slots.acquire()
             if self._stopping.is_set():
                 break  # stopped while every slot was busy: fetch nothing more
@@ -165,6 +165,5 @@ class Worker(Service):
                 if stuck:  # their messages are redelivered after ack_wait
                     log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
         if self._nc is not None:
-            with contextlib.suppress(Exception):
-                await self._nc.close()
+            await close(self._nc)
             self._nc = None
