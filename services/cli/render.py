@@ -74,9 +74,9 @@ def format_error(error: ErrorInfo | None) -> str:
 
 
 def step_position(record: TaskRecord) -> str:
-    """`k/n`, counting from 1; a finished plan shows `n/n`."""
-    total = len(record.steps)
-    return f"{min(record.current_step + 1, total)}/{total}"
+    """`current_step/steps`, as the record has them: steps count from 0, as in events
+    and dead letters, so `0/3` is the first of three and `3/3` a finished plan."""
+    return f"{record.current_step}/{len(record.steps)}"
 
 
 def current_tool(record: TaskRecord) -> str:

@@ -65,7 +65,7 @@ def _running_message(record: TaskRecord, heartbeat: Heartbeat | None) -> str:
     step = record.current_step
     total = len(record.steps)
     tool = record.steps[step].tool if step < total else "?"
-    message = f"step {step + 1} of {total} ({tool}) running"
+    message = f"step {step} ({tool}) of {total} running"
     if heartbeat is not None and heartbeat.step == step:
         if heartbeat.progress is not None:
             message += f", {heartbeat.progress:.0%}"
@@ -154,7 +154,7 @@ def failure_message(record: TaskRecord) -> str:
     step = record.failed_step
     where = ""
     if step is not None and step < len(record.steps):
-        where = f" at step {step + 1} ({record.steps[step].tool})"
+        where = f" at step {step} ({record.steps[step].tool})"
     detail = f"{error.type}: {error.message}" if error else "unknown error"
     return f"task {record.task_id!r} failed{where}: {detail}"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -10,10 +11,13 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 _READY = "Server is ready"
+_PR_SET_PDEATHSIG = 1
+PID_FILE = "tether-nats.pid"
 
 
 class NatsServerError(RuntimeError):
@@ -65,8 +69,19 @@ class NatsServer:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid_file(self) -> Path:
+        return self.store_dir / PID_FILE
+
     def start(self, timeout: float = 20.0) -> NatsServer:
+        """Start the server; refuses a store directory another live nats-server holds."""
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        holder = _live_holder(self.pid_file)
+        if holder is not None:
+            raise NatsServerError(
+                f"{self.store_dir} is in use by nats-server PID {holder} (two servers on one "
+                f"store lose data): stop it with 'kill {holder}', or pass another data directory"
+            )
         self.log_file.unlink(missing_ok=True)
         args = [
             find_nats_server(),
@@ -83,8 +98,13 @@ class NatsServer:
             str(self.log_file),
         ]
         self._process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()) if sys.platform == "linux" else None,
         )
+        self.pid_file.write_text(f"{self._process.pid}\n")
         self.port = self._wait_ready(timeout)
         return self
 
@@ -115,17 +135,19 @@ class NatsServer:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop gracefully (SIGTERM), killing the process if it does not exit in time."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.pid_file.unlink(missing_ok=True)
 
     def kill(self) -> None:
-        """Stop the server with SIGKILL, as a crash would."""
+        """Stop the server with SIGKILL, as a crash would (its PID file stays, as then)."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
@@ -136,3 +158,30 @@ class NatsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """Runs in the child before exec: the kernel sends SIGTERM when the parent dies, so
+    a SIGKILLed `tether dev` does not leave its server holding the port and the store."""
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only makes the call
+
+    def arrange() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return arrange
+
+
+def _live_holder(pid_file: Path) -> int | None:
+    """The PID in `pid_file`, if a nats-server with that PID is still running."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists() and b"nats-server" not in cmdline.read_bytes():
+        return None  # the PID was reused by another program
+    return pid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -80,18 +81,23 @@ class StepContext:
         await self._store.beat(self.heartbeat())
 
     async def once(
-        self, name: str, fn: Callable[[], Awaitable[T]], *, type: type[T] | Any = Any
+        self, name: str, fn: Callable[[], Awaitable[T] | T], *, type: type[T] | Any = Any
     ) -> T:
-        """Run the side effect `fn` at most once for this step, across retries and crashes.
+        """Run the side effect `fn` (sync or async) at most once for this step, across
+        retries and crashes.
 
         The result is stored (it must be JSON-encodable); a retried step gets the stored
-        result back, decoded as `type`, instead of running `fn` again.
+        result back, decoded as `type`, instead of running `fn` again. A crash after `fn`
+        ran and before its result was stored runs it again: make it idempotent with
+        `idempotency_key` where the other side supports that.
         """
         validate_tool_name(name)
         key = self._store.names.once_key(self.task_id, self.step, name)
         stored = await self._store.get_memo(key)
         if stored is None:
-            result = await fn()
+            result = fn()
+            if inspect.isawaitable(result):
+                result = await result
             stored = await self._store.create_memo(key, encode(result))
         decoded: T = msgspec.json.decode(stored, type=type)
         return decoded

@@ -13,6 +13,7 @@ import pytest
 from mcp import Client as McpClient
 
 from services import Client
+from services.nats.server import PID_FILE, NatsServer, NatsServerError
 from services.testing import wait_until
 from tests.conftest import ROOT
 
@@ -107,3 +108,35 @@ async def test_dev_serves_tasks_stops_cleanly_and_keeps_them(tmp_path: Path) -> 
     finally:
         assert await _stop(process) == 0
     assert record.result == result
+
+
+async def test_a_killed_dev_takes_its_server_along_and_a_held_store_is_refused(
+    tmp_path: Path,
+) -> None:
+    process, _ = await _start_dev(tmp_path, tmp_path / "dev-killed.log")
+    pid_file = tmp_path / "state" / "nats" / PID_FILE
+    server_pid = int(pid_file.read_text())
+
+    process.kill()  # SIGKILL: no cleanup code of tether dev runs
+    await process.wait()
+
+    await wait_until(lambda: not _alive(server_pid), timeout=15, message="nats-server to exit")
+
+    # A server still holding a store makes the next start refuse it, naming the PID.
+    with NatsServer(tmp_path / "held") as holder:
+        with pytest.raises(NatsServerError, match=rf"in use by nats-server PID {holder.pid}"):
+            NatsServer(tmp_path / "held").start()
+        assert holder.running
+        dead = holder.pid
+    (tmp_path / "held" / PID_FILE).write_text(f"{dead}\n")
+    NatsServer(tmp_path / "held").start().stop()  # a stale PID file is no obstacle
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not reaped: its parent died) counts as gone.
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\nState:\tZ" in status.read_text())

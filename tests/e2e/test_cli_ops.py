@@ -240,7 +240,7 @@ async def test_ls_lists_tasks_and_filters_by_status(
     assert table.code == 0, table
     rows = {line.split()[0]: line.split()[1:] for line in table.out.splitlines()[1:]}
     assert rows["ls-done"][:3] == ["completed", "1/1", "fast"]
-    assert rows["ls-slow"][:3] == ["running", "1/1", "slow"]
+    assert rows["ls-slow"][:3] == ["running", "0/1", "slow"]
     assert completed.code == 0
     assert [t["task_id"] for t in completed.json()["tasks"]] == ["ls-done"]
     unfinished = await tether(config, "result", "ls-slow")

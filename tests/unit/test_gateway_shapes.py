@@ -89,7 +89,7 @@ def test_task_shapes_of_both_generations() -> None:
     error = ErrorInfo(type="TerminalError", message="permission denied")
     failed = detailed_task(_record(TaskStatus.FAILED, error=error, failed_step=1), 500)
     assert failed["error"]["code"] == -32603 and "permission denied" in failed["error"]["message"]
-    assert "step 2 (fast)" in failed["statusMessage"]
+    assert "step 1 (fast)" in failed["statusMessage"]  # from 0, as in "step": 1
 
     created = legacy_task(as_created(_record(TaskStatus.COMPLETED, result=1)), 500)
     assert created["status"] == "working" and created["lastUpdatedAt"] == created["createdAt"]
