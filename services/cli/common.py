@@ -33,6 +33,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts
 
 DEFAULT_NATS = DEFAULT_URL
 DEFAULT_PREFIX = "tether"
+DEFAULT_GATEWAY_PORT = 8765
+"""`Gateway`'s default port, kept here so option defaults need not import the gateway
+(a unit test keeps the two equal)."""
 
 
 def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int = 1) -> NatsConfig:

@@ -1,4 +1,8 @@
-"""`tether dev` (everything on a laptop) and `tether demo` (the crash story)."""
+"""`tether dev` (everything on a laptop) and `tether demo` (the crash story).
+
+The roles (FastStream, MCP, uvicorn) are imported inside the commands: every `tether`
+command loads this module, and most of them need none of that.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +13,20 @@ import signal
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from services.api import ApiService
-from services.cli.common import PrefixOption, fail, nats_config
+from services.cli.common import DEFAULT_GATEWAY_PORT, PrefixOption, fail, nats_config
 from services.cli.loading import AppLoadError, load_app
-from services.demo.story import Demo
-from services.dispatcher import Dispatcher
 from services.errors import TetherError
-from services.gateway import DEFAULT_PORT as DEFAULT_GATEWAY_PORT
-from services.gateway import Gateway
 from services.nats.connection import NatsConfig
 from services.nats.server import NatsServer, NatsServerError
-from services.worker import App, Worker
+
+if TYPE_CHECKING:
+    from services.gateway import Gateway
+    from services.worker import App
 
 DEMO_APP = "services.demo.research:app"
 DEV_PORT = 4222
@@ -53,6 +55,8 @@ async def _gateway(config: NatsConfig, port: int | None) -> AsyncIterator[Gatewa
     if port is None:
         yield None
         return
+    from services.gateway import Gateway
+
     async with Gateway(config, port=port) as gateway:
         yield gateway
 
@@ -66,6 +70,10 @@ async def _dev(
     concurrency: int,
     gateway_port: int | None,
 ) -> None:
+    from services.api import ApiService
+    from services.dispatcher import Dispatcher
+    from services.worker import Worker
+
     console = Console()
     async with _nats_url(url, data_dir, port) as (nats_url, where):
         config = nats_config(nats_url, prefix, "tether-dev")
@@ -142,6 +150,8 @@ def demo(
     keep: Annotated[bool, typer.Option(help="Keep the demo's nats-server data.")] = False,
 ) -> None:
     """Run a research agent, kill its worker with SIGKILL mid-step, watch the task carry on."""
+    from services.demo.story import Demo
+
     data_dir = Path(tempfile.mkdtemp(prefix="tether-demo-"))
     try:
         code = asyncio.run(Demo(Console(), data_dir, out_dir.resolve(), pace).run())

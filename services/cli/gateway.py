@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from services.cli.common import (
+    DEFAULT_GATEWAY_PORT,
     DEFAULT_NATS,
     DEFAULT_PREFIX,
     NatsOption,
@@ -15,17 +16,18 @@ from services.cli.common import (
     nats_config,
 )
 from services.cli.processes import serve
-from services.gateway import DEFAULT_PORT, Gateway
 
 
 def gateway(
-    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = DEFAULT_PORT,
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = DEFAULT_GATEWAY_PORT,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     replicas: ReplicasOption = 1,
 ) -> None:
     """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
+    from services.gateway import Gateway
+
     serve(Gateway(nats_config(nats, prefix, "tether-gateway", replicas), host, port))
 
 

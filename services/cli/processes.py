@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from services.api import ApiService
 from services.cli.common import (
     DEFAULT_NATS,
     DEFAULT_PREFIX,
@@ -20,10 +19,8 @@ from services.cli.common import (
     nats_config,
 )
 from services.cli.loading import AppLoadError, load_app
-from services.dispatcher import Dispatcher
 from services.errors import TetherError
 from services.service import Service
-from services.worker import Worker
 
 
 def serve(*services: Service) -> None:
@@ -76,6 +73,8 @@ def worker(
     replicas: ReplicasOption = 1,
 ) -> None:
     """Serve the tools of one or more apps."""
+    from services.worker import Worker
+
     try:
         loaded = [load_app(spec) for spec in apps]
     except AppLoadError as exc:
@@ -91,6 +90,9 @@ def dispatcher(
     replicas: ReplicasOption = 1,
 ) -> None:
     """Accept submitted tasks, hand off their first steps, answer `tether.api.*`."""
+    from services.api import ApiService
+    from services.dispatcher import Dispatcher
+
     config = nats_config(nats, prefix, "tether-dispatcher", replicas)
     serve(Dispatcher(config), *([ApiService(config)] if api else []))
 
@@ -101,6 +103,8 @@ def api(
     replicas: ReplicasOption = 1,
 ) -> None:
     """Answer the request/reply API on `tether.api.*` (discoverable via `$SRV.*`)."""
+    from services.api import ApiService
+
     serve(ApiService(nats_config(nats, prefix, "tether-api", replicas)))
 
 

@@ -4,6 +4,7 @@ TETHER_CRASH_AT=POINT:TASK_ID:STEP, POINT one of
   checkpointed  right after the step's checkpoint is written
   recorded      right after the task record moved past the step
   handed-off    right after the next step's message was published (before the ack)
+  memo-stored   right after a `ctx.once` result of the task was stored
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ elif POINT == "recorded":
     )
 elif POINT == "handed-off":
     after("publish_work", lambda work, *_: work.task_id == TASK_ID and work.step == STEP_NO + 1)
+elif POINT == "memo-stored":
+    after("create_memo", lambda key, *_: key.startswith(TASK_ID + "."))
 else:
     sys.exit(f"unknown crash point {POINT!r}")
 

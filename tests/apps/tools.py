@@ -155,6 +155,16 @@ async def emails(ctx: StepContext, data: Any) -> Any:
     return {"receipt": receipt}
 
 
+@app.tool(heartbeat=BEAT, retry=FAST_RETRY)
+async def notifies(ctx: StepContext, data: Any) -> Any:
+    """As the README writes it: a plain (sync) side effect in `ctx.once`, then a failure."""
+    record(ctx)
+    receipt = await ctx.once("notify", lambda: record(ctx, "send") or f"sent-{ctx.attempt}")
+    if ctx.attempt < 3:
+        raise RuntimeError("fails after notifying")
+    return {"receipt": receipt}
+
+
 @app.tool(heartbeat=BEAT, max_concurrency=2)
 async def limited(ctx: StepContext, data: Any) -> Any:
     """Tracks how many run at once through marker files in $TETHER_TEST_RUNNING."""
@@ -179,3 +189,10 @@ async def gated(ctx: StepContext, data: Any) -> Any:
     if not Path(os.environ["TETHER_TEST_GATE"]).exists():
         raise TerminalError("the gate is closed")
     return {"passed": True, "input": data}
+
+
+@app.tool(heartbeat=BEAT)
+async def sized(ctx: StepContext, size: int) -> str:
+    """Returns a string of `size` characters: an output of a chosen size from a tiny input."""
+    record(ctx)
+    return "x" * size

@@ -57,3 +57,37 @@ async def test_redelivery_after_a_crash_reruns_nothing(
     assert result["step"] == 2
     counts = read_executions(executions)
     assert [counts[(task_id, i)] for i in range(3)] == [1, 1, 1]
+
+
+async def test_a_side_effect_in_once_does_not_repeat_after_a_crash(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker dies right after `ctx.once` stored a plain function's result."""
+    task_id = "crash-once"
+    handle = await client.submit([{"tool": "notifies", "input": {}}], task_id=task_id)
+    monkeypatch.setenv("TETHER_CRASH_AT", f"memo-stored:{task_id}:0")
+    doomed_log = tmp_path / "doomed.log"
+    doomed = start_worker(
+        config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
+    )
+    await wait_until(
+        lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself"
+    )
+    assert doomed.returncode == -9, doomed_log.read_text()
+    monkeypatch.delenv("TETHER_CRASH_AT")
+
+    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
+    try:
+        result = await handle.wait(timeout=30)
+    finally:
+        stop_worker(survivor)
+
+    assert result == {"receipt": "sent-1"}
+    sends = [line for line in executions.read_text().splitlines() if line.endswith(" send")]
+    assert len(sends) == 1, sends

@@ -109,3 +109,10 @@ def test_shared_types_are_the_same_objects() -> None:
     assert services.TaskRecord is schemas.TaskRecord
     assert services.TaskStatus is schemas.TaskStatus
     assert services.Step is schemas.StepSpec
+
+
+def test_the_cli_gateway_port_default_is_the_gateways() -> None:
+    from services.cli.common import DEFAULT_GATEWAY_PORT
+    from services.gateway import DEFAULT_PORT
+
+    assert DEFAULT_GATEWAY_PORT == DEFAULT_PORT
