@@ -12,11 +12,11 @@ test-fast *args:
 
 # Lint and type-check
 lint:
-    ruff check schemas services tests && mypy
+    ruff check services tests && mypy
 
 # Format the code
 fmt:
-    ruff format schemas services tests
+    ruff format services tests
 
 # The crash demo: a research agent whose worker is killed mid-step
 demo:
@@ -36,7 +36,7 @@ dispatcher *args:
 
 # Regenerate the exported JSON Schemas and AsyncAPI document under schemas/
 schemas:
-    python -m services.api.contract
+    python -m tether.api.contract
 
 # Benchmark Tether against a raw JetStream baseline (not part of the tests)
 bench *args:

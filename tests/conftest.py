@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from schemas.names import Names
-from services import Client, Dispatcher, NatsConfig, Worker
-from services.api import ApiService
-from services.testing import nats_server_url
+from tether import Client, Dispatcher, NatsConfig, Worker
+from tether.api import ApiService
+from tether.schemas.names import Names
+from tether.testing import nats_server_url
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.apps.tools:app"
@@ -83,10 +83,10 @@ def start_worker(
 ) -> subprocess.Popen[bytes]:
     """`tether worker` as a real child process (kill -9 tests need a real process).
 
-    `entry` replaces `python -m services.cli`, e.g. with a wrapper that injects a crash.
+    `entry` replaces `python -m tether.cli`, e.g. with a wrapper that injects a crash.
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = entry or [sys.executable, "-m", "services.cli"]
+    command = entry or [sys.executable, "-m", "tether.cli"]
     with log.open("ab") as out:
         return subprocess.Popen(
             [

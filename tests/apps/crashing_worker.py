@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from schemas.events import StepCompleted
-from services.cli import main
-from services.nats.store import Store
+from tether.cli import main
+from tether.nats.store import Store
+from tether.schemas.events import StepCompleted
 
 POINT, TASK_ID, STEP = os.environ["TETHER_CRASH_AT"].split(":")
 STEP_NO = int(STEP)

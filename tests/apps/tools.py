@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from services import (
+from tether import (
     App,
     NeedsInput,
     NextSteps,
@@ -23,6 +23,11 @@ from services import (
 
 app = App("tests")
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.05, max_backoff=0.2, jitter=0.0)
+APPROVAL = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
 BEAT = 0.5  # heartbeat (s): a killed worker's steps come back after 5 x BEAT
 
 
@@ -123,7 +128,7 @@ async def hangs(ctx: StepContext, data: Any) -> Any:
 @app.tool(heartbeat=BEAT)
 async def asks(ctx: StepContext, data: Any) -> Any:
     record(ctx)
-    return NeedsInput(prompt="Approve the draft?", schema={"type": "object"})
+    return NeedsInput(prompt="Approve the draft?", schema=APPROVAL)
 
 
 @app.tool(heartbeat=BEAT)

@@ -29,12 +29,12 @@ import msgspec
 import nats
 from nats.js.api import Header
 
-from schemas.names import DEFAULT_NAMES as NAMES
-from schemas.tasks import StepSpec, TaskSubmit
-from services import NatsServer
-from services.nats.store import Store
-from services.testing.progress import stored_steps
 from tests.bench.nodes import BASE_BUCKET, BASE_STEPS, provision_baseline
+from tether import NatsServer
+from tether.nats.store import Store
+from tether.schemas.names import DEFAULT_NAMES as NAMES
+from tether.schemas.tasks import StepSpec, TaskSubmit
+from tether.testing.progress import stored_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -350,7 +350,7 @@ def environment() -> str:
 
 
 def _server_binary() -> str:
-    from services.nats.server import find_nats_server
+    from tether.nats.server import find_nats_server
 
     return find_nats_server()
 

@@ -23,7 +23,7 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from services import App, Dispatcher, NatsConfig, StepContext, Worker
+from tether import App, Dispatcher, NatsConfig, StepContext, Worker
 
 BASE_STREAM = "BENCH"
 BASE_STEPS = ["bench.s1", "bench.s2", "bench.s3"]

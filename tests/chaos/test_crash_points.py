@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from services import Client, NatsConfig
-from services.testing import wait_until
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
+from tether import Client, NatsConfig
+from tether.testing import wait_until
 
 pytestmark = pytest.mark.slow
 

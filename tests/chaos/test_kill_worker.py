@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Names, TaskStatus
-from services import Client, Dispatcher, NatsConfig, NatsServer
-from services.testing import eventually, wait_until
-from services.testing.progress import stored_steps
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
+from tether import Client, Dispatcher, NatsConfig, NatsServer
+from tether.schemas import Names, TaskStatus
+from tether.testing import eventually, wait_until
+from tether.testing.progress import stored_steps
 
 pytestmark = pytest.mark.slow
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from mcp import Client as McpClient
 
-from services import Client
-from services.nats.server import PID_FILE, NatsServer, NatsServerError
-from services.testing import wait_until
 from tests.conftest import ROOT
+from tether import Client
+from tether.nats.server import PID_FILE, NatsServer, NatsServerError
+from tether.testing import wait_until
 
 pytestmark = pytest.mark.slow
 
-TETHER = [sys.executable, "-m", "services.cli"]
+TETHER = [sys.executable, "-m", "tether.cli"]
 
 
 def _env() -> dict[str, str]:

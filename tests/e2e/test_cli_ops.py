@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from services import Client, NatsConfig, TaskStatus
 from tests.conftest import APP, ROOT, start_worker, stop_worker
+from tether import Client, NatsConfig, TaskStatus
 
 CLI_TIMEOUT = 30.0
 
@@ -37,7 +37,7 @@ async def spawn(
     """`tether ARGS --nats URL --prefix PREFIX` in the background, output captured."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
     return await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "services.cli", *args],
+        *[sys.executable, "-m", "tether.cli", *args],
         *["--nats", nats or config.url, "--prefix", config.names.prefix],
         env=env,
         cwd=ROOT,
@@ -215,7 +215,10 @@ async def test_input_answers_a_waiting_task(
     handle = await client.submit(["asks", "fast"])
     await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=20)
     status = await tether(config, "status", handle.task_id)
-    assert "Approve the draft?" in status.out
+    assert "Approve the draft?" in status.out and '"boolean"' in status.out
+    wrong = await tether(config, "input", handle.task_id, '{"ok": "yes"}')
+    assert wrong.code == 2
+    assert_one_line_error(wrong, "'approved' is a required property")
 
     run = await tether(config, "input", handle.task_id, '{"approved": true}')
 

@@ -31,11 +31,11 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, TypeAdapter
 
-from schemas.names import Names
-from services import Client, NatsConfig
-from services.testing import eventually, wait_until
 from tests.apps.tools import read_executions
 from tests.conftest import APP, ROOT, start_worker, stop_worker
+from tether import Client, NatsConfig
+from tether.schemas.names import Names
+from tether.testing import eventually, wait_until
 
 TASKS = "io.modelcontextprotocol/tasks"
 LEGACY = "2025-11-25"
@@ -132,7 +132,7 @@ async def gateways(
 def _start_gateway(config: NatsConfig, log: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
     """`tether gateway` as a real process; returns it, its log and its MCP URL."""
     port = _free_port()
-    command = [sys.executable, "-m", "services.cli", "gateway", "--port", str(port)]
+    command = [sys.executable, "-m", "tether.cli", "gateway", "--port", str(port)]
     command += ["--nats", config.url, "--prefix", config.names.prefix]
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -486,6 +486,13 @@ async def test_input_required_2026_answered_by_tasks_update_resumes_without_reru
     assert request["params"]["requestedSchema"]["type"] == "object"
 
     async with modern(gateways[0]) as client:
+        wrong = UpdateRequest(params=UpdateParams(task_id=task_id, input_responses={
+            key: {"action": "accept", "content": {"approved": "yes"}},
+        }))  # fmt: skip
+        with pytest.raises(MCPError) as refused:
+            await client.session.send_request(wrong, ANY, 30)
+        assert refused.value.code == INVALID_PARAMS
+        assert "'yes' is not of type 'boolean'" in refused.value.message
         update = UpdateRequest(params=UpdateParams(task_id=task_id, input_responses={
             "not-a-key": {"action": "accept", "content": {"approved": False}},
             key: {"action": "accept", "content": {"approved": True}},
@@ -505,11 +512,15 @@ async def test_a_failing_tool_fails_the_task_with_its_error(
     task_id = await start_task(gateways[0], generation, "refuses", {})
     task = await poll(gateways[1], generation, task_id, TERMINAL)
 
-    assert task["status"] == "failed"
     assert "permission denied" in task["statusMessage"]
     if generation == MODERN:
-        assert task["error"]["code"] == -32603 and "permission denied" in task["error"]["message"]
+        # SEP-2663: a tool that failed is a completed call with an error result;
+        # `failed` is for JSON-RPC errors of the request itself.
+        assert task["status"] == "completed" and "error" not in task
+        assert task["result"]["isError"] is True
+        assert "permission denied" in task["result"]["content"][0]["text"]
         return
+    assert task["status"] == "failed"
     async with legacy(gateways[1]) as client:
         result = await tasks_call(client.session, "tasks/result", task_id)
     assert result["isError"] is True and "permission denied" in result["content"][0]["text"]
@@ -528,6 +539,10 @@ async def test_the_errors_the_specs_name(gateways: tuple[str, str]) -> None:
         with pytest.raises(MCPError) as unknown_tool:
             await client.call_tool("no_such_tool", {})
         assert unknown_tool.value.code == INVALID_PARAMS
+        with pytest.raises(MCPError) as bad_arguments:  # checked against inputSchema: no task
+            await client.call_tool("search", {"query": 5})
+        assert bad_arguments.value.code == INVALID_PARAMS
+        assert "$.query: 5 is not of type 'string'" in bad_arguments.value.message
     async with raw_session(url) as raw:
         with pytest.raises(RpcError) as malformed:
             await raw.call("tasks/get", {"task": "x"})
@@ -558,11 +573,11 @@ async def test_a_2026_client_without_the_extension_is_asked_and_answers_by_retry
     async def answer(
         context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult:
-        return types.ElicitResult(action="accept", content={"ok": True})
+        return types.ElicitResult(action="accept", content={"approved": True})
 
     async with McpClient(gateways[0], mode=MODERN, elicitation_callback=answer) as client:
         result = await client.call_tool("asks", {})
-    assert result.structured_content == {"ok": True}
+    assert result.structured_content == {"approved": True}
 
 
 def modern_request(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:

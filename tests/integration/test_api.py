@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from schemas.api import ErrorCode, ListReply, ResultReply, SubmitReply
-from schemas.tasks import TaskRecord, TaskStatus
-from services import Client, NatsConfig, Worker
-from services.api import ApiService
-from services.testing import eventually, wait_until
 from tests.apps.tools import app
+from tether import Client, NatsConfig, Worker
+from tether.api import ApiService
+from tether.schemas.api import ErrorCode, ListReply, ResultReply, SubmitReply
+from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.testing import eventually, wait_until
 
 T = TypeVar("T")
 VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry"]
@@ -294,6 +294,8 @@ async def test_input_answers_a_waiting_task_which_then_completes(
     assert waiting.input_request is not None
     assert waiting.input_request.prompt == "Approve the draft?"
 
+    code, message = await calls.fails("input", {"task_id": "asking", "data": {"approved": 1}})
+    assert code == "invalid" and "$.approved: 1 is not of type 'boolean'" in message
     answered = await calls.ok(
         "input", {"task_id": "asking", "data": {"approved": True}}, TaskRecord
     )

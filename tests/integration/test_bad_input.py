@@ -23,9 +23,8 @@ from hypothesis import strategies as st
 from nats.aio.msg import Msg
 from nats.js.api import Header
 
-from schemas import DeadLetter, Failed, InvalidNameError, TaskRecord, TaskStatus
-from schemas.names import SUBMIT_DEAD_LETTER
-from services import (
+from tests.apps.tools import app, read_executions
+from tether import (
     Client,
     InvalidTaskError,
     NatsConfig,
@@ -34,8 +33,9 @@ from services import (
     TaskNotFoundError,
     Worker,
 )
-from services.testing import eventually
-from tests.apps.tools import app, read_executions
+from tether.schemas import DeadLetter, Failed, InvalidNameError, TaskRecord, TaskStatus
+from tether.schemas.names import SUBMIT_DEAD_LETTER
+from tether.testing import eventually
 
 VALID = [{"tool": "fast", "input": {"x": 1}}]
 VALID_RESULT = {"step": 0, "payload": {"x": 1}}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from services import Dispatcher, NatsConfig, Worker
-from services.cli.processes import _until_stopped_or_lost
-from services.nats.limits import message_size
 from tests.apps.tools import app
+from tether import Dispatcher, NatsConfig, Worker
+from tether.cli.processes import _until_stopped_or_lost
+from tether.nats.limits import message_size
 
 
 async def provoke_disconnect(service: Worker | Dispatcher) -> None:

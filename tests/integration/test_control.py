@@ -9,18 +9,19 @@ from typing import Any
 
 import pytest
 
-from schemas import Cancelled, TaskStatus, Waiting
-from services import (
+from tests.apps.tools import app, read_executions
+from tether import (
     App,
     Client,
+    InvalidTaskError,
     NatsConfig,
     StepContext,
     TaskCancelledError,
     TaskConflictError,
     Worker,
 )
-from services.testing import eventually, wait_until
-from tests.apps.tools import app, read_executions
+from tether.schemas import Cancelled, TaskStatus, Waiting
+from tether.testing import eventually, wait_until
 
 
 @pytest.fixture
@@ -78,6 +79,11 @@ async def test_waiting_for_input_then_resume_with_the_answer(
     handle = await client.submit([{"tool": "asks", "input": "draft"}, {"tool": "fast"}])
     record = await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=10)
     assert record.input_request is not None and record.input_request.prompt == "Approve the draft?"
+    with pytest.raises(InvalidTaskError, match=r"\$\.approved: 'yes' is not of type 'boolean'"):
+        await client.send_input(handle.task_id, {"approved": "yes"})
+    with pytest.raises(InvalidTaskError, match="'approved' is a required property"):
+        await client.send_input(handle.task_id, {"ok": True})
+    assert (await client.get(handle.task_id)).status is TaskStatus.WAITING  # still asking
 
     await client.send_input(handle.task_id, {"approved": True})
 

@@ -26,13 +26,13 @@ from nats.errors import Error as NatsError
 from nats.js.errors import Error as JetStreamError
 from typer.testing import CliRunner
 
-from schemas.names import Names
-from services.cli.loading import load_app
-from services.cli.main import app as cli
-from services.nats.connection import NatsConfig, connect
-from services.nats.provision import Layout, provision
-from services.nats.server import find_nats_server
-from services.testing import eventually
+from tether.cli.loading import load_app
+from tether.cli.main import app as cli
+from tether.nats.connection import NatsConfig, connect
+from tether.nats.provision import Layout, provision
+from tether.nats.server import find_nats_server
+from tether.schemas.names import Names
+from tether.testing import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -44,7 +44,7 @@ MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
 SUBCOMMANDS = {c.name or c.callback.__name__ for c in cli.registered_commands if c.callback}
 SERVICE_ROLES = {"dispatcher", "worker", "gateway", "api"}
 """The long-running `tether` subcommands a deployment may run."""
-DEMO_APP = "services.demo.research:app"
+DEMO_APP = "tether.demo.research:app"
 
 
 # -- YAML ------------------------------------------------------------------------------------

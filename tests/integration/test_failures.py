@@ -9,12 +9,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from schemas import DeadLetter, Failed, StepRetrying, TaskStatus
-from schemas.tasks import StepSpec, TaskRecord, WorkMessage
-from services import Client, NatsConfig, TaskFailedError, Worker
-from services.engine.transitions import utcnow
-from services.testing import eventually
 from tests.apps.tools import app, read_executions
+from tether import Client, NatsConfig, TaskFailedError, Worker
+from tether.engine.transitions import utcnow
+from tether.schemas import DeadLetter, Failed, StepRetrying, TaskStatus
+from tether.schemas.tasks import StepSpec, TaskRecord, WorkMessage
+from tether.testing import eventually
 
 
 @pytest.fixture

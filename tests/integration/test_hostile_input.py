@@ -28,14 +28,6 @@ from hypothesis import strategies as st
 from nats.js.api import Header
 from nats.js.errors import NotFoundError
 
-from schemas.api import ErrorCode
-from schemas.codec import encode
-from schemas.names import SUBMIT_DEAD_LETTER, Names
-from schemas.tasks import Checkpoint, DeadLetter, StepSpec, TaskRecord, TaskStatus, TaskSubmit
-from services import Client, Dispatcher, InvalidTaskError, NatsConfig, TaskFailedError, Worker
-from services.api import ApiService
-from services.nats.server import NatsServer
-from services.testing import eventually, wait_until
 from tests.apps.tools import app, read_executions
 from tests.conftest import APP, start_worker, stop_worker
 from tests.integration.test_bad_input import (
@@ -50,6 +42,21 @@ from tests.integration.test_bad_input import (
     submission,
     valid_task_completes,
 )
+from tether import Client, Dispatcher, InvalidTaskError, NatsConfig, TaskFailedError, Worker
+from tether.api import ApiService
+from tether.nats.server import NatsServer
+from tether.schemas.api import ErrorCode
+from tether.schemas.codec import encode
+from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
+from tether.schemas.tasks import (
+    Checkpoint,
+    DeadLetter,
+    StepSpec,
+    TaskRecord,
+    TaskStatus,
+    TaskSubmit,
+)
+from tether.testing import eventually, wait_until
 
 STORED_MARGIN = 16 * 1024
 """Tether bounds every stored value (record, checkpoint, work message) to max_payload - 16 KiB,

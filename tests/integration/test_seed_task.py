@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from schemas import Completed, StepCompleted, StepStarted, Submitted, TaskStatus
-from services import Client, NatsConfig, Worker
 from tests.apps.tools import app
+from tether import Client, NatsConfig, Worker
+from tether.schemas import Completed, StepCompleted, StepStarted, Submitted, TaskStatus
 
 SEED = [
     {"tool": "search", "input": {"query": "AI trends 2026"}},

@@ -6,9 +6,9 @@ import asyncio
 from datetime import timedelta
 from pathlib import Path
 
-from services import Client, NatsConfig, Worker
-from services.testing import wait_until
 from tests.apps.tools import app, read_executions
+from tether import Client, NatsConfig, Worker
+from tether.testing import wait_until
 
 
 async def test_stop_keeps_to_the_grace_when_every_slot_runs_a_long_step(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from schemas.tasks import TaskRecord, TaskStatus
-from services import Client
-from services.engine.transitions import utcnow
+from tether import Client
+from tether.engine.transitions import utcnow
+from tether.schemas.tasks import TaskRecord, TaskStatus
 
 
 def _record(task_id: str) -> TaskRecord:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from services import NatsConfig, Worker
 from tests.apps.tools import app
+from tether import NatsConfig, Worker
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE / "client.mjs"

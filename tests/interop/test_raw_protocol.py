@@ -19,8 +19,8 @@ import pytest
 from nats.aio.client import Client as Nats
 from nats.aio.subscription import Subscription
 
-from services import NatsConfig, Worker
-from tests.apps.tools import app
+from tests.apps.tools import APPROVAL, app
+from tether import NatsConfig, Worker
 
 SEED = [
     {"tool": "search", "input": {"query": "AI trends 2026"}},
@@ -254,10 +254,10 @@ async def test_api_input_resumes_a_waiting_task(
     await submit(nc, prefix, task_id, [{"tool": "asks", "input": "draft"}, {"tool": "fast"}])
     waiting = (await follow(sub, "waiting"))[-1]
     assert waiting["status"] == "waiting" and waiting["step"] == 0
-    request = {"prompt": "Approve the draft?", "schema": {"type": "object"}}
+    request = {"prompt": "Approve the draft?", "schema": APPROVAL}
     assert waiting["input_request"] == request
 
-    answered = await call_ok(nc, prefix, "input", {"task_id": task_id, "data": {"ok": True}})
+    answered = await call_ok(nc, prefix, "input", {"task_id": task_id, "data": {"approved": True}})
 
     assert answered["task_id"] == task_id  # resuming is asynchronous: follow the events
     events = await follow(sub, "completed")
@@ -268,9 +268,9 @@ async def test_api_input_resumes_a_waiting_task(
         ("step_completed", 1),
         ("completed", None),
     ]
-    assert events[0]["output"] == {"ok": True} and events[0]["skipped"] is True
-    assert events[-1]["output"] == {"step": 1, "payload": {"ok": True}}
-    again = {"task_id": task_id, "data": {"ok": False}}
+    assert events[0]["output"] == {"approved": True} and events[0]["skipped"] is True
+    assert events[-1]["output"] == {"step": 1, "payload": {"approved": True}}
+    again = {"task_id": task_id, "data": {"approved": False}}
     assert await call_error(nc, prefix, "input", again) == "conflict"
 
 

@@ -10,9 +10,9 @@ from typing import cast
 import pytest
 from nats.aio.msg import Msg
 
-from services.nats.cancellation import raise_if_cancelled
-from services.nats.store import Store
-from services.worker.heartbeats import StepHeartbeat
+from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.store import Store
+from tether.worker.heartbeats import StepHeartbeat
 
 
 class SwallowingMsg:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.api import contract
+from tether.api import contract
 
 
 @pytest.mark.parametrize("path", sorted(contract.files()), ids=lambda p: p.name)
@@ -38,3 +38,20 @@ def test_asyncapi_lists_every_channel_with_a_msgspec_payload() -> None:
         for ref in refs:
             assert ref["$ref"].split("/")[-1] in schemas
     assert schemas["TaskSubmit"]["required"] == ["task_id", "steps"]
+
+
+def test_exported_schemas_state_the_constraints_the_protocol_page_gives() -> None:
+    import jsonschema
+
+    for name in ("TaskSubmit", "SubmitRequest"):
+        schema = json.loads((contract.OUT / "jsonschema" / f"{name}.json").read_text())
+        validator = jsonschema.Draft202012Validator(schema)
+        assert validator.is_valid({"task_id": "ok-1", "steps": [{"tool": "fast"}]})
+        for bad in (
+            {"task_id": "a.b", "steps": [{"tool": "fast"}]},
+            {"task_id": "ok", "steps": []},
+            {"task_id": "ok", "steps": [{"tool": "fast"}] * 1001},
+            {"task_id": "ok", "steps": [{"tool": "fa.st"}]},
+            {"task_id": "ok", "steps": [{"tool": "fast", "timeout_ms": 0}]},
+        ):
+            assert not validator.is_valid(bad), (name, bad)

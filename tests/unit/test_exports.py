@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import schemas
-import services
+import tether
+import tether.schemas as schemas
 
-SERVICES_ALL = [
+TETHER_ALL = [
     "App",
     "Client",
     "Dispatcher",
     "InvalidTaskError",
     "Layout",
+    "MessageTooLargeError",
     "NatsConfig",
     "NatsServer",
     "NatsUnavailableError",
@@ -77,8 +78,8 @@ SCHEMAS_ALL = [
 ]
 
 
-def test_services_exports_snapshot() -> None:
-    assert sorted(services.__all__) == SERVICES_ALL
+def test_tether_exports_snapshot() -> None:
+    assert sorted(tether.__all__) == TETHER_ALL
 
 
 def test_schemas_exports_snapshot() -> None:
@@ -86,33 +87,33 @@ def test_schemas_exports_snapshot() -> None:
 
 
 def test_exports_have_no_duplicates() -> None:
-    assert len(set(services.__all__)) == len(services.__all__)
+    assert len(set(tether.__all__)) == len(tether.__all__)
     assert len(set(schemas.__all__)) == len(schemas.__all__)
 
 
 def test_every_export_exists() -> None:
-    missing = [n for n in services.__all__ if not hasattr(services, n)]
+    missing = [n for n in tether.__all__ if not hasattr(tether, n)]
     missing += [n for n in schemas.__all__ if not hasattr(schemas, n)]
     assert missing == []
 
 
 def test_star_import_gives_exactly_the_exports() -> None:
     scope: dict[str, object] = {}
-    exec("from services import *", scope)
-    assert sorted(k for k in scope if k != "__builtins__") == SERVICES_ALL
+    exec("from tether import *", scope)
+    assert sorted(k for k in scope if k != "__builtins__") == TETHER_ALL
     scope = {}
-    exec("from schemas import *", scope)
+    exec("from tether.schemas import *", scope)
     assert sorted(k for k in scope if k != "__builtins__") == SCHEMAS_ALL
 
 
 def test_shared_types_are_the_same_objects() -> None:
-    assert services.TaskRecord is schemas.TaskRecord
-    assert services.TaskStatus is schemas.TaskStatus
-    assert services.Step is schemas.StepSpec
+    assert tether.TaskRecord is schemas.TaskRecord
+    assert tether.TaskStatus is schemas.TaskStatus
+    assert tether.Step is schemas.StepSpec
 
 
 def test_the_cli_gateway_port_default_is_the_gateways() -> None:
-    from services.cli.common import DEFAULT_GATEWAY_PORT
-    from services.gateway import DEFAULT_PORT
+    from tether.cli.common import DEFAULT_GATEWAY_PORT
+    from tether.gateway import DEFAULT_PORT
 
     assert DEFAULT_GATEWAY_PORT == DEFAULT_PORT

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from schemas.tasks import ErrorInfo, InputRequest, StepSpec, TaskRecord, TaskStatus, ToolInfo
-from services.errors import InvalidTaskError
-from services.gateway.inputs import answer, input_key, input_requests, requested_schema
-from services.gateway.tasks import (
+from tether.errors import InvalidTaskError
+from tether.gateway.inputs import answer, input_key, input_requests, requested_schema
+from tether.gateway.tasks import (
     as_created,
     detailed_task,
     legacy_task,
@@ -18,7 +17,8 @@ from services.gateway.tasks import (
     modern_task,
     tool_result,
 )
-from services.gateway.tools import input_schema, plan_steps, tool_step
+from tether.gateway.tools import input_schema, plan_steps, tool_step
+from tether.schemas.tasks import ErrorInfo, InputRequest, StepSpec, TaskRecord, TaskStatus, ToolInfo
 
 NOW = datetime(2026, 7, 28, 12, 0, tzinfo=UTC)
 
@@ -88,7 +88,9 @@ def test_task_shapes_of_both_generations() -> None:
     assert done["result"]["structuredContent"] == {"result": "ok"}
     error = ErrorInfo(type="TerminalError", message="permission denied")
     failed = detailed_task(_record(TaskStatus.FAILED, error=error, failed_step=1), 500)
-    assert failed["error"]["code"] == -32603 and "permission denied" in failed["error"]["message"]
+    assert failed["status"] == "completed" and "error" not in failed  # SEP-2663: isError result
+    assert failed["result"]["isError"] is True
+    assert "permission denied" in failed["result"]["content"][0]["text"]
     assert "step 1 (fast)" in failed["statusMessage"]  # from 0, as in "step": 1
 
     created = legacy_task(as_created(_record(TaskStatus.COMPLETED, result=1)), 500)

@@ -1,4 +1,4 @@
-"""Task id and tool name validation, and every name built by `schemas.names.Names`."""
+"""Task id and tool name validation, and every name built by `tether.schemas.names.Names`."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from schemas.ids import (
+from tether.schemas.ids import (
     MAX_TASK_ID_LENGTH,
     MAX_TOOL_NAME_LENGTH,
     InvalidNameError,
     validate_task_id,
     validate_tool_name,
 )
-from schemas.names import DEFAULT_NAMES, SUBMIT_DEAD_LETTER, Names
+from tether.schemas.names import DEFAULT_NAMES, SUBMIT_DEAD_LETTER, Names
 
 # -- task ids -----------------------------------------------------------------
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.tasks import StepSpec, TaskRecord, TaskStatus
-from services.engine.transitions import utcnow
-from services.nats.recent import RecentRecords
-from services.nats.store import Versioned
+from tether.engine.transitions import utcnow
+from tether.nats.recent import RecentRecords
+from tether.nats.store import Versioned
+from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
 
 
 def versioned(step: int = 1, status: TaskStatus = TaskStatus.RUNNING) -> Versioned:

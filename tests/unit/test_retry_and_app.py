@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.ids import InvalidNameError
-from schemas.tasks import RetryOverride
-from services.worker.app import App, Tool
-from services.worker.retry import RetryPolicy
+from tether.schemas.ids import InvalidNameError
+from tether.schemas.tasks import RetryOverride
+from tether.worker.app import App, Tool
+from tether.worker.retry import RetryPolicy
 
 # -- RetryPolicy --------------------------------------------------------------
 

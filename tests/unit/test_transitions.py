@@ -9,8 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.ids import InvalidNameError
-from schemas.tasks import (
+from tether.engine import plans, transitions
+from tether.errors import InvalidTaskError
+from tether.schemas.ids import InvalidNameError
+from tether.schemas.tasks import (
     Checkpoint,
     ErrorInfo,
     InputRequest,
@@ -20,8 +22,6 @@ from schemas.tasks import (
     TaskSubmit,
     WorkMessage,
 )
-from services.engine import plans, transitions
-from services.errors import InvalidTaskError
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=5)

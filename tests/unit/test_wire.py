@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas import codec
-from schemas.events import (
+from tether.schemas import codec
+from tether.schemas.events import (
     AnyStatusEvent,
     Cancelled,
     Completed,
@@ -22,7 +22,7 @@ from schemas.events import (
     Submitted,
     Waiting,
 )
-from schemas.tasks import (
+from tether.schemas.tasks import (
     Checkpoint,
     ErrorInfo,
     InputRequest,

@@ -1,5 +1,0 @@
-"""The dispatcher: accepts submissions from `tether.submit`."""
-
-from services.dispatcher.dispatcher import Dispatcher
-
-__all__ = ["Dispatcher"]

@@ -1,6 +1,0 @@
-"""Test helpers users can import too: a real nats-server and polling with a deadline."""
-
-from services.testing.polling import eventually, wait_until
-from services.testing.servers import nats_server_url
-
-__all__ = ["eventually", "nats_server_url", "wait_until"]

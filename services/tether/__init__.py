@@ -1,0 +1,109 @@
+"""Tether: durable execution for AI agents on NATS JetStream.
+
+```python
+from tether import App, Client, StepContext
+```
+
+Names load on first use, so `tether --help` and `tether status` do not pay for the
+worker, the API and the MCP gateway.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.client import Client, TaskHandle
+    from tether.dispatcher import Dispatcher
+    from tether.errors import (
+        InvalidTaskError,
+        MessageTooLargeError,
+        NatsUnavailableError,
+        RetryableError,
+        TaskCancelledError,
+        TaskConflictError,
+        TaskError,
+        TaskExistsError,
+        TaskFailedError,
+        TaskNotFoundError,
+        TaskTimeoutError,
+        TerminalError,
+        TetherError,
+    )
+    from tether.nats import Layout, NatsConfig, NatsServer
+    from tether.schemas.tasks import StepSpec as Step
+    from tether.schemas.tasks import TaskRecord, TaskStatus
+    from tether.worker import App, NeedsInput, NextSteps, RetryPolicy, StepContext, Worker
+
+_HOMES = {
+    "tether.client": ["Client", "TaskHandle"],
+    "tether.dispatcher": ["Dispatcher"],
+    "tether.errors": [
+        "InvalidTaskError",
+        "MessageTooLargeError",
+        "NatsUnavailableError",
+        "RetryableError",
+        "TaskCancelledError",
+        "TaskConflictError",
+        "TaskError",
+        "TaskExistsError",
+        "TaskFailedError",
+        "TaskNotFoundError",
+        "TaskTimeoutError",
+        "TerminalError",
+        "TetherError",
+    ],
+    "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
+    "tether.schemas.tasks": ["TaskRecord", "TaskStatus"],
+    "tether.worker": ["App", "NeedsInput", "NextSteps", "RetryPolicy", "StepContext", "Worker"],
+}
+_WHERE = {name: module for module, names in _HOMES.items() for name in names}
+_RENAMED = {"Step": ("tether.schemas.tasks", "StepSpec")}
+
+__all__ = [
+    "App",
+    "Client",
+    "Dispatcher",
+    "InvalidTaskError",
+    "Layout",
+    "MessageTooLargeError",
+    "NatsConfig",
+    "NatsServer",
+    "NatsUnavailableError",
+    "NeedsInput",
+    "NextSteps",
+    "RetryPolicy",
+    "RetryableError",
+    "Step",
+    "StepContext",
+    "TaskCancelledError",
+    "TaskConflictError",
+    "TaskError",
+    "TaskExistsError",
+    "TaskFailedError",
+    "TaskHandle",
+    "TaskNotFoundError",
+    "TaskRecord",
+    "TaskStatus",
+    "TaskTimeoutError",
+    "TerminalError",
+    "TetherError",
+    "Worker",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        module, attribute = _RENAMED[name]
+    elif name in _WHERE:
+        module, attribute = _WHERE[name], name
+    else:
+        raise AttributeError(f"module 'tether' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,212 @@
+"""The request/reply API on `tether.api.<verb>`, declared on a FastStream broker.
+
+The same declarations serve requests and produce the AsyncAPI document. Bodies are
+decoded with msgspec by each subscriber's decoder, so a malformed request becomes
+a typed `invalid` error reply naming the bad field.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import msgspec
+from fast_depends.msgspec import MsgSpecSerializer
+from faststream import Context
+from faststream.message import StreamMessage
+from faststream.middlewares import ExceptionMiddleware
+from faststream.nats import NatsBroker
+
+from tether.api.discovery import Discovery
+from tether.api.errors import InvalidRequestError, error_reply
+from tether.api.verbs import VERBS
+from tether.client import Client
+from tether.errors import TaskTimeoutError
+from tether.schemas.api import (
+    MAX_LIST,
+    ErrorReply,
+    InputAnswer,
+    ListReply,
+    ListRequest,
+    ResultReply,
+    ResultRequest,
+    SubmitReply,
+    SubmitRequest,
+    TaskRequest,
+)
+from tether.schemas.codec import encode
+from tether.schemas.ids import validate_task_id
+from tether.schemas.names import Names
+from tether.schemas.tasks import TaskRecord
+
+QUEUE = "tether-api"
+MAX_WORKERS = 64
+REPLY_MARGIN = 4096
+"""Room for a reply's headers and envelope (FastStream adds about 100 bytes of headers)."""
+MESSAGE = Context("message")
+R = TypeVar("R")
+_BROKER_LOG = logging.getLogger("tether.api.broker")
+# FastStream's own logger writes a coloured INFO line per subscriber task at shutdown,
+# even into files; errors are answered (and counted) by the middleware instead.
+_BROKER_LOG.setLevel(logging.WARNING)
+
+
+def _decoder(
+    verb: str, kind: type[R], discovery: Discovery
+) -> Callable[[StreamMessage[Any]], Awaitable[R]]:
+    decoder = msgspec.json.Decoder(kind)
+
+    async def decode(message: StreamMessage[Any]) -> R:
+        discovery.count_request(verb)
+        try:
+            request = decoder.decode(message.body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InvalidRequestError(f"invalid {verb} request: {exc}") from exc
+        except RecursionError as exc:
+            raise InvalidRequestError(f"invalid {verb} request: JSON nested too deeply") from exc
+        task_id = getattr(request, "task_id", None)
+        if task_id is not None:
+            validate_task_id(task_id)
+        return request
+
+    return decode
+
+
+def build_broker(
+    names: Names, client: Callable[[], Client], discovery: Discovery, **options: Any
+) -> NatsBroker:
+    """A broker with every API verb subscribed; `client()` gives the connected Client."""
+    errors = ExceptionMiddleware()
+
+    @errors.add_handler(Exception, publish=True)
+    async def reply_with_error(exc: Exception, message: StreamMessage[Any] = MESSAGE) -> ErrorReply:
+        discovery.count_error(message.raw_message.subject, exc)
+        return error_reply(exc)
+
+    broker = NatsBroker(
+        middlewares=[errors],
+        serializer=MsgSpecSerializer(),
+        logger=_BROKER_LOG,
+        log_level=logging.DEBUG,
+        **options,
+    )
+
+    def route(name: str) -> Callable[[Any], Any]:
+        verb = VERBS[name]
+        discovery.add_endpoint(name, names.api_subject(name))
+        return broker.subscriber(
+            names.api_subject(name),
+            queue=QUEUE,
+            max_workers=MAX_WORKERS,  # a long `result` wait must not hold up other requests
+            decoder=_decoder(name, verb.request, discovery),
+            title=f"api.{name}",
+            description=verb.description,
+        )
+
+    @route("submit")
+    async def submit(request: SubmitRequest) -> SubmitReply:
+        handle = await client().submit(
+            request.steps,
+            task_id=request.task_id,
+            metadata=request.metadata,
+            deadline=None if request.deadline_ms is None else _ms(request.deadline_ms),
+        )
+        return SubmitReply(task_id=handle.task_id)
+
+    @route("get")
+    async def get(request: TaskRequest) -> TaskRecord:
+        return _fits(client(), await client().get(request.task_id))
+
+    @route("result")
+    async def result(request: ResultRequest) -> ResultReply:
+        handle = client().handle(request.task_id)
+        record = await handle.get()  # not_found at once for an unknown id
+        if not record.status.is_terminal and request.timeout_ms > 0:
+            record = await handle.wait_until_done(request.timeout_ms / 1000)
+        if not record.status.is_terminal:
+            raise _still_running(record)
+        return ResultReply(
+            task_id=record.task_id, status=record.status, result=record.result, error=record.error
+        )
+
+    @route("list")
+    async def list_tasks(request: ListRequest) -> ListReply:
+        records = await client().list(request.status)
+        return _page(records, request, client().max_payload - REPLY_MARGIN)
+
+    @route("cancel")
+    async def cancel(request: TaskRequest) -> TaskRecord:
+        return _fits(client(), await client().cancel(request.task_id))
+
+    @route("input")
+    async def answer(request: InputAnswer) -> TaskRecord:
+        await client().send_input(request.task_id, request.data)
+        return _fits(client(), await client().get(request.task_id))
+
+    @route("retry")
+    async def retry(request: TaskRequest) -> TaskRecord:
+        await client().retry(request.task_id)
+        return _fits(client(), await client().get(request.task_id))
+
+    discovery.subscribe(broker)
+    return broker
+
+
+def _ms(value: int) -> timedelta:
+    return timedelta(milliseconds=value)
+
+
+def _still_running(record: TaskRecord) -> Exception:
+    return TaskTimeoutError(
+        record.task_id,
+        f"task {record.task_id!r} is {record.status.value}: "
+        "ask again with timeout_ms to wait for it",
+    )
+
+
+def _fits(client: Client, record: TaskRecord) -> TaskRecord:
+    """Refuse a reply the server would refuse: sending it would close the connection."""
+    size, limit = len(encode(record)), client.max_payload - REPLY_MARGIN
+    if size > limit:
+        raise InvalidRequestError(
+            f"task {record.task_id!r} is too large to send ({size:,} bytes; a reply holds "
+            f"at most {limit:,}): it was recorded before Tether bounded records"
+        )
+    return record
+
+
+def _page(records: list[TaskRecord], request: ListRequest, max_bytes: int) -> ListReply:
+    """Up to `limit` records after the cursor, as many as fit in one reply.
+
+    A record too large for any reply is named in `omitted` and passed over, so the
+    tasks after it stay reachable.
+    """
+    if not 1 <= request.limit <= MAX_LIST:
+        raise InvalidRequestError(f"invalid list request: limit must be between 1 and {MAX_LIST}")
+    start = 0
+    if request.cursor is not None:
+        ids = [r.task_id for r in records]
+        if request.cursor not in ids:
+            raise InvalidRequestError(f"invalid list request: unknown cursor {request.cursor!r}")
+        start = ids.index(request.cursor) + 1
+    page: list[TaskRecord] = []
+    omitted: list[str] = []
+    size = 64
+    last = start
+    for record in records[start : start + request.limit]:
+        record_size = len(encode(record)) + 1
+        if record_size + 64 > max_bytes:
+            omitted.append(record.task_id)
+            size += len(record.task_id) + 3
+        elif size + record_size > max_bytes:
+            break
+        else:
+            page.append(record)
+            size += record_size
+        last += 1
+    more = last < len(records)
+    return ListReply(
+        tasks=page, next_cursor=records[last - 1].task_id if more else None, omitted=omitted
+    )

@@ -1,0 +1,74 @@
+"""`ApiService`: the request/reply API as a role of `tether dispatcher` or `tether api`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats.errors
+from faststream.nats import NatsBroker
+from faststream.security import BaseSecurity
+
+from tether.api.discovery import Discovery
+from tether.api.routes import build_broker
+from tether.client import Client
+from tether.nats.connection import NatsConfig
+from tether.nats.provision import Layout
+from tether.service import Service
+
+
+class ApiService(Service):
+    """Answers `tether.api.<verb>`; stateless, so any number of replicas share the load."""
+
+    def __init__(self, nats: NatsConfig | None = None, *, layout: Layout | None = None) -> None:
+        self.nats = nats or NatsConfig()
+        self.discovery = Discovery()
+        self._client = Client(self.nats, layout=layout)
+        tls = self.nats.tls_context()
+        self.broker: NatsBroker = build_broker(
+            self.nats.names,
+            lambda: self._client,
+            self.discovery,
+            servers=self.nats.servers,
+            user_credentials=self.nats.credentials,
+            token=self.nats.token,
+            security=BaseSecurity(ssl_context=tls) if tls else None,
+            connect_timeout=self.nats.connect_timeout,
+            closed_cb=self._broker_closed,
+        )
+        self._stopping = False
+
+    async def _broker_closed(self) -> None:
+        if not self._stopping:
+            self.connection_lost("the API's NATS connection closed for good")
+
+    async def wait_lost(self) -> str:
+        own = asyncio.ensure_future(super().wait_lost())
+        client = asyncio.ensure_future(self._client.wait_lost())
+        done, pending = await asyncio.wait([own, client], return_when=asyncio.FIRST_COMPLETED)
+        for waiter in pending:
+            waiter.cancel()
+        return done.pop().result()
+
+    async def start(self) -> None:
+        await self._client.connect()
+        await self.broker.start()
+        await self._wait_until_answering()
+
+    async def _wait_until_answering(self, timeout: float = 10.0) -> None:
+        """Return once this instance answers its own `$SRV.PING`: a flush alone can overtake
+        subscriptions still buffered in nats-py, so the first requests would find no one."""
+        subject = self.discovery.ping_subject
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await self._client.store.nc.request(subject, b"", timeout=0.25)
+                return
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await self.broker.stop()
+        await self._client.close()

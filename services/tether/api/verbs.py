@@ -1,0 +1,40 @@
+"""The API's verbs: request and reply types, in one table the routes and the contract share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tether.schemas.api import (
+    InputAnswer,
+    ListReply,
+    ListRequest,
+    ResultReply,
+    ResultRequest,
+    SubmitReply,
+    SubmitRequest,
+    TaskRequest,
+)
+from tether.schemas.tasks import TaskRecord
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    request: type[Any]
+    reply: type[Any]
+    description: str
+
+
+VERBS = {
+    verb.name: verb
+    for verb in [
+        Verb("submit", SubmitRequest, SubmitReply, "Start a task (id generated if left out)."),
+        Verb("get", TaskRequest, TaskRecord, "The task record."),
+        Verb("result", ResultRequest, ResultReply, "The outcome, waiting up to timeout_ms for it."),
+        Verb("list", ListRequest, ListReply, "Tasks, oldest first, by status, a page at a time."),
+        Verb("cancel", TaskRequest, TaskRecord, "Cancel an unfinished task."),
+        Verb("input", InputAnswer, TaskRecord, "Answer a task that is waiting for input."),
+        Verb("retry", TaskRequest, TaskRecord, "Run a failed task again from its failed step."),
+    ]
+}

@@ -1,0 +1,57 @@
+"""What every `tether` command shares: options, the NATS config, one-line errors."""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+
+from tether.nats.connection import DEFAULT_URL, NatsConfig
+from tether.schemas.names import Names
+
+NatsOption = Annotated[
+    str,
+    typer.Option(
+        "--nats",
+        envvar="TETHER_NATS_URL",
+        metavar="URL",
+        help="NATS server URL(s), comma-separated.",
+    ),
+]
+PrefixOption = Annotated[
+    str,
+    typer.Option(
+        "--prefix",
+        envvar="TETHER_PREFIX",
+        metavar="PREFIX",
+        help="Prefix of every subject, stream and bucket.",
+    ),
+]
+ReplicasOption = Annotated[
+    int,
+    typer.Option(
+        "--replicas",
+        envvar="TETHER_REPLICAS",
+        metavar="N",
+        min=1,
+        max=5,
+        help="Replicas of the streams and buckets Tether creates (3 on a cluster).",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+DEFAULT_NATS = DEFAULT_URL
+DEFAULT_PREFIX = "tether"
+DEFAULT_GATEWAY_PORT = 8765
+"""`Gateway`'s default port, kept here so option defaults need not import the gateway
+(a unit test keeps the two equal)."""
+
+
+def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int = 1) -> NatsConfig:
+    return NatsConfig(url=url, names=Names(prefix=prefix), name=name, replicas=replicas)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one line saying what happened and what to do, then exit non-zero."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code=code)

@@ -1,0 +1,182 @@
+"""`tether dev` (everything on a laptop) and `tether demo` (the crash story).
+
+The roles (FastStream, MCP, uvicorn) are imported inside the commands: every `tether`
+command loads this module, and most of them need none of that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from tether.cli.common import DEFAULT_GATEWAY_PORT, PrefixOption, fail, nats_config
+from tether.cli.loading import AppLoadError, load_app
+from tether.errors import TetherError
+from tether.nats.connection import NatsConfig
+from tether.nats.server import NatsServer, NatsServerError
+
+if TYPE_CHECKING:
+    from tether.gateway import Gateway
+    from tether.worker import App
+
+DEMO_APP = "tether.demo.research:app"
+DEV_PORT = 4222
+
+
+@contextlib.asynccontextmanager
+async def _nats_url(url: str | None, data_dir: Path, port: int) -> AsyncIterator[tuple[str, str]]:
+    """The given URL, or an embedded nats-server's; with a description for the banner."""
+    if url:
+        yield url, "external"
+        return
+    server = NatsServer(data_dir / "nats", port=port)
+    try:
+        server.start()
+    except NatsServerError as exc:
+        fail(f"{exc} (is port {port} in use? pass --port 0 for a free one)")
+    try:
+        yield server.url, f"embedded, data in {data_dir / 'nats'}"
+    finally:
+        server.stop()
+
+
+@contextlib.asynccontextmanager
+async def _gateway(config: NatsConfig, port: int | None) -> AsyncIterator[Gateway | None]:
+    """The MCP gateway on `port` (0: a free one), or none when `port` is None."""
+    if port is None:
+        yield None
+        return
+    from tether.gateway import Gateway, GatewayError
+
+    gateway = Gateway(config, port=port)
+    try:
+        await gateway.start()
+    except GatewayError as exc:
+        fail(f"{exc}: pass another --gateway-port (0 for a free one), or --no-gateway")
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
+
+
+async def _dev(
+    apps: list[App],
+    url: str | None,
+    prefix: str,
+    data_dir: Path,
+    port: int,
+    concurrency: int,
+    gateway_port: int | None,
+) -> None:
+    from tether.api import ApiService
+    from tether.dispatcher import Dispatcher
+    from tether.worker import Worker
+
+    console = Console()
+    async with _nats_url(url, data_dir, port) as (nats_url, where):
+        config = nats_config(nats_url, prefix, "tether-dev")
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        async with (
+            Dispatcher(config),
+            ApiService(config),
+            Worker(apps, config, concurrency=concurrency) as worker,
+            _gateway(config, gateway_port) as gateway,
+        ):
+            console.print(f"[bold]Tether dev[/]\n  NATS        [cyan]{nats_url}[/] ({where})")
+            console.print(f"  dispatcher  running; API on {config.names.api_subject('*')}")
+            console.print(f"  worker      {', '.join(worker.tools)}")
+            if gateway is not None:
+                console.print(f"  MCP         [cyan]{gateway.url}[/] (Streamable HTTP, tasks)")
+            console.print(
+                f"\nTry: TETHER_NATS_URL={nats_url} tether submit "
+                '\'search={"query":"durable agents"}\' summarize write_report --wait',
+                soft_wrap=True,
+            )
+            console.print("Ctrl-C stops everything; tasks wait in JetStream for the next start.")
+            await stopping.wait()
+            console.print("\nstopping...")
+
+
+def dev(
+    apps: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="MODULE:ATTR...",
+            help="Apps to serve (MODULE:ATTR); default: the demo research agent.",
+        ),
+    ] = None,
+    nats: Annotated[
+        str | None,
+        typer.Option(
+            "--nats",
+            envvar="TETHER_NATS_URL",
+            help="Use this NATS server instead of embedding one.",
+        ),
+    ] = None,
+    prefix: PrefixOption = "tether",
+    data_dir: Annotated[
+        Path, typer.Option(metavar="DIR", help="Where the embedded server keeps its data.")
+    ] = Path(".tether"),
+    port: Annotated[
+        int, typer.Option(metavar="PORT", help="Port of the embedded server (0: a free one).")
+    ] = DEV_PORT,
+    concurrency: Annotated[
+        int, typer.Option(metavar="N", help="Steps run at once, per tool.")
+    ] = 32,
+    gateway_port: Annotated[
+        int, typer.Option(metavar="PORT", help="Port of the MCP gateway (0: a free one).")
+    ] = DEFAULT_GATEWAY_PORT,
+    gateway: Annotated[bool, typer.Option(help="Serve the MCP gateway.")] = True,
+) -> None:
+    """Run an embedded nats-server, the dispatcher, workers and the MCP gateway in one process."""
+    try:
+        loaded = [load_app(spec) for spec in apps or [DEMO_APP]]
+    except AppLoadError as exc:
+        fail(str(exc))
+    mcp_port = gateway_port if gateway else None
+    try:
+        asyncio.run(
+            _dev(loaded, nats, prefix, data_dir, port if port else -1, concurrency, mcp_port)
+        )
+    except TetherError as exc:
+        fail(str(exc))
+
+
+def demo(
+    out_dir: Annotated[
+        Path, typer.Option(metavar="DIR", help="Where the report is written.")
+    ] = Path("tether-reports"),
+    pace: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Seconds of pretend work per document.")
+    ] = 0.6,
+    keep: Annotated[bool, typer.Option(help="Keep the demo's nats-server data.")] = False,
+) -> None:
+    """Run a research agent, kill its worker with SIGKILL mid-step, watch the task carry on."""
+    from tether.demo.story import Demo
+
+    data_dir = Path(tempfile.mkdtemp(prefix="tether-demo-"))
+    try:
+        code = asyncio.run(Demo(Console(), data_dir, out_dir.resolve(), pace).run())
+    except (TetherError, NatsServerError) as exc:
+        fail(str(exc))
+    finally:
+        if not keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(dev)
+    app.command()(demo)

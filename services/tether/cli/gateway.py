@@ -1,0 +1,37 @@
+"""`tether gateway`: the MCP server in front of Tether's tasks."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tether.cli.common import (
+    DEFAULT_GATEWAY_PORT,
+    DEFAULT_NATS,
+    DEFAULT_PREFIX,
+    NatsOption,
+    PrefixOption,
+    ReplicasOption,
+    nats_config,
+)
+from tether.cli.processes import serve
+
+
+def gateway(
+    port: Annotated[
+        int, typer.Option(metavar="PORT", help="Port to listen on (0: a free one).")
+    ] = DEFAULT_GATEWAY_PORT,
+    host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on.")] = "127.0.0.1",
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    replicas: ReplicasOption = 1,
+) -> None:
+    """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
+    from tether.gateway import Gateway
+
+    serve(Gateway(nats_config(nats, prefix, "tether-gateway", replicas), host, port))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(gateway)

@@ -1,0 +1,47 @@
+"""`tether`: the command line. Each group of commands lives in its own module."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Annotated
+
+import typer
+
+from tether.cli import dev, gateway, ops, processes
+
+app = typer.Typer(
+    name="tether",
+    help="Durable execution for AI agents on NATS JetStream.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tether {version('tether')}")
+        raise typer.Exit
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Durable execution for AI agents on NATS JetStream."""
+
+
+processes.register(app)
+dev.register(app)
+ops.register(app)
+gateway.register(app)
+
+
+def main() -> None:
+    app()

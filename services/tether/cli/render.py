@@ -1,0 +1,332 @@
+"""How the operator commands look: Rich tables, event lines, a live progress bar, JSON."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from tether.schemas.codec import encode
+from tether.schemas.events import (
+    TERMINAL_EVENTS,
+    AnyStatusEvent,
+    StepCompleted,
+    StepRetrying,
+    StepStarted,
+    Waiting,
+)
+from tether.schemas.tasks import DeadLetter, ErrorInfo, Heartbeat, TaskRecord, TaskStatus
+
+STATUS_STYLES = {
+    TaskStatus.PENDING: "dim",
+    TaskStatus.RUNNING: "cyan",
+    TaskStatus.WAITING: "yellow",
+    TaskStatus.COMPLETED: "green",
+    TaskStatus.FAILED: "red",
+    TaskStatus.CANCELLED: "magenta",
+}
+
+
+PIPE_WIDTH = 1000
+"""Columns of output that is not a terminal: whole ids and errors, never 80-column wraps."""
+
+
+def stdout() -> Console:
+    console = Console(soft_wrap=True, highlight=False)
+    if not console.is_terminal:
+        console.width = PIPE_WIDTH
+    return console
+
+
+def print_json(value: Any) -> None:
+    """One compact JSON document on its own line, for scripts (msgspec encodes Structs)."""
+    sys.stdout.buffer.write(encode(value) + b"\n")
+    sys.stdout.flush()
+
+
+def print_pretty_json(value: Any) -> None:
+    stdout().print_json(encode(value).decode())
+
+
+def status_text(status: TaskStatus) -> Text:
+    return Text(status.value, style=STATUS_STYLES[status])
+
+
+def format_time(moment: datetime | None) -> str:
+    """UTC; the date only when it is not today, so tables stay narrow."""
+    if moment is None:
+        return "-"
+    moment = moment.astimezone(UTC)
+    if moment.date() == datetime.now(UTC).date():
+        return moment.strftime("%H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_error(error: ErrorInfo | None) -> str:
+    return "-" if error is None else f"{error.type}: {error.message}"
+
+
+def step_position(record: TaskRecord) -> str:
+    """`current_step/steps`, as the record has them: steps count from 0, as in events
+    and dead letters, so `0/3` is the first of three and `3/3` a finished plan."""
+    return f"{record.current_step}/{len(record.steps)}"
+
+
+def current_tool(record: TaskRecord) -> str:
+    if not record.steps:
+        return "-"
+    return record.steps[min(record.current_step, len(record.steps) - 1)].tool
+
+
+# -- tables -------------------------------------------------------------------
+
+
+def tasks_table(records: Iterable[TaskRecord]) -> Table:
+    table = Table(box=None, header_style="bold")
+    table.add_column("task", overflow="fold")
+    for name in ("status", "step", "tool", "updated"):
+        table.add_column(name)
+    for record in records:
+        table.add_row(
+            record.task_id,
+            status_text(record.status),
+            step_position(record),
+            current_tool(record),
+            format_time(record.updated_at),
+        )
+    return table
+
+
+def dead_letters_table(
+    letters: Iterable[DeadLetter], now: Mapping[str, TaskStatus] | None = None
+) -> Table:
+    """`now`: each letter's task status today, so a task retried since shows as such."""
+    table = Table(
+        "time",
+        "tool",
+        "task",
+        "step",
+        "attempt",
+        "task now",
+        "error",
+        box=None,
+        header_style="bold",
+    )
+    for letter in letters:
+        status = (now or {}).get(letter.task_id or "")
+        table.add_row(
+            format_time(letter.time),
+            letter.tool,
+            letter.task_id or "-",
+            "-" if letter.step is None else str(letter.step),
+            str(letter.attempt),
+            "-" if status is None else status_text(status),
+            Text(format_error(letter.error), style="red"),
+        )
+    return table
+
+
+def record_table(
+    record: TaskRecord, heartbeat: Heartbeat | None, last: AnyStatusEvent | None
+) -> Table:
+    """The `status` view: one field per row."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    rows: list[tuple[str, str | Text]] = [
+        ("task", record.task_id),
+        ("status", status_text(record.status)),
+        ("step", f"{step_position(record)} {current_tool(record)}{_attempt(heartbeat, last)}"),
+    ]
+    if heartbeat is not None:
+        rows.append(("heartbeat", _progress(heartbeat)))
+    if record.input_request is not None and record.status is TaskStatus.WAITING:
+        rows.append(("waiting for", record.input_request.prompt))
+        if record.input_request.schema:
+            rows.append(("answer with", encode(record.input_request.schema).decode()))
+    if record.error is not None:
+        rows.append(("error", Text(format_error(record.error), style="red")))
+    rows += [
+        ("created", format_time(record.created_at)),
+        ("updated", format_time(record.updated_at)),
+    ]
+    if record.deadline_at is not None:
+        rows.append(("deadline", format_time(record.deadline_at)))
+    if record.metadata:
+        rows.append(("metadata", encode(record.metadata).decode()))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _attempt(heartbeat: Heartbeat | None, last: AnyStatusEvent | None) -> str:
+    attempt = heartbeat.attempt if heartbeat is not None else last.attempt if last else None
+    return "" if attempt is None else f" (attempt {attempt})"
+
+
+def _progress(heartbeat: Heartbeat) -> str:
+    done = "" if heartbeat.progress is None else f"{heartbeat.progress:.0%} "
+    age = (datetime.now(UTC) - heartbeat.time).total_seconds()
+    note = f"{heartbeat.message} " if heartbeat.message else ""
+    return f"{done}{note}(worker {heartbeat.worker_id}, {age:.1f}s ago)"
+
+
+# -- following a task -----------------------------------------------------------
+
+
+def event_line(event: AnyStatusEvent) -> Text:
+    """`12:00:01  step_started  step 0 search  attempt 1`, plus what the event says."""
+    tag = str(type(event).__struct_config__.tag)
+    line = Text(f"{format_time(event.time)}  ")
+    line.append(f"{tag:<15}", style=STATUS_STYLES[event.status])
+    if event.step is not None:
+        line.append(f" step {event.step}")
+    if event.tool:
+        line.append(f" {event.tool}")
+    if event.attempt is not None:
+        line.append(f"  attempt {event.attempt}")
+    line.append(_detail(event))
+    line.rstrip()
+    return line
+
+
+def _detail(event: AnyStatusEvent) -> Text:
+    if event.error is not None:
+        return Text(f"  {format_error(event.error)}", style="red")
+    if isinstance(event, StepRetrying) and event.retry_in_ms:
+        return Text(f"  retry in {event.retry_in_ms / 1000:.1f}s")
+    if isinstance(event, StepCompleted) and event.skipped:
+        return Text("  (from checkpoint)")
+    if isinstance(event, Waiting) and event.input_request is not None:
+        return Text(
+            f"  {event.input_request.prompt}  (answer: tether input {event.task_id} JSON)",
+            style="yellow",
+        )
+    return Text()
+
+
+class EventView(Protocol):
+    """Where `watch` sends what it learns: events as they happen, heartbeats when polled."""
+
+    @property
+    def shows_progress(self) -> bool: ...
+    def event(self, event: AnyStatusEvent) -> None: ...
+    def heartbeat(self, heartbeat: Heartbeat | None) -> None: ...
+    def finish(self, record: TaskRecord) -> None: ...
+    def __enter__(self) -> EventView: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class JsonLines:
+    """One JSON status event per line; the completed event carries the result."""
+
+    shows_progress = False
+
+    def event(self, event: AnyStatusEvent) -> None:
+        print_json(event)
+
+    def heartbeat(self, heartbeat: Heartbeat | None) -> None:
+        pass
+
+    def finish(self, record: TaskRecord) -> None:
+        pass
+
+    def __enter__(self) -> JsonLines:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+
+class PlainLines(JsonLines):
+    """One readable line per event, then the result: for logs and pipes."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or stdout()
+
+    def event(self, event: AnyStatusEvent) -> None:
+        self.console.print(event_line(event))
+
+    def finish(self, record: TaskRecord) -> None:
+        if record.status is TaskStatus.COMPLETED:
+            self.console.print_json(encode(record.result).decode())
+
+
+class LiveView(PlainLines):
+    """Event lines scrolling above a progress bar of the running step (a terminal only)."""
+
+    shows_progress = True
+
+    def __init__(self, console: Console | None = None) -> None:
+        super().__init__(console)
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._bar = self._progress.add_task("", total=None, visible=False)
+        self._running: int | None = None
+
+    def event(self, event: AnyStatusEvent) -> None:
+        if isinstance(event, StepStarted):
+            self._running = event.step
+        elif isinstance(event, (StepCompleted, StepRetrying, Waiting, *TERMINAL_EVENTS)):
+            self._running = None
+            self._progress.update(self._bar, visible=False)
+        self._progress.console.print(event_line(event))
+
+    def heartbeat(self, heartbeat: Heartbeat | None) -> None:
+        # A heartbeat outlives its step for the bucket's TTL: show only the running step's.
+        if heartbeat is None or heartbeat.step != self._running:
+            self._progress.update(self._bar, visible=False)
+            return
+        label = f"step {heartbeat.step} {heartbeat.tool}"
+        if heartbeat.message:
+            label += f": {heartbeat.message}"
+        known = heartbeat.progress is not None
+        self._progress.update(
+            self._bar,
+            description=label,
+            total=1.0 if known else None,
+            completed=heartbeat.progress or 0.0,
+            visible=True,
+        )
+
+    def __enter__(self) -> LiveView:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._progress.stop()
+
+
+def event_view(as_json: bool) -> EventView:
+    if as_json:
+        return JsonLines()
+    console = stdout()
+    return LiveView(console) if console.is_terminal else PlainLines(console)
+
+
+def print_table(table: Table) -> None:
+    stdout().print(table)
+
+
+def print_lines(lines: Sequence[str]) -> None:
+    console = stdout()
+    for line in lines:
+        console.print(Text(line))

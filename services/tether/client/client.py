@@ -1,0 +1,152 @@
+"""`Client`: submit tasks and follow them from Python (the same wire contract as any language)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+
+from tether.client.handle import TaskHandle
+from tether.engine import lifecycle
+from tether.engine.known_tools import KnownTools
+from tether.engine.plans import to_step, validate_submit
+from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
+from tether.nats.connection import NatsConfig, close, connect
+from tether.nats.provision import Layout
+from tether.nats.store import Store
+from tether.schemas.codec import encode
+from tether.schemas.ids import InvalidNameError, validate_task_id
+from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
+from tether.service import Service
+
+StepLike = StepSpec | dict[str, Any] | str
+ACCEPT_WAIT = 5.0
+RECORD_OVERHEAD = 1024
+
+
+class Client(Service):
+    """A connection to Tether.
+
+    ```python
+    async with Client("nats://localhost:4222") as client:
+        handle = await client.submit(["search", "summarize"], metadata={"user": "alice"})
+        report = await handle.wait(timeout=600)
+    ```
+    """
+
+    def __init__(
+        self, nats: NatsConfig | str | None = None, *, layout: Layout | None = None
+    ) -> None:
+        self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
+        self.layout = layout or Layout.for_config(self.nats)
+        self._nc: NatsClient | None = None
+        self._store: Store | None = None
+        self._known_tools: KnownTools | None = None
+
+    async def connect(self) -> None:
+        self._nc = await connect(self.nats, self.connection_lost)
+        self._store = await Store.open(self._nc, self.layout)
+        self._known_tools = KnownTools(self._store)
+
+    async def start(self) -> None:
+        await self.connect()
+
+    async def stop(self) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._nc is not None:
+            await close(self._nc)
+        self._nc = self._store = None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError(
+                "the client is not connected: use 'async with Client(...)' or await connect()"
+            )
+        return self._store
+
+    async def submit(
+        self,
+        steps: Sequence[StepLike],
+        *,
+        task_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        deadline: timedelta | None = None,
+    ) -> TaskHandle:
+        """Start a task and return its handle at once; the task runs whether or not you wait."""
+        submit = TaskSubmit(
+            task_id=uuid.uuid4().hex if task_id is None else task_id,
+            steps=[to_step(step) for step in steps],
+            metadata=dict(metadata or {}),
+            deadline_ms=None if deadline is None else int(deadline.total_seconds() * 1000),
+        )
+        validate_submit(submit)
+        self._check_size(submit.task_id, encode(submit))
+        assert self._known_tools is not None
+        await self._known_tools.check(submit.steps)
+        store = self.store
+        if await store.get_record(submit.task_id) is not None:
+            raise TaskExistsError(submit.task_id)
+        if not await store.publish_submit(submit):
+            raise TaskExistsError(submit.task_id)
+        handle = self.handle(submit.task_id)
+        # The submission is durable in the stream now; wait (briefly) for the dispatcher to
+        # record it, so `get` right after `submit` finds the task. Without a dispatcher the
+        # task stays queued and is recorded when one starts.
+        with contextlib.suppress(TaskTimeoutError):
+            await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
+        return handle
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message the NATS server accepts (its max_payload)."""
+        return int(self.store.nc.max_payload)
+
+    def _check_size(self, task_id: str, data: bytes) -> None:
+        # The record the dispatcher makes of it is a little larger than the submission.
+        limit = self.store.max_value - RECORD_OVERHEAD
+        if len(data) > limit:
+            raise InvalidTaskError(
+                f"task {task_id!r} is {len(data):,} bytes; at most {limit:,} fit (the NATS "
+                "server's max_payload, less room for the record and replies): pass large "
+                "inputs by reference (a URL or object name)"
+            )
+
+    def handle(self, task_id: str) -> TaskHandle:
+        """A handle on an existing task, e.g. after a restart of the client."""
+        try:
+            validate_task_id(task_id)
+        except InvalidNameError as exc:
+            raise InvalidTaskError(str(exc)) from exc
+        return TaskHandle(self.store, task_id)
+
+    async def get(self, task_id: str) -> TaskRecord:
+        return await self.handle(task_id).get()
+
+    async def list(self, status: TaskStatus | str | None = None) -> list[TaskRecord]:
+        """Tasks, oldest first, optionally only those with `status`."""
+        wanted = None if status is None else TaskStatus(status)
+        records = await self.store.list_records()
+        return sorted(
+            (r for r in records if wanted is None or r.status is wanted), key=lambda r: r.created_at
+        )
+
+    async def cancel(self, task_id: str) -> TaskRecord:
+        """Cancel an unfinished task; raises TaskConflictError if it already ended."""
+        return await self.handle(task_id).cancel()
+
+    async def retry(self, task_id: str) -> TaskHandle:
+        """Run a failed task again from its failed step (completed steps are not re-run)."""
+        handle = self.handle(task_id)
+        await lifecycle.retry_task(self.store, task_id)
+        return handle
+
+    async def send_input(self, task_id: str, data: Any) -> None:
+        """Answer a task that is waiting for input; it resumes at its next step."""
+        await self.handle(task_id).send_input(data)

@@ -1,0 +1,128 @@
+"""`TaskHandle`: one task, followed by id, from any process at any time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import nats.errors
+from nats.js.api import DeliverPolicy
+
+from tether.engine import lifecycle
+from tether.errors import TaskCancelledError, TaskFailedError, TaskTimeoutError
+from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.store import Store
+from tether.schemas.codec import event_decoder, record_decoder
+from tether.schemas.events import TERMINAL_EVENTS, AnyStatusEvent
+from tether.schemas.tasks import TaskRecord, TaskStatus
+
+RECHECK_INTERVAL = 5.0
+
+
+class TaskHandle:
+    def __init__(self, store: Store, task_id: str) -> None:
+        self._store = store
+        self.task_id = task_id
+
+    def __repr__(self) -> str:
+        return f"TaskHandle({self.task_id!r})"
+
+    async def get(self) -> TaskRecord:
+        return (await self._store.require_record(self.task_id)).record
+
+    async def wait(self, timeout: float | timedelta | None = None) -> Any:
+        """The task's result once it completes.
+
+        Raises TaskFailedError or TaskCancelledError when it ends otherwise, and
+        TaskTimeoutError when `timeout` passes first (the task keeps running).
+        """
+        record = await self.wait_until_done(timeout)
+        if record.status is TaskStatus.COMPLETED:
+            return record.result
+        if record.status is TaskStatus.CANCELLED:
+            raise TaskCancelledError(self.task_id)
+        raise TaskFailedError(self.task_id, record.error)
+
+    async def wait_until_done(self, timeout: float | timedelta | None = None) -> TaskRecord:
+        """The record once the task has ended, whatever the outcome."""
+        return await self.wait_for(lambda r: r.status.is_terminal, timeout)
+
+    async def wait_for(
+        self, condition: Callable[[TaskRecord], bool], timeout: float | timedelta | None = None
+    ) -> TaskRecord:
+        """The first version of the record for which `condition(record)` is true.
+
+        Follows the record with a KV watch, re-reading it every few seconds and
+        re-watching after errors, so a NATS restart or reconnect cannot stall it.
+        """
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            raise_if_cancelled()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TaskTimeoutError(
+                    self.task_id,
+                    f"task {self.task_id!r} did not finish within {seconds}s; it keeps running",
+                )
+            window = RECHECK_INTERVAL if remaining is None else min(remaining, RECHECK_INTERVAL)
+            try:
+                found = await self._store.get_record(self.task_id)
+                if found is not None and condition(found.record):
+                    return found.record
+                record = await self._watch(condition, window)
+            except (nats.errors.Error, OSError, TimeoutError):
+                record = None  # reconnecting: try again until the deadline
+                await asyncio.sleep(min(window, 0.25))
+            if record is not None:
+                return record
+
+    async def _watch(
+        self, condition: Callable[[TaskRecord], bool], window: float
+    ) -> TaskRecord | None:
+        watcher = await self._store.watch_record(self.task_id)
+        give_up = time.monotonic() + window
+        try:
+            while (left := give_up - time.monotonic()) > 0:
+                raise_if_cancelled()
+                try:
+                    entry = await watcher.updates(timeout=left)  # type: ignore[no-untyped-call]
+                except TimeoutError:
+                    return None
+                if entry is not None and entry.value:
+                    record = record_decoder.decode(entry.value)
+                    if condition(record):
+                        return record
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def events(self, timeout: float | None = None) -> AsyncIterator[AnyStatusEvent]:
+        """Every status event of the task: history first, then live, without a gap.
+
+        Ends after the task's terminal event; `timeout` bounds the wait for each event.
+        """
+        js = self._store.js
+        subject = self._store.names.status_subject(self.task_id)
+        sub = await js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=timeout if timeout is not None else 3600)
+                event = event_decoder.decode(msg.data)
+                yield event
+                if isinstance(event, TERMINAL_EVENTS):
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def cancel(self) -> TaskRecord:
+        return await lifecycle.cancel_task(self._store, self.task_id)
+
+    async def send_input(self, data: Any) -> None:
+        await lifecycle.send_input(self._store, self.task_id, data)

@@ -1,0 +1,123 @@
+"""A research-report agent of three tools over a small offline corpus.
+
+`search` ranks the corpus documents for a query, `summarize` extracts the sentences
+that matter, `write_report` writes a Markdown report. Task metadata may set `pace`
+(seconds of pretend work per document, so a demo can crash a step midway) and
+`out_dir` (where reports go).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from tether import App, StepContext, TerminalError
+
+CORPUS = Path(__file__).parent / "corpus"
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_STOP = frozenset(
+    "a an and are as at be by can for from in is it its of on or that the to with".split()
+)
+
+app = App("research")
+
+
+class Query(msgspec.Struct, frozen=True):
+    query: str
+    limit: int = 4
+
+
+class Hit(msgspec.Struct, frozen=True):
+    title: str
+    path: str
+    score: int
+    text: str
+
+
+class Found(msgspec.Struct, frozen=True):
+    query: str
+    hits: list[Hit]
+
+
+class Point(msgspec.Struct, frozen=True):
+    source: str
+    sentence: str
+
+
+class Summary(msgspec.Struct, frozen=True):
+    query: str
+    points: list[Point]
+
+
+def terms(text: str) -> set[str]:
+    return {word for word in _WORD.findall(text.lower()) if word not in _STOP}
+
+
+def _document(path: Path) -> tuple[str, str]:
+    lines = path.read_text().strip().splitlines()
+    return lines[0].lstrip("# ").strip(), " ".join(line.strip() for line in lines[1:]).strip()
+
+
+async def _pace(ctx: StepContext, done: int, total: int, message: str) -> None:
+    pace = float(ctx.metadata.get("pace", 0))
+    if pace:
+        await asyncio.sleep(pace)
+    await ctx.progress(done / total, message)
+
+
+@app.tool(heartbeat=0.5)
+async def search(ctx: StepContext, query: Query) -> Found:
+    """Rank the documents of the corpus by how many query terms they contain."""
+    wanted = terms(query.query)
+    if not wanted:
+        raise TerminalError(f"the query {query.query!r} has no searchable words")
+    paths = sorted(CORPUS.glob("*.md"))
+    hits = []
+    for done, path in enumerate(paths, start=1):
+        title, text = _document(path)
+        score = len(wanted & terms(title + " " + text))
+        if score:
+            hits.append(Hit(title=title, path=path.name, score=score, text=text))
+        await _pace(ctx, done, len(paths), f"read {path.name}")
+    hits.sort(key=lambda hit: (-hit.score, hit.title))
+    return Found(query=query.query, hits=hits[: query.limit])
+
+
+@app.tool(heartbeat=0.5)
+async def summarize(ctx: StepContext, found: Found) -> Summary:
+    """Keep the two sentences of each hit that share the most words with the query."""
+    wanted = terms(found.query)
+    points = []
+    for done, hit in enumerate(found.hits, start=1):
+        sentences = _SENTENCE.split(hit.text)
+        ranked = sorted(sentences, key=lambda s: -len(wanted & terms(s)))
+        points += [Point(source=hit.title, sentence=s) for s in ranked[:2]]
+        await _pace(ctx, done, len(found.hits), f"summarized {hit.title}")
+    return Summary(query=found.query, points=points)
+
+
+@app.tool(heartbeat=0.5)
+async def write_report(ctx: StepContext, summary: Summary) -> dict[str, Any]:
+    """Write the summary as a Markdown report; returns where it is."""
+    path = Path(str(ctx.metadata.get("out_dir", "tether-reports"))) / f"{ctx.task_id}.md"
+    lines = [f"# Research report: {summary.query}", ""]
+    sources: dict[str, list[str]] = {}
+    for point in summary.points:
+        sources.setdefault(point.source, []).append(point.sentence)
+    for source, sentences in sources.items():
+        lines += [f"## {source}", "", *[f"- {s}" for s in sentences], ""]
+    lines += [f"_Task `{ctx.task_id}`, written by Tether on attempt {ctx.attempt}._", ""]
+    text = "\n".join(lines)
+    written = await asyncio.to_thread(_write, path, text)
+    return {"path": str(written), "words": len(text.split()), "sources": len(sources)}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path.resolve()

@@ -1,0 +1,5 @@
+"""The dispatcher: accepts submissions from `tether.submit`."""
+
+from tether.dispatcher.dispatcher import Dispatcher
+
+__all__ = ["Dispatcher"]

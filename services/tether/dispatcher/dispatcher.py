@@ -1,0 +1,160 @@
+"""The dispatcher: turns submissions on `tether.submit` into task records and first steps."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from tether.engine import handoff, lifecycle, transitions
+from tether.engine.known_tools import KnownTools
+from tether.engine.plans import task_id_of, validate_submit
+from tether.engine.transitions import utcnow
+from tether.errors import InvalidTaskError, MessageTooLargeError
+from tether.nats.connection import NatsConfig, close, connect
+from tether.nats.provision import Layout, ensure_dispatcher_consumer
+from tether.nats.store import Store
+from tether.schemas.codec import NESTED, submit_decoder
+from tether.schemas.names import SUBMIT_DEAD_LETTER
+from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit
+from tether.service import Service
+
+log = logging.getLogger("tether.dispatcher")
+
+FETCH_TIMEOUT = 1.0
+
+
+class Dispatcher(Service):
+    """Consumes submissions: validate, create the record create-only, hand off step 0, ack."""
+
+    def __init__(
+        self, nats: NatsConfig | None = None, *, layout: Layout | None = None, batch: int = 64
+    ) -> None:
+        self.nats = nats or NatsConfig()
+        self.layout = layout or Layout.for_config(self.nats)
+        self.batch = batch
+        self._nc: NatsClient | None = None
+        self._store: Store | None = None
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._known_tools: KnownTools | None = None
+
+    async def start(self) -> None:
+        self._nc = await connect(self.nats, self.connection_lost)
+        self._store = await Store.open(self._nc, self.layout)
+        self._known_tools = KnownTools(self._store)
+        await ensure_dispatcher_consumer(self._store.js, self.layout.names)
+        self._loop = asyncio.create_task(self._serve(self._store))
+        log.info("dispatcher consuming %s", self.layout.names.submit_subject)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._loop is not None:
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+        if self._nc is not None:
+            await close(self._nc)
+            self._nc = None
+
+    async def _serve(self, store: Store) -> None:
+        names = self.layout.names
+        sub = await store.js.pull_subscribe_bind(names.dispatcher_consumer, names.submit_stream)
+        while not (self._stopping.is_set() or self.is_lost):
+            try:
+                msgs = await sub.fetch(self.batch, timeout=FETCH_TIMEOUT)
+            except TimeoutError:
+                continue
+            except Exception as exc:
+                log.warning("fetch of submissions failed: %s", exc)
+                await asyncio.sleep(FETCH_TIMEOUT / 4)
+                continue
+            await asyncio.gather(*(self._handle(store, msg) for msg in msgs))
+
+    async def _handle(self, store: Store, msg: Msg) -> None:
+        try:
+            await self._accept(store, msg)
+        except Exception:
+            log.exception("submission on %s failed; it will be redelivered", msg.subject)
+
+    async def _accept(self, store: Store, msg: Msg) -> None:
+        try:
+            submit = _decode(msg.data)
+            assert self._known_tools is not None
+            await self._known_tools.check(submit.steps)
+        except InvalidTaskError as exc:
+            await self._reject(store, msg, str(exc))
+            return
+        seq = msg.metadata.sequence.stream
+        try:
+            created = await store.create_record(transitions.new_record(submit, utcnow(), seq))
+        except MessageTooLargeError as exc:
+            await self._reject(store, msg, f"task {submit.task_id!r} is too large to record: {exc}")
+            return
+        if created is None:
+            existing = await store.require_record(submit.task_id)
+            if existing.record.submit_seq != seq:
+                log.warning(
+                    "duplicate submit of task %r ignored: it already exists", submit.task_id
+                )
+                await msg.ack()
+                return
+            created = existing  # our own earlier attempt crashed before acking: finish it
+        await _hand_off_if_pending(store, created.record)
+        await msg.ack()
+
+    async def _reject(self, store: Store, msg: Msg, reason: str) -> None:
+        """Tell the sender: a failed record and event if the id is usable, always a dead letter."""
+        error = ErrorInfo(type="InvalidTask", message=reason)
+        task_id = task_id_of(msg.data)
+        await lifecycle.dead_letter(
+            store,
+            tool=SUBMIT_DEAD_LETTER,
+            subject=msg.subject,
+            data=msg.data,
+            error=error,
+            task_id=task_id,
+        )
+        if task_id is not None:
+            await _record_rejection(store, task_id, error, msg.metadata.sequence.stream)
+        await msg.term()
+
+
+def _decode(data: bytes) -> TaskSubmit:
+    """The submission, or InvalidTaskError saying what is wrong: every decode failure is
+    the sender's, so none may leave the message to come back for ever."""
+    try:
+        submit = submit_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidTaskError(str(exc)) from exc
+    except RecursionError as exc:
+        raise InvalidTaskError(NESTED) from exc
+    validate_submit(submit)
+    return submit
+
+
+async def _hand_off_if_pending(store: Store, record: TaskRecord) -> None:
+    if record.status is TaskStatus.PENDING and record.current_step == 0:
+        await handoff.hand_off_first(store, record)
+
+
+async def _record_rejection(store: Store, task_id: str, error: ErrorInfo, seq: int) -> None:
+    """A failed record for a rejected submission, unless the id already names a task."""
+    now = utcnow()
+    record = TaskRecord(
+        task_id=task_id,
+        status=TaskStatus.PENDING,
+        steps=[],
+        created_at=now,
+        updated_at=now,
+        submit_seq=seq,
+    )
+    created = await store.create_record(record)
+    if created is None:
+        existing = await store.require_record(task_id)
+        if existing.record.submit_seq != seq:
+            return  # never fail someone else's task because of a bad re-submit
+        created = existing
+    await lifecycle.fail_task(store, task_id, error, current=created)

@@ -1,0 +1,32 @@
+"""Whether a plan's tools are served: checked against the tools workers advertise."""
+
+from __future__ import annotations
+
+import time
+
+from tether.errors import InvalidTaskError
+from tether.nats.store import Store
+from tether.schemas.tasks import StepSpec
+
+KNOWN_TOOL_TTL = 30.0
+
+
+class KnownTools:
+    """Remembers tools found in the registry for a while, so a submit costs no lookup."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._until: dict[str, float] = {}
+
+    async def check(self, steps: list[StepSpec]) -> None:
+        """Raise InvalidTaskError naming the first tool no worker has registered."""
+        now = time.monotonic()
+        for tool in {spec.tool for spec in steps}:
+            if self._until.get(tool, 0.0) > now:
+                continue
+            if await self._store.get_tool(tool) is None:
+                raise InvalidTaskError(
+                    f"unknown tool {tool!r}: no worker has registered it; start a worker "
+                    "that serves it ('tether worker MODULE:APP')"
+                )
+            self._until[tool] = now + KNOWN_TOOL_TTL

@@ -1,0 +1,171 @@
+"""How a task record changes: pure functions over plain data, no I/O.
+
+Each function returns the new record, or None when the change does not apply
+(a stale duplicate, a task already terminal); callers pass them to
+`Store.update_record`, which applies them by compare-and-set.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from tether.schemas.tasks import (
+    Checkpoint,
+    ErrorInfo,
+    InputRequest,
+    StepSpec,
+    TaskRecord,
+    TaskStatus,
+    TaskSubmit,
+    WorkMessage,
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_record(submit: TaskSubmit, now: datetime, submit_seq: int = 0) -> TaskRecord:
+    deadline = None
+    if submit.deadline_ms is not None:
+        deadline = now + timedelta(milliseconds=submit.deadline_ms)
+    return TaskRecord(
+        task_id=submit.task_id,
+        status=TaskStatus.PENDING,
+        steps=list(submit.steps),
+        metadata=dict(submit.metadata),
+        created_at=now,
+        updated_at=now,
+        deadline_at=deadline,
+        submit_seq=submit_seq,
+    )
+
+
+def is_stale(record: TaskRecord, step: int, generation: int) -> bool:
+    """True when a work message for `step` has nothing left to do.
+
+    The record moves past a step before the next step is handed off, so
+    `current_step == step + 1` is not stale: the hand-off may still be missing.
+    """
+    if generation != record.generation or record.status in (
+        TaskStatus.FAILED,
+        TaskStatus.CANCELLED,
+    ):
+        return True
+    if record.status is TaskStatus.COMPLETED:  # only the last step's events may need a replay
+        return record.current_step != step + 1
+    return record.current_step not in (step, step + 1)
+
+
+def deadline_passed(record: TaskRecord, now: datetime) -> bool:
+    return record.deadline_at is not None and now >= record.deadline_at
+
+
+def start_step(record: TaskRecord, step: int, now: datetime) -> TaskRecord | None:
+    """pending → running when the first step starts; no write for later steps."""
+    if record.status is not TaskStatus.PENDING or record.current_step != step:
+        return None
+    return msgspec.structs.replace(record, status=TaskStatus.RUNNING, updated_at=now)
+
+
+def plan_after(record: TaskRecord, step: int, checkpoint: Checkpoint) -> list[StepSpec]:
+    """The plan once `step` completed: steps the tool added run right after it."""
+    if not checkpoint.next_steps:
+        return record.steps
+    return record.steps[: step + 1] + list(checkpoint.next_steps) + record.steps[step + 1 :]
+
+
+def complete_step(
+    record: TaskRecord, step: int, checkpoint: Checkpoint, now: datetime
+) -> TaskRecord | None:
+    if record.status.is_terminal or record.current_step != step:
+        return None
+    steps = plan_after(record, step, checkpoint)
+    done = step + 1 >= len(steps)
+    return msgspec.structs.replace(
+        record,
+        steps=steps,
+        current_step=step + 1,
+        status=TaskStatus.COMPLETED if done else TaskStatus.RUNNING,
+        result=checkpoint.output if done else None,
+        input_request=None,
+        updated_at=now,
+    )
+
+
+def next_work(record: TaskRecord, step: int, output: Any) -> WorkMessage | None:
+    """The message that hands off `step + 1` of `record` (the plan already extended)."""
+    following = step + 1
+    if following >= len(record.steps):
+        return None
+    spec = record.steps[following]
+    return WorkMessage(
+        task_id=record.task_id,
+        step=following,
+        tool=spec.tool,
+        input=output if spec.input is None else spec.input,
+        generation=record.generation,
+    )
+
+
+def current_work(record: TaskRecord, previous_output: Any = None) -> WorkMessage:
+    """The message for the record's current step (first step, resume, retry)."""
+    spec = record.steps[record.current_step]
+    return WorkMessage(
+        task_id=record.task_id,
+        step=record.current_step,
+        tool=spec.tool,
+        input=previous_output if spec.input is None else spec.input,
+        generation=record.generation,
+    )
+
+
+def fail(
+    record: TaskRecord, step: int | None, error: ErrorInfo, now: datetime
+) -> TaskRecord | None:
+    if record.status.is_terminal:
+        return None
+    return msgspec.structs.replace(
+        record,
+        status=TaskStatus.FAILED,
+        error=error,
+        failed_step=step,
+        input_request=None,
+        updated_at=now,
+    )
+
+
+def cancel(record: TaskRecord, now: datetime) -> TaskRecord | None:
+    if record.status.is_terminal:
+        return None
+    return msgspec.structs.replace(
+        record, status=TaskStatus.CANCELLED, input_request=None, updated_at=now
+    )
+
+
+def wait_for_input(
+    record: TaskRecord, step: int, request: InputRequest, now: datetime
+) -> TaskRecord | None:
+    if record.status.is_terminal or record.current_step != step:
+        return None
+    return msgspec.structs.replace(
+        record, status=TaskStatus.WAITING, input_request=request, updated_at=now
+    )
+
+
+def retry_from_failure(record: TaskRecord, now: datetime) -> TaskRecord | None:
+    """failed → running at the failed step, as a new generation (so its messages are new)."""
+    if record.status is not TaskStatus.FAILED or record.failed_step is None:
+        return None
+    return msgspec.structs.replace(
+        record,
+        status=TaskStatus.RUNNING,
+        current_step=record.failed_step,
+        error=None,
+        failed_step=None,
+        generation=record.generation + 1,
+        updated_at=now,
+    )

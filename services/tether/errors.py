@@ -1,0 +1,108 @@
+"""Tether's exceptions.
+
+    TetherError
+    ├── NatsUnavailableError       NATS could not be reached
+    ├── MessageTooLargeError       a message or stored value larger than NATS allows
+    ├── TaskError                  something about one task
+    │   ├── TaskNotFoundError
+    │   ├── TaskExistsError        a submit reused a task id
+    │   ├── TaskConflictError      the task is not in a state that allows this
+    │   ├── TaskFailedError        waited for a result, the task failed
+    │   ├── TaskCancelledError     waited for a result, the task was cancelled
+    │   └── TaskTimeoutError       waited for a result longer than the timeout
+    ├── InvalidTaskError           a plan or input that cannot be run
+    └── StepError                  raised by tools
+        ├── TerminalError          fail the task now, do not retry
+        └── RetryableError         retry the step, optionally after `retry_after`
+
+Tools may raise any exception: everything but TerminalError is retried.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tether.schemas.tasks import ErrorInfo
+
+
+class TetherError(Exception):
+    """Root of every error Tether raises."""
+
+
+class NatsUnavailableError(TetherError):
+    pass
+
+
+class InvalidTaskError(TetherError, ValueError):
+    pass
+
+
+class MessageTooLargeError(TetherError, ValueError):
+    """Raised before sending, so the server never sees (and never disconnects over) it."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} is {size:,} bytes; at most {limit:,} fit (the NATS server's "
+            "max_payload, less room for headers and replies): store large data elsewhere "
+            "and pass a reference"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class TaskError(TetherError):
+    def __init__(self, task_id: str, message: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class TaskNotFoundError(TaskError, LookupError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id, f"task {task_id!r} not found: check the id with 'tether ls'")
+
+
+class TaskExistsError(TaskError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            task_id,
+            f"task {task_id!r} already exists: follow it with Client.get({task_id!r}) "
+            "or submit with a new task_id",
+        )
+
+
+class TaskConflictError(TaskError):
+    pass
+
+
+class TaskFailedError(TaskError):
+    def __init__(self, task_id: str, error: ErrorInfo | None) -> None:
+        detail = f"{error.type}: {error.message}" if error else "unknown error"
+        super().__init__(task_id, f"task {task_id!r} failed: {detail}")
+        self.error = error
+
+
+class TaskCancelledError(TaskError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id, f"task {task_id!r} was cancelled")
+
+
+class TaskTimeoutError(TaskError, TimeoutError):
+    pass
+
+
+class StepError(TetherError):
+    """Base of the errors a tool raises to steer retries."""
+
+
+class TerminalError(StepError):
+    """Fail the task now: retrying cannot help (bad input, permission denied, ...)."""
+
+
+class RetryableError(StepError):
+    """Retry the step; `retry_after` overrides the policy's backoff for this attempt."""
+
+    def __init__(self, message: str = "", retry_after: timedelta | float | None = None) -> None:
+        super().__init__(message)
+        if isinstance(retry_after, int | float):
+            retry_after = timedelta(seconds=retry_after)
+        self.retry_after = retry_after

@@ -1,0 +1,111 @@
+"""Connecting to NATS: one frozen config, one function."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import nats
+from nats.aio.client import Client as NatsClient
+
+from tether.errors import NatsUnavailableError
+from tether.schemas.names import DEFAULT_NAMES, Names
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+log = logging.getLogger("tether.nats")
+_closing: weakref.WeakSet[NatsClient] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class NatsConfig:
+    """How to reach NATS. Build it once at the edge (CLI, test, app) and pass it in."""
+
+    url: str = DEFAULT_URL
+    """One URL or a comma-separated list of cluster seeds; may carry user:password@."""
+    credentials: str | None = None
+    """Path to a `.creds` file (NATS decentralized auth)."""
+    token: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    name: str = "tether"
+    """Client name shown in the server's connection list."""
+    connect_timeout: float = 5.0
+    names: Names = field(default_factory=lambda: DEFAULT_NAMES)
+    """Prefix of every subject, stream and bucket."""
+    replicas: int = 1
+    """Replicas of Tether's streams and buckets when it creates them (3 on a cluster)."""
+
+    @property
+    def servers(self) -> list[str]:
+        return [part.strip() for part in self.url.split(",") if part.strip()]
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        if not (self.tls_ca or self.tls_cert):
+            return None
+        context = ssl.create_default_context(cafile=self.tls_ca)
+        if self.tls_cert:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        return context
+
+
+async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = None) -> NatsClient:
+    """Connect, then keep reconnecting for ever: a NATS restart must not kill a worker.
+
+    nats-py does give up on a connection for good in some cases (a protocol error
+    from the server, such as an oversized message); `on_lost` hears of that, so the
+    owner can stop instead of living on without NATS. Close with `close`.
+    """
+
+    async def closed() -> None:
+        if nc in _closing or on_lost is None:
+            return
+        reason = f"the NATS connection to {config.url} closed for good ({nc.last_error})"
+        log.error("%s", reason)
+        on_lost(reason)
+
+    try:
+        nc = await nats.connect(
+            servers=config.servers,
+            name=config.name,
+            user_credentials=config.credentials,
+            token=config.token,
+            tls=config.tls_context(),
+            connect_timeout=config.connect_timeout,
+            allow_reconnect=True,
+            # A few tries at first so a wrong URL fails fast; nats-py has no separate
+            # option for the initial connect, so the limit is lifted once connected.
+            max_reconnect_attempts=3,
+            reconnect_time_wait=0.25,
+            error_cb=_quiet,
+            disconnected_cb=_noop,
+            reconnected_cb=_noop,
+            closed_cb=closed,
+        )
+    except (OSError, nats.errors.Error, TimeoutError) as exc:
+        raise NatsUnavailableError(
+            f"cannot reach NATS at {config.url} ({exc or type(exc).__name__}): "
+            "start a server ('tether dev') or pass its URL with --nats / TETHER_NATS_URL"
+        ) from exc
+    nc.options["max_reconnect_attempts"] = -1
+    return nc
+
+
+async def close(nc: NatsClient) -> None:
+    """Close a connection on purpose (its `on_lost` stays silent); never raises."""
+    _closing.add(nc)
+    try:
+        await nc.close()
+    except Exception as exc:
+        log.debug("closing the NATS connection: %s", exc)
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py reports reconnect noise through this callback; the client recovers by itself."""
+
+
+async def _noop() -> None:
+    pass

@@ -1,0 +1,204 @@
+"""Idempotent creation of Tether's streams, buckets and per-tool consumers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    KeyValueConfig,
+    ObjectStoreConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import APIError, NotFoundError
+
+from tether.nats.connection import NatsConfig
+from tether.schemas.names import DEFAULT_NAMES, Names
+
+# NATS error codes (never match on description text).
+STREAM_NAME_IN_USE = 10058
+CONSUMER_ALREADY_EXISTS = 10148
+CONSUMER_NAME_EXISTS = 10013
+STREAM_NOT_FOUND = 10059
+CONSUMER_NOT_FOUND = 10014
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Retention and replication of Tether's JetStream objects."""
+
+    names: Names = field(default_factory=lambda: DEFAULT_NAMES)
+    replicas: int = 1
+    """3 on a JetStream cluster."""
+    duplicate_window: timedelta = timedelta(minutes=2)
+    """How long a step's `Nats-Msg-Id` is remembered; must outlast a redelivery."""
+    status_max_age: timedelta = timedelta(days=7)
+    status_per_task: int = 10_000
+    dead_letter_max_age: timedelta = timedelta(days=30)
+    heartbeat_ttl: timedelta = timedelta(seconds=30)
+
+    @classmethod
+    def for_config(cls, config: NatsConfig) -> Layout:
+        return cls(names=config.names, replicas=config.replicas)
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """A tool's consumer; `max_ack_pending` is the tool's global concurrency limit."""
+
+    ack_wait: timedelta = timedelta(seconds=5)
+    max_ack_pending: int = 1000
+
+
+def _seconds(value: timedelta) -> float:
+    return value.total_seconds()
+
+
+async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
+    """Create every stream, bucket and store Tether needs; safe to call from every process."""
+    names = layout.names
+    storage = StorageType.FILE
+    streams = [
+        StreamConfig(
+            name=names.submit_stream,
+            subjects=[names.submit_subject],
+            retention=RetentionPolicy.WORK_QUEUE,
+            duplicate_window=_seconds(layout.duplicate_window),
+        ),
+        StreamConfig(
+            name=names.work_stream,
+            subjects=[names.work_subjects],
+            retention=RetentionPolicy.WORK_QUEUE,
+            duplicate_window=_seconds(layout.duplicate_window),
+        ),
+        StreamConfig(
+            name=names.status_stream,
+            subjects=[names.status_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_age=_seconds(layout.status_max_age),
+            max_msgs_per_subject=layout.status_per_task,
+            discard=DiscardPolicy.OLD,
+        ),
+        StreamConfig(
+            name=names.dead_letter_stream,
+            subjects=[names.dead_letter_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_age=_seconds(layout.dead_letter_max_age),
+        ),
+    ]
+    for config in streams:
+        config.num_replicas = layout.replicas
+        config.storage = storage
+        await _ensure_stream(js, config)
+    for bucket, ttl in (
+        (names.tasks_bucket, None),
+        (names.checkpoints_bucket, None),
+        (names.tools_bucket, None),
+        (names.heartbeats_bucket, _seconds(layout.heartbeat_ttl)),
+    ):
+        # Direct gets are one request instead of a JSON API call, but on a cluster any
+        # replica may answer them, possibly before it has applied the latest write; the
+        # protocol reads its own writes, so replicated buckets read from the leader.
+        await _ensure_bucket(
+            js,
+            KeyValueConfig(
+                bucket=bucket,
+                history=1,
+                ttl=ttl,
+                replicas=layout.replicas,
+                storage=storage,
+                direct=layout.replicas == 1,
+            ),
+        )
+    try:
+        await js.create_object_store(
+            names.blobs_bucket,
+            config=ObjectStoreConfig(replicas=layout.replicas, storage=storage),
+        )
+    except APIError as exc:
+        if exc.err_code != STREAM_NAME_IN_USE:
+            raise
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    """Create the stream, or update what Tether owns of an existing one.
+
+    Never lowers its replicas: a client started without `--replicas` must not turn a
+    cluster's R3 stream into R1.
+    """
+    try:
+        await js.add_stream(config)
+    except APIError as exc:
+        if exc.err_code != STREAM_NAME_IN_USE:
+            raise
+        assert config.name is not None
+        current = (await js.stream_info(config.name)).config
+        config.num_replicas = max(config.num_replicas or 1, current.num_replicas or 1)
+        await js.update_stream(config)
+
+
+async def _ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> None:
+    try:
+        await js.create_key_value(config)
+    except APIError as exc:
+        if exc.err_code != STREAM_NAME_IN_USE:
+            raise
+
+
+async def ensure_tool_consumer(
+    js: JetStreamContext, tool: str, options: ConsumerOptions, names: Names = DEFAULT_NAMES
+) -> None:
+    """Create or update the durable pull consumer every replica serving `tool` shares."""
+    config = ConsumerConfig(
+        durable_name=names.tool_consumer(tool),
+        filter_subject=names.work_subject(tool),
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=_seconds(options.ack_wait),
+        max_deliver=-1,  # Tether counts attempts itself and dead-letters (see worker).
+        max_ack_pending=options.max_ack_pending,
+        max_waiting=512,
+    )
+    await _ensure_consumer(js, names.work_stream, config)
+
+
+async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    """Create the consumer, or update it only if a setting we own differs.
+
+    Every worker start calls this; skipping the no-op update keeps replicas from
+    disturbing a consumer that others are pulling from.
+    """
+    assert config.durable_name is not None
+    try:
+        info = await js.consumer_info(stream, config.durable_name)
+    except NotFoundError:
+        await js.add_consumer(stream, config)
+        return
+    current = info.config
+    if (
+        current.ack_wait != config.ack_wait
+        or current.max_ack_pending != config.max_ack_pending
+        or current.filter_subject != config.filter_subject
+    ):
+        await js.add_consumer(stream, config)
+
+
+async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
+    config = ConsumerConfig(
+        durable_name=names.dispatcher_consumer,
+        filter_subject=names.submit_subject,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=10.0,
+        max_deliver=-1,
+        max_ack_pending=1000,
+        max_waiting=512,
+    )
+    await _ensure_consumer(js, names.submit_stream, config)

@@ -1,0 +1,397 @@
+"""Tether's durable state on JetStream: task records, checkpoints, events, work, dead letters.
+
+Everything that reads or writes that state goes through `Store`, so the rules of each
+object (create-only checkpoints, compare-and-set records, `Nats-Msg-Id` on work) hold
+in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.js import JetStreamContext
+from nats.js.api import Header
+from nats.js.errors import (
+    APIError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+)
+from nats.js.kv import KeyValue
+
+from tether.errors import NatsUnavailableError, TaskNotFoundError
+from tether.nats.limits import check_message, check_value, max_value
+from tether.nats.provision import Layout, provision
+from tether.nats.recent import RecentRecords
+from tether.nats.requests import Requester
+from tether.schemas.codec import checkpoint_decoder, encode, record_decoder
+from tether.schemas.events import (
+    AnyStatusEvent,
+    StepCompleted,
+    StepRetrying,
+    StepStarted,
+    Submitted,
+)
+from tether.schemas.names import Names
+from tether.schemas.tasks import (
+    Checkpoint,
+    DeadLetter,
+    Heartbeat,
+    TaskRecord,
+    TaskSubmit,
+    ToolInfo,
+    WorkMessage,
+)
+
+_tool_decoder = msgspec.json.Decoder(ToolInfo)
+MSG_ID: str = Header.MSG_ID.value
+_PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
+_heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+    def exception(self) -> APIError:
+        """nats-py's exception for this error, so callers keep catching what they know."""
+        if self.err_code in WRONG_LAST_SEQUENCE:
+            return KeyWrongLastSequenceError(description=self.description)
+        return APIError(code=self.code, err_code=self.err_code, description=self.description)
+
+
+class _PubAck(msgspec.Struct):
+    """JetStream's reply to a publish, decoded with msgspec (nats-py uses json + a dataclass)."""
+
+    seq: int = 0
+    duplicate: bool = False
+    error: _ApiError | None = None
+
+
+_pub_ack_decoder = msgspec.json.Decoder(_PubAck)
+
+
+class _StreamState(msgspec.Struct):
+    subjects: dict[str, int] | None = None
+
+
+class _StreamSubjects(msgspec.Struct):
+    """The part of JetStream's STREAM.INFO reply that lists subjects, a page at a time."""
+
+    state: _StreamState | None = None
+    total: int = 0
+    error: _ApiError | None = None
+
+
+_stream_subjects_decoder = msgspec.json.Decoder(_StreamSubjects)
+WRONG_LAST_SEQUENCE = (10071, 10164)
+EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
+PUBLISH_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A task record and the KV revision it was read at (for compare-and-set)."""
+
+    record: TaskRecord
+    revision: int
+
+
+class Store:
+    """Keys are not re-validated here: task ids and tool names are checked where they
+    enter (dispatcher, worker, client, API), and the hot path saves the regex."""
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        js: JetStreamContext,
+        names: Names,
+        buckets: dict[str, KeyValue],
+    ) -> None:
+        self.nc = nc
+        self.js = js
+        self._requests = Requester(nc, PUBLISH_TIMEOUT)
+        self.names = names
+        self._tasks = buckets["tasks"]
+        self._checkpoints = buckets["checkpoints"]
+        self._heartbeats = buckets["heartbeats"]
+        self._tools = buckets["tools"]
+        self._tasks_prefix = f"$KV.{names.tasks_bucket}."
+        self._checkpoints_prefix = f"$KV.{names.checkpoints_bucket}."
+        self.direct_reads = False
+        """Whether the buckets answer direct gets (single server: yes; a cluster: no)."""
+        self.recent: RecentRecords | None = None
+        """Records written through this store, kept for workers (`remember_records`)."""
+
+    @classmethod
+    async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
+        """Provision (idempotently) and bind to Tether's buckets."""
+        layout = layout or Layout()
+        js = nc.jetstream()
+        try:
+            await provision(js, layout)
+        except NoRespondersError as exc:
+            raise NatsUnavailableError(
+                "the NATS server has no JetStream: start it with JetStream enabled (-js)"
+            ) from exc
+        names = layout.names
+        buckets = {
+            "tasks": await js.key_value(names.tasks_bucket),
+            "checkpoints": await js.key_value(names.checkpoints_bucket),
+            "heartbeats": await js.key_value(names.heartbeats_bucket),
+            "tools": await js.key_value(names.tools_bucket),
+        }
+        store = cls(nc, js, names, buckets)
+        await store._requests.start()
+        info = await js.stream_info(f"KV_{names.tasks_bucket}")
+        store.direct_reads = bool(info.config.allow_direct)
+        return store
+
+    async def remember_records(self, on_cancel: Callable[[str], None]) -> None:
+        """Keep the records this store writes (see `RecentRecords`) and follow the
+        cancellation notices that invalidate them; `on_cancel` hears each one too."""
+        recent = self.recent = RecentRecords(lambda: self.nc.stats["reconnects"])
+        prefix = len(self.names.cancel_notice_subject(""))
+
+        async def cancelled(msg: Msg) -> None:
+            task_id = msg.subject[prefix:]
+            recent.forget(task_id)
+            on_cancel(task_id)
+
+        await self.nc.subscribe(self.names.cancel_notice_subject("*"), cb=cancelled)
+
+    @property
+    def max_value(self) -> int:
+        """The largest record, checkpoint or memo this store writes (see `limits`)."""
+        return max_value(self.nc.max_payload)
+
+    async def notify_cancelled(self, task_id: str) -> None:
+        """Tell every worker at once (core NATS) that a task was cancelled."""
+        await self.nc.publish(self.names.cancel_notice_subject(task_id))
+
+    # -- JetStream publishes ----------------------------------------------------
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str] | None) -> _PubAck:
+        """A JetStream publish that waits for the PubAck; errors keep NATS's codes."""
+        try:
+            reply = await self._requests.request(subject, data, headers)
+        except NoRespondersError as exc:
+            raise NoStreamResponseError from exc
+        ack = _pub_ack_decoder.decode(reply.data)
+        if ack.error is not None:
+            raise ack.error.exception()
+        return ack
+
+    async def _read(self, bucket: KeyValue, prefix: str, key: str) -> tuple[bytes, int] | None:
+        """A key's latest value and revision: one direct get when the bucket allows it."""
+        if not self.direct_reads:
+            try:
+                entry = await bucket.get(key, validate_keys=False)
+            except KeyNotFoundError:
+                return None
+            return (entry.value, entry.revision or 0) if entry.value else None
+        stream = f"KV_{prefix[4:-1]}"
+        subject = f"$JS.API.DIRECT.GET.{stream}.{prefix}{key}"
+        reply = await self._requests.request(subject, b"", None)
+        headers = reply.headers or {}
+        if headers.get("KV-Operation") in ("DEL", "PURGE") or headers.get("Status") == "404":
+            return None  # deleted, or never written
+        if "Status" in headers:
+            raise APIError(
+                code=int(headers.get("Status") or 0), description=headers.get("Description", "")
+            )
+        return reply.data, int(headers["Nats-Sequence"])
+
+    async def _write(self, subject: str, data: bytes, last: int) -> int:
+        """Compare-and-set one KV key (`last=0`: create only); returns the new revision."""
+        check_value(f"the value of {subject}", data, self.nc.max_payload)
+        headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)}
+        return (await self._publish(subject, data, headers)).seq
+
+    # -- task records --------------------------------------------------------
+    async def get_record(self, task_id: str) -> Versioned | None:
+        found = await self._read(self._tasks, self._tasks_prefix, task_id)
+        if found is None:
+            return None
+        return Versioned(record_decoder.decode(found[0]), found[1])
+
+    async def require_record(self, task_id: str) -> Versioned:
+        found = await self.get_record(task_id)
+        if found is None:
+            raise TaskNotFoundError(task_id)
+        return found
+
+    async def create_record(self, record: TaskRecord) -> Versioned | None:
+        """Create the record; None when a record with that id already exists."""
+        try:
+            data = encode(record)
+            revision = await self._write(self._tasks_prefix + record.task_id, data, 0)
+        except KeyWrongLastSequenceError:
+            return None
+        return self._written(record, revision, len(data))
+
+    async def update_record(
+        self,
+        task_id: str,
+        change: Callable[[TaskRecord], TaskRecord | None],
+        current: Versioned | None = None,
+    ) -> tuple[Versioned, bool]:
+        """Apply `change` by compare-and-set, re-reading and re-applying on a conflict.
+
+        `change` returns the new record, or None to leave it as it is. Returns the
+        record as stored and whether this call changed it.
+        """
+        while True:
+            found = current or await self.require_record(task_id)
+            new = change(found.record)
+            if new is None:
+                return found, False
+            data = encode(new)
+            try:
+                revision = await self._write(self._tasks_prefix + task_id, data, found.revision)
+            except KeyWrongLastSequenceError:
+                current = None
+                continue
+            return self._written(new, revision, len(data)), True
+
+    def _written(self, record: TaskRecord, revision: int, size: int) -> Versioned:
+        found = Versioned(record, revision)
+        if self.recent is not None:
+            self.recent.remember(found, size)
+        return found
+
+    async def watch_record(self, task_id: str) -> KeyValue.KeyWatcher:
+        """Updates of one record: the current value first, then a None marker, then changes."""
+        return await self._tasks.watch(task_id)
+
+    async def keys(self, bucket: str) -> list[str]:
+        """Every key in a bucket (deleted ones included: reads skip those).
+
+        Read from the stream's subject list, a page of up to 100,000 per request.
+        nats-py's `KeyValue.keys()` can come back empty when its watcher's consumer
+        info overtakes the entries it has not processed yet.
+        """
+        prefix = f"$KV.{bucket}."
+        keys: list[str] = []
+        while True:
+            body = encode({"subjects_filter": prefix + ">", "offset": len(keys)})
+            reply = await self._requests.request(f"$JS.API.STREAM.INFO.KV_{bucket}", body, None)
+            info = _stream_subjects_decoder.decode(reply.data)
+            if info.error is not None:
+                raise info.error.exception()
+            page = info.state.subjects if info.state and info.state.subjects else {}
+            keys.extend(subject[len(prefix) :] for subject in page)
+            if not page or len(keys) >= info.total:
+                return keys
+
+    async def list_records(self) -> list[TaskRecord]:
+        keys = await self.keys(self.names.tasks_bucket)
+        records = []
+        for key in keys:
+            found = await self.get_record(key)
+            if found is not None:
+                records.append(found.record)
+        return records
+
+    # -- checkpoints ---------------------------------------------------------
+    async def get_checkpoint(self, task_id: str, step: int) -> Checkpoint | None:
+        found = await self.get_memo(self.names.step_key(task_id, step))
+        return None if found is None else checkpoint_decoder.decode(found)
+
+    async def create_checkpoint(
+        self, task_id: str, step: int, checkpoint: Checkpoint
+    ) -> Checkpoint:
+        """Store `checkpoint` unless one exists; return the one that won."""
+        key = self.names.step_key(task_id, step)
+        try:
+            await self._write(self._checkpoints_prefix + key, encode(checkpoint), 0)
+        except KeyWrongLastSequenceError:
+            existing = await self.get_checkpoint(task_id, step)
+            if existing is None:  # deleted in between: ours is as good as any
+                raise
+            return existing
+        return checkpoint
+
+    async def get_memo(self, key: str) -> bytes | None:
+        found = await self._read(self._checkpoints, self._checkpoints_prefix, key)
+        return None if found is None else found[0]
+
+    async def create_memo(self, key: str, value: bytes) -> bytes:
+        """Store a memoized side effect's result create-only; return the stored bytes."""
+        try:
+            await self._write(self._checkpoints_prefix + key, value, 0)
+        except KeyWrongLastSequenceError:
+            existing = await self.get_memo(key)
+            if existing is None:
+                raise
+            return existing
+        return value
+
+    # -- streams -------------------------------------------------------------
+    async def publish_work(self, work: WorkMessage, msg_id: str) -> bool:
+        """Hand a step to its tool's consumer; False when the server saw `msg_id` already."""
+        ack = await self._publish(
+            self.names.work_subject(work.tool), encode(work), {MSG_ID: msg_id}
+        )
+        return not ack.duplicate
+
+    async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:
+        """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops.
+
+        Events that end or pause a task wait for JetStream's acknowledgement. Progress
+        events are published without waiting: the stream still stores them, in order,
+        and the task record, not the event log, is what the protocol relies on.
+        """
+        msg_id = self.names.event_msg_id(event.task_id, event.kind, event.step, generation, n)
+        subject = self.names.status_subject(event.task_id)
+        headers = {MSG_ID: msg_id}
+        data = encode(event)
+        if isinstance(event, _PROGRESS_EVENTS):
+            check_message(subject, data, headers, self.nc.max_payload)
+            await self.nc.publish(subject, data, headers=headers)
+        else:
+            await self._publish(subject, data, headers)
+
+    async def publish_submit(self, submit: TaskSubmit) -> bool:
+        """Queue a submission for the dispatcher; False when its id was seen in the window."""
+        data = encode(submit)
+        check_value(f"task {submit.task_id!r}", data, self.nc.max_payload)
+        ack = await self._publish(self.names.submit_subject, data, {MSG_ID: submit.task_id})
+        return not ack.duplicate
+
+    async def dead_letter(self, letter: DeadLetter) -> None:
+        await self._publish(self.names.dead_letter_subject(letter.tool), encode(letter), None)
+
+    # -- heartbeats and tools ------------------------------------------------
+    async def beat(self, heartbeat: Heartbeat) -> None:
+        data = encode(heartbeat)
+        check_value(f"the heartbeat of task {heartbeat.task_id!r}", data, self.nc.max_payload)
+        await self._heartbeats.put(heartbeat.task_id, data)
+
+    async def get_heartbeat(self, task_id: str) -> Heartbeat | None:
+        try:
+            entry = await self._heartbeats.get(task_id)
+        except KeyNotFoundError:
+            return None
+        return _heartbeat_decoder.decode(entry.value) if entry.value else None
+
+    async def register_tool(self, info: ToolInfo) -> None:
+        await self._tools.put(info.name, encode(info))
+
+    async def list_tools(self) -> list[ToolInfo]:
+        """Every tool a worker has advertised, by name."""
+        keys = await self.keys(self.names.tools_bucket)
+        tools = [await self.get_tool(key) for key in sorted(keys)]
+        return [tool for tool in tools if tool is not None]
+
+    async def get_tool(self, name: str) -> ToolInfo | None:
+        try:
+            entry = await self._tools.get(name)
+        except KeyNotFoundError:
+            return None
+        return _tool_decoder.decode(entry.value) if entry.value else None

@@ -1,0 +1,89 @@
+"""Requests and replies of the request/reply API on `tether.api.<verb>`."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+import msgspec
+
+from tether.schemas.tasks import DurationMs, ErrorInfo, Plan, TaskId, TaskRecord, TaskStatus
+
+MAX_RESULT_WAIT_MS = 24 * 3600 * 1000
+MAX_LIST = 1000
+
+
+class ErrorCode(str, Enum):
+    """Stable error codes; clients in every language switch on these, never on messages."""
+
+    NOT_FOUND = "not_found"
+    INVALID = "invalid"
+    CONFLICT = "conflict"
+    ALREADY_EXISTS = "already_exists"
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+class ApiError(msgspec.Struct, frozen=True, kw_only=True):
+    code: ErrorCode
+    message: str
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
+    error: ApiError
+
+
+class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Like `TaskSubmit`, but the id may be left out and is then generated."""
+
+    steps: Plan
+    task_id: TaskId | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    deadline_ms: DurationMs | None = None
+
+
+class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+
+
+class TaskRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`get`, `cancel` and `retry` name one task."""
+
+    task_id: str
+
+
+class ResultRequest(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    timeout_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_RESULT_WAIT_MS)] = 0
+
+
+class ResultReply(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished task's outcome: `result` when completed, `error` when failed."""
+
+    task_id: str
+    status: TaskStatus
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+class ListRequest(msgspec.Struct, frozen=True, kw_only=True):
+    status: TaskStatus | None = None
+    limit: Annotated[int, msgspec.Meta(extra_json_schema={"minimum": 1, "maximum": MAX_LIST})] = 100
+    cursor: str | None = None
+
+
+class ListReply(msgspec.Struct, frozen=True, kw_only=True):
+    """`omitted`: tasks on this page whose records are too large for a reply (records
+    written before Tether bounded them); the page goes on past them."""
+
+    tasks: list[TaskRecord]
+    next_cursor: str | None = None
+    omitted: list[str] = msgspec.field(default_factory=list)
+
+
+class InputAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a waiting task's input request."""
+
+    task_id: str
+    data: Any = None

@@ -1,0 +1,75 @@
+"""Status events on `tether.status.<task_id>`: a tagged union on the `event` field."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from tether.schemas.tasks import ErrorInfo, InputRequest, TaskStatus
+
+
+class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
+    """Something that happened to a task; `status` is the task's status after it."""
+
+    task_id: str
+    status: TaskStatus
+    step: int | None = None
+    tool: str | None = None
+    attempt: int | None = None
+    time: datetime
+    output: Any = None
+    error: ErrorInfo | None = None
+
+    @property
+    def kind(self) -> str:
+        """The `event` tag: `submitted`, `step_started`, ..."""
+        return str(type(self).__struct_config__.tag)
+
+
+class Submitted(StatusEvent, frozen=True, kw_only=True, tag="submitted"):
+    pass
+
+
+class StepStarted(StatusEvent, frozen=True, kw_only=True, tag="step_started"):
+    pass
+
+
+class StepCompleted(StatusEvent, frozen=True, kw_only=True, tag="step_completed"):
+    skipped: bool = False
+    """True when the output came from a checkpoint and the tool did not run again."""
+
+
+class StepRetrying(StatusEvent, frozen=True, kw_only=True, tag="step_retrying"):
+    retry_in_ms: int = 0
+
+
+class Waiting(StatusEvent, frozen=True, kw_only=True, tag="waiting"):
+    input_request: InputRequest | None = None
+
+
+class Completed(StatusEvent, frozen=True, kw_only=True, tag="completed"):
+    pass
+
+
+class Failed(StatusEvent, frozen=True, kw_only=True, tag="failed"):
+    pass
+
+
+class Cancelled(StatusEvent, frozen=True, kw_only=True, tag="cancelled"):
+    pass
+
+
+AnyStatusEvent = (
+    Submitted
+    | StepStarted
+    | StepCompleted
+    | StepRetrying
+    | Waiting
+    | Completed
+    | Failed
+    | Cancelled
+)
+
+TERMINAL_EVENTS = (Completed, Failed, Cancelled)

@@ -1,0 +1,178 @@
+"""Tasks, steps and the messages that carry them between processes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Any
+
+import msgspec
+
+from tether.schemas.ids import TASK_ID_PATTERN, TOOL_NAME_PATTERN
+
+MAX_STEPS = 1000
+"""Steps in one submitted plan."""
+MAX_ATTEMPTS = 1000
+MAX_BACKOFF_MS = 24 * 3600 * 1000
+"""One day: the longest delay between two attempts."""
+MAX_DURATION_MS = 366 * 24 * 3600 * 1000
+"""A year and a day: the longest step timeout or task deadline."""
+
+
+def _bounds(low: int, high: int) -> msgspec.Meta:
+    """Bounds stated in the JSON Schemas; `tether.engine.plans` enforces them with
+    errors that name the task and step (a plain decode error would not)."""
+    return msgspec.Meta(extra_json_schema={"minimum": low, "maximum": high})
+
+
+TaskId = Annotated[str, msgspec.Meta(extra_json_schema={"pattern": TASK_ID_PATTERN})]
+ToolName = Annotated[str, msgspec.Meta(extra_json_schema={"pattern": TOOL_NAME_PATTERN})]
+Attempts = Annotated[int, _bounds(1, MAX_ATTEMPTS)]
+BackoffMs = Annotated[int, _bounds(0, MAX_BACKOFF_MS)]
+DurationMs = Annotated[int, _bounds(1, MAX_DURATION_MS)]
+
+
+class TaskStatus(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+class RetryOverride(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Per-step overrides of the tool's retry policy; unset fields keep the tool's value."""
+
+    max_attempts: Attempts | None = None
+    initial_backoff_ms: BackoffMs | None = None
+    max_backoff_ms: BackoffMs | None = None
+
+
+class StepSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One step of a plan. A missing or null `input` means: the previous step's output."""
+
+    tool: ToolName
+    input: Any = None
+    timeout_ms: DurationMs | None = None
+    retry: RetryOverride | None = None
+
+
+Plan = Annotated[
+    list[StepSpec], msgspec.Meta(extra_json_schema={"minItems": 1, "maxItems": MAX_STEPS})
+]
+"""A submitted plan: 1 to MAX_STEPS steps (a record's plan may grow past it)."""
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a step or task failed: the exception type and a readable message."""
+
+    type: str
+    message: str
+
+
+class InputRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a waiting task asks for: a prompt and a JSON Schema for the answer."""
+
+    prompt: str
+    schema: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True):
+    """Published on `tether.submit` by any client; the publisher owns the task id."""
+
+    task_id: TaskId
+    steps: Plan
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    deadline_ms: DurationMs | None = None
+
+
+class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The value under `<task_id>` in `tether-tasks`; changed only by compare-and-set.
+
+    `current_step` is the step running or next to run; it equals `len(steps)` once
+    every step has completed.
+    """
+
+    task_id: str
+    status: TaskStatus
+    steps: list[StepSpec]
+    current_step: int = 0
+    result: Any = None
+    error: ErrorInfo | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    deadline_at: datetime | None = None
+    failed_step: int | None = None
+    input_request: InputRequest | None = None
+    generation: int = 1
+    submit_seq: int = 0
+
+
+class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One step to run, on `tether.work.<tool>`; `Nats-Msg-Id` is `<task_id>.<step>`."""
+
+    task_id: str
+    step: Annotated[int, msgspec.Meta(ge=0)]
+    tool: str
+    input: Any = None
+    generation: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """A completed step's output under `<task_id>.<step>` in `tether-checkpoints`.
+
+    `next_steps` holds steps the tool added to the plan, so a redelivery that finds
+    the checkpoint extends the plan exactly as the first holder would have.
+    """
+
+    output: Any = None
+    next_steps: list[StepSpec] | None = None
+    attempt: int = 1
+    time: datetime
+
+
+class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
+    """A running step's liveness and progress under `<task_id>` in `tether-heartbeats`."""
+
+    task_id: str
+    step: int
+    tool: str
+    attempt: int
+    worker_id: str
+    progress: float | None = None
+    message: str | None = None
+    time: datetime
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """A message Tether gave up on, on `tether.dead.<tool>`.
+
+    `data` is the original payload (base64 in JSON), cut to its first 64 KiB when
+    larger; `size` is the original length.
+    """
+
+    tool: str
+    task_id: str | None = None
+    step: int | None = None
+    attempt: int = 0
+    error: ErrorInfo
+    subject: str
+    data: bytes
+    size: int = 0
+    time: datetime
+
+
+class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool a worker serves, advertised under its name in `tether-tools`."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    max_concurrency: int | None = None
+    updated_at: datetime

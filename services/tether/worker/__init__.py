@@ -1,0 +1,9 @@
+"""Serving tools: the App registry, the step context and the worker process."""
+
+from tether.worker.app import App, Tool
+from tether.worker.context import StepContext
+from tether.worker.results import NeedsInput, NextSteps
+from tether.worker.retry import RetryPolicy
+from tether.worker.worker import Worker
+
+__all__ = ["App", "NeedsInput", "NextSteps", "RetryPolicy", "StepContext", "Tool", "Worker"]

@@ -1,0 +1,103 @@
+"""`StepContext`: what a running tool knows about its step, and the effects it may use."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from tether.engine.transitions import utcnow
+from tether.nats.store import Store
+from tether.schemas.codec import encode
+from tether.schemas.ids import validate_tool_name
+from tether.schemas.tasks import Heartbeat, TaskRecord
+
+T = TypeVar("T")
+
+
+class StepContext:
+    """Passed to every tool call as its first argument."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        record: TaskRecord,
+        step: int,
+        attempt: int,
+        worker_id: str,
+    ) -> None:
+        self._store = store
+        self._record = record
+        self.task_id = record.task_id
+        self.step = step
+        self.tool = record.steps[step].tool
+        self.attempt = attempt
+        self.worker_id = worker_id
+        self.progress_fraction: float | None = None
+        self.progress_message: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """`<task_id>.<step>`: the same on every attempt; pass it to APIs that dedupe."""
+        return self._store.names.step_key(self.task_id, self.step)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._record.metadata
+
+    async def output(self, step: int) -> Any:
+        """The output of an earlier step of this task."""
+        if not 0 <= step < self.step:
+            raise ValueError(f"step {step} is not an earlier step of step {self.step}")
+        checkpoint = await self._store.get_checkpoint(self.task_id, step)
+        return None if checkpoint is None else checkpoint.output
+
+    async def outputs(self) -> list[Any]:
+        """The outputs of every earlier step, in order."""
+        return list(await asyncio.gather(*(self.output(i) for i in range(self.step))))
+
+    def heartbeat(self) -> Heartbeat:
+        return Heartbeat(
+            task_id=self.task_id,
+            step=self.step,
+            tool=self.tool,
+            attempt=self.attempt,
+            worker_id=self.worker_id,
+            progress=self.progress_fraction,
+            message=self.progress_message,
+            time=utcnow(),
+        )
+
+    async def progress(self, fraction: float | None = None, message: str | None = None) -> None:
+        """Report progress (0.0–1.0) and a short message; followers see it at once."""
+        if fraction is not None:
+            self.progress_fraction = min(1.0, max(0.0, float(fraction)))
+        if message is not None:
+            self.progress_message = message
+        await self._store.beat(self.heartbeat())
+
+    async def once(
+        self, name: str, fn: Callable[[], Awaitable[T] | T], *, type: type[T] | Any = Any
+    ) -> T:
+        """Run the side effect `fn` (sync or async) at most once for this step, across
+        retries and crashes.
+
+        The result is stored (it must be JSON-encodable); a retried step gets the stored
+        result back, decoded as `type`, instead of running `fn` again. A crash after `fn`
+        ran and before its result was stored runs it again: make it idempotent with
+        `idempotency_key` where the other side supports that.
+        """
+        validate_tool_name(name)
+        key = self._store.names.once_key(self.task_id, self.step, name)
+        stored = await self._store.get_memo(key)
+        if stored is None:
+            result = fn()
+            if inspect.isawaitable(result):
+                result = await result
+            stored = await self._store.create_memo(key, encode(result))
+        decoded: T = msgspec.json.decode(stored, type=type)
+        return decoded

@@ -1,0 +1,169 @@
+"""`Worker`: serve an App's tools from their JetStream consumers until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from tether.engine.transitions import utcnow
+from tether.nats.connection import NatsConfig, close, connect
+from tether.nats.provision import ConsumerOptions, Layout, ensure_tool_consumer
+from tether.nats.store import Store
+from tether.schemas.tasks import ToolInfo
+from tether.service import Service
+from tether.worker.app import App, Tool
+from tether.worker.step import StepRunner
+
+log = logging.getLogger("tether.worker")
+
+FETCH_TIMEOUT = 1.0
+CANCEL_GRACE = 5.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Worker(Service):
+    """Runs the steps of every tool in `apps`, `concurrency` at a time per tool.
+
+    ```python
+    async with Worker(app, NatsConfig(url)):
+        ...  # steps run until the block ends; then in-flight steps finish or are released
+    ```
+    """
+
+    def __init__(
+        self,
+        apps: App | Sequence[App],
+        nats: NatsConfig | None = None,
+        *,
+        concurrency: int = 32,
+        layout: Layout | None = None,
+        worker_id: str | None = None,
+        shutdown_grace: timedelta = timedelta(seconds=10),
+    ) -> None:
+        self.tools: dict[str, Tool] = {}
+        for app in [apps] if isinstance(apps, App) else apps:
+            for name, tool in app.tools.items():
+                if name in self.tools:
+                    raise ValueError(f"tool {name!r} is registered by more than one app")
+                self.tools[name] = tool
+        if not self.tools:
+            raise ValueError("the worker has no tools: register some with @app.tool()")
+        self.nats = nats or NatsConfig()
+        self.layout = layout or Layout.for_config(self.nats)
+        self.concurrency = concurrency
+        self.worker_id = worker_id or default_worker_id()
+        self.shutdown_grace = shutdown_grace
+        self._nc: NatsClient | None = None
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._nc = await connect(self.nats, self.connection_lost)
+        store = await Store.open(self._nc, self.layout)
+        runner = StepRunner(store, self.tools, self.worker_id, random.Random())
+        await store.remember_records(runner.stop_task)
+        for tool in self.tools.values():
+            await self._register(store, tool)
+            self._loops.append(asyncio.create_task(self._serve(store.js, runner, tool)))
+        log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
+
+    async def _register(self, store: Store, tool: Tool) -> None:
+        options = ConsumerOptions(
+            ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or 1000
+        )
+        await ensure_tool_consumer(store.js, tool.name, options, store.names)
+        await store.register_tool(
+            ToolInfo(
+                name=tool.name,
+                description=tool.description,
+                input_schema=tool.input_schema(),
+                max_concurrency=tool.max_concurrency,
+                updated_at=utcnow(),
+            )
+        )
+
+    async def _serve(self, js: JetStreamContext, runner: StepRunner, tool: Tool) -> None:
+        names = self.layout.names
+        sub = await js.pull_subscribe_bind(names.tool_consumer(tool.name), names.work_stream)
+        slots = asyncio.Semaphore(self.concurrency)
+        while not (self._stopping.is_set() or self.is_lost):
+            await slots.acquire()
+            if self._stopping.is_set():
+                break  # stopped while every slot was busy: fetch nothing more
+            free = 1
+            while free < self.concurrency and not slots.locked():
+                await slots.acquire()
+                free += 1
+            try:
+                msgs = await sub.fetch(free, timeout=FETCH_TIMEOUT)
+            except TimeoutError:
+                msgs = []
+            except Exception as exc:  # disconnected: nats-py reconnects by itself
+                log.warning("fetch for %s failed: %s", tool.name, exc)
+                msgs = []
+                await asyncio.sleep(FETCH_TIMEOUT / 4)
+            for msg in msgs:
+                self._spawn(runner, msg, slots)
+            for _ in range(free - len(msgs)):
+                slots.release()
+
+    def _spawn(self, runner: StepRunner, msg: Msg, slots: asyncio.Semaphore) -> None:
+        task = asyncio.create_task(self._run_step(runner, msg))
+        self._in_flight.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._in_flight.discard(finished)
+            slots.release()
+
+        task.add_done_callback(done)
+
+    @staticmethod
+    async def _run_step(runner: StepRunner, msg: Msg) -> None:
+        try:
+            await runner.handle(msg)
+        except asyncio.CancelledError:
+            # Shutting down mid-step: release the message so another worker takes it now.
+            with contextlib.suppress(Exception):
+                await msg.nak()
+            raise
+
+    async def stop(self) -> None:
+        """Stop fetching, give in-flight steps `shutdown_grace` to finish, release the rest."""
+        self._stopping.set()
+        if self._loops:
+            # A loop ends after its current fetch (at most FETCH_TIMEOUT); one still
+            # waiting for a free slot (every slot busy with a long step) is cancelled, or
+            # the grace below would not bound the stop.
+            _, waiting = await asyncio.wait(self._loops, timeout=2 * FETCH_TIMEOUT)
+            for loop in waiting:
+                loop.cancel()
+            await asyncio.gather(*self._loops, return_exceptions=True)
+            self._loops.clear()
+        if self._in_flight:
+            _, pending = await asyncio.wait(
+                self._in_flight, timeout=self.shutdown_grace.total_seconds()
+            )
+            for task in pending:
+                task.cancel()
+            if pending:
+                _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
+                if stuck:  # their messages are redelivered after ack_wait
+                    log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
+        if self._nc is not None:
+            await close(self._nc)
+            self._nc = None
