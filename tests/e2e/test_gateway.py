@@ -4,7 +4,8 @@ One nats-server, two gateway processes and a worker process serve the whole modu
 (each test's tasks have their own ids); the dispatcher runs in-process. The `mcp`
 client covers listing, plain calls, 2026-07-28 task handles and the `tasks/*` requests;
 raw JSON-RPC over httpx covers what it cannot send: a 2025-11-25 task-augmented call
-and a `subscriptions/listen` naming task ids.
+and a `subscriptions/listen` naming task ids. The 2026-07-28 task calls go through the
+public helper, `tether.mcp_tasks`.
 """
 
 from __future__ import annotations
@@ -17,31 +18,44 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import mcp_types as types
 import pytest
 from mcp import Client as McpClient
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from pydantic import ConfigDict, TypeAdapter
+from pydantic import TypeAdapter
 
 from tests.apps.tools import read_executions
 from tests.conftest import APP, ROOT, start_worker, stop_worker
 from tether import Client, NatsConfig
+from tether.mcp_tasks import (
+    MODERN_PROTOCOL,
+    TASKS_EXTENSION,
+    TERMINAL_STATUSES,
+    CreatedTask,
+    TaskIdParams,
+    TaskRequest,
+    TasksExtension,
+    cancel_task,
+    get_task,
+    start_task,
+    tasks_client,
+    update_task,
+    wait_for_task,
+)
 from tether.schemas.names import Names
 from tether.testing import eventually, wait_until
 
-TASKS = "io.modelcontextprotocol/tasks"
 LEGACY = "2025-11-25"
-MODERN = "2026-07-28"
+MODERN = MODERN_PROTOCOL
 INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CAPABILITY = -32602, -32601, -32021
-TERMINAL = {"completed", "failed", "cancelled"}
+TERMINAL = TERMINAL_STATUSES
 ANY: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 
 
@@ -147,56 +161,8 @@ async def _tools_registered(config: NatsConfig) -> bool:
 
 
 # -- clients -------------------------------------------------------------------------------
-class TaskIdParams(types.RequestParams):
-    task_id: str
-
-
-class TaskRequest(types.Request[TaskIdParams, str]):
-    method: str
-    params: TaskIdParams
-    name_param = "taskId"  # SEP-2663: tasks/* carry the task id in the Mcp-Name header
-
-
-class UpdateParams(TaskIdParams):
-    input_responses: dict[str, Any]
-
-
-class UpdateRequest(types.Request[UpdateParams, Literal["tasks/update"]]):
-    method: Literal["tasks/update"] = "tasks/update"
-    params: UpdateParams
-    name_param = "taskId"
-
-
-class CreatedTask(types.Result):
-    """The 2026-07-28 `CreateTaskResult` (`resultType: "task"`)."""
-
-    model_config = ConfigDict(extra="allow")
-    result_type: Literal["task"] = "task"
-    task_id: str
-    status: str
-    poll_interval_ms: int | None = None
-
-
-async def _resolve(created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
-    """What a tasks-aware host does with a handle: poll `tasks/get` until the task ends."""
-    task = await eventually(lambda: _ended(ctx.session, created.task_id), timeout=30)
-    return types.CallToolResult.model_validate(task["result"])
-
-
-async def _ended(session: Any, task_id: str) -> dict[str, Any]:
-    task = await tasks_call(session, "tasks/get", task_id)
-    assert task["status"] in TERMINAL, task
-    return task
-
-
-class TasksExtension(ClientExtension):
-    identifier = TASKS
-
-    def claims(self) -> list[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=CreatedTask, resolve=_resolve)]
-
-
 async def tasks_call(session: Any, method: str, task_id: str) -> dict[str, Any]:
+    """Any `tasks/*` request naming one task, in either generation (2025's `tasks/result` too)."""
     request = TaskRequest(method=method, params=TaskIdParams(task_id=task_id))
     result: dict[str, Any] = await session.send_request(request, ANY, 30)
     return result
@@ -207,7 +173,9 @@ def legacy(url: str, **options: Any) -> McpClient:
 
 
 def modern(url: str, *, tasks: bool = True) -> McpClient:
-    return McpClient(url, mode=MODERN, extensions=[TasksExtension()] if tasks else None)
+    if not tasks:
+        return McpClient(url, mode=MODERN)
+    return tasks_client(url, tasks=TasksExtension(timeout=30, poll_interval=0.05))
 
 
 class RpcError(Exception):
@@ -290,17 +258,19 @@ async def start_legacy_task(url: str, tool: str, arguments: Any, ttl: int = 60_0
 async def start_modern_task(url: str, tool: str, arguments: Any) -> str:
     """A 2026-07-28 call from a client that declared the tasks extension: a handle at once."""
     async with modern(url) as client:
-        created = await client.session.call_tool(tool, arguments, allow_claimed=True)
+        created = await start_task(client, tool, arguments)
     assert isinstance(created, CreatedTask), created
     # The handle shows the task as it is now: a fast task may be past `working` already.
     assert created.status in {"working", "input_required", *TERMINAL} and created.poll_interval_ms
     return created.task_id
 
 
-async def poll(url: str, generation: str, task_id: str, status: set[str]) -> dict[str, Any]:
+async def poll(url: str, generation: str, task_id: str, status: Collection[str]) -> dict[str, Any]:
     """`tasks/get` from a new session until the task's status is in `status`."""
-    client = legacy(url) if generation == LEGACY else modern(url)
-    async with client:
+    if generation == MODERN:
+        async with modern(url) as client:
+            return await wait_for_task(client, task_id, until=status, timeout=30, poll_interval=0.1)
+    async with legacy(url) as client:
 
         async def check() -> dict[str, Any]:
             task = await tasks_call(client.session, "tasks/get", task_id)
@@ -310,7 +280,7 @@ async def poll(url: str, generation: str, task_id: str, status: set[str]) -> dic
         return await eventually(check, timeout=30, interval=0.1)
 
 
-async def start_task(url: str, generation: str, tool: str, arguments: Any) -> str:
+async def start_any_task(url: str, generation: str, tool: str, arguments: Any) -> str:
     if generation == LEGACY:
         return await start_legacy_task(url, tool, arguments)
     return await start_modern_task(url, tool, arguments)
@@ -362,7 +332,7 @@ async def test_lists_the_workers_tools_with_schemas_and_run_plan(
 async def test_handle_at_once_then_a_new_session_polls_to_the_result(
     gateways: tuple[str, str], generation: str
 ) -> None:
-    task_id = await start_task(gateways[0], generation, "slow", {"sleep": 0.5})
+    task_id = await start_any_task(gateways[0], generation, "slow", {"sleep": 0.5})
 
     task = await poll(gateways[0], generation, task_id, {"completed"})
 
@@ -383,7 +353,7 @@ async def test_two_gateway_processes_answer_for_the_same_task(
     gateways: tuple[str, str], generation: str
 ) -> None:
     first, second = gateways
-    task_id = await start_task(first, generation, "run_plan", {"steps": [
+    task_id = await start_any_task(first, generation, "run_plan", {"steps": [
         {"tool": "search", "input": {"query": "AI trends 2026"}},
         {"tool": "summarize"},
     ]})  # fmt: skip
@@ -429,7 +399,7 @@ async def test_a_worker_killed_mid_task_and_both_clients_still_get_the_result(
 
 @GENERATIONS
 async def test_cancel(gateways: tuple[str, str], generation: str) -> None:
-    task_id = await start_task(gateways[0], generation, "slow", {"sleep": 30})
+    task_id = await start_any_task(gateways[0], generation, "slow", {"sleep": 30})
     client = legacy(gateways[1]) if generation == LEGACY else modern(gateways[1])
     async with client:
         answer = await tasks_call(client.session, "tasks/cancel", task_id)
@@ -486,18 +456,16 @@ async def test_input_required_2026_answered_by_tasks_update_resumes_without_reru
     assert request["params"]["requestedSchema"]["type"] == "object"
 
     async with modern(gateways[0]) as client:
-        wrong = UpdateRequest(params=UpdateParams(task_id=task_id, input_responses={
-            key: {"action": "accept", "content": {"approved": "yes"}},
-        }))  # fmt: skip
         with pytest.raises(MCPError) as refused:
-            await client.session.send_request(wrong, ANY, 30)
+            await update_task(client, task_id, {
+                key: {"action": "accept", "content": {"approved": "yes"}},
+            })  # fmt: skip
         assert refused.value.code == INVALID_PARAMS
         assert "'yes' is not of type 'boolean'" in refused.value.message
-        update = UpdateRequest(params=UpdateParams(task_id=task_id, input_responses={
+        ack = await update_task(client, task_id, {
             "not-a-key": {"action": "accept", "content": {"approved": False}},
             key: {"action": "accept", "content": {"approved": True}},
-        }))  # fmt: skip
-        ack = await client.session.send_request(update, ANY, 30)
+        })  # fmt: skip
     assert ack["resultType"] == "complete"
 
     done = await poll(gateways[1], MODERN, task_id, {"completed"})
@@ -509,7 +477,7 @@ async def test_input_required_2026_answered_by_tasks_update_resumes_without_reru
 async def test_a_failing_tool_fails_the_task_with_its_error(
     gateways: tuple[str, str], generation: str
 ) -> None:
-    task_id = await start_task(gateways[0], generation, "refuses", {})
+    task_id = await start_any_task(gateways[0], generation, "refuses", {})
     task = await poll(gateways[1], generation, task_id, TERMINAL)
 
     assert "permission denied" in task["statusMessage"]
@@ -552,16 +520,18 @@ async def test_the_errors_the_specs_name(gateways: tuple[str, str]) -> None:
         assert bad_plan.value.code == INVALID_PARAMS
     async with modern(url) as client:
         with pytest.raises(MCPError) as unknown:
-            await tasks_call(client.session, "tasks/get", "no-such-task")
+            await get_task(client, "no-such-task")
         assert unknown.value.code == INVALID_PARAMS
         with pytest.raises(MCPError) as gone:  # tasks/result is not part of 2026-07-28
             await tasks_call(client.session, "tasks/result", "no-such-task")
         assert gone.value.code == METHOD_NOT_FOUND
     async with modern(url, tasks=False) as client:
         with pytest.raises(MCPError) as undeclared:
-            await tasks_call(client.session, "tasks/get", "no-such-task")
+            await get_task(client, "no-such-task")
         assert undeclared.value.code == MISSING_CAPABILITY
-        assert undeclared.value.data == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+        assert undeclared.value.data == {
+            "requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}
+        }
         with pytest.raises(MCPError) as needs_task:
             await client.call_tool("run_plan", {"steps": [{"tool": "fast"}]})
         assert needs_task.value.code == MISSING_CAPABILITY
@@ -580,11 +550,45 @@ async def test_a_2026_client_without_the_extension_is_asked_and_answers_by_retry
     assert result.structured_content == {"approved": True}
 
 
+async def test_the_public_helper_starts_waits_and_resolves_plain_calls(
+    gateways: tuple[str, str],
+) -> None:
+    async with tasks_client(gateways[0]) as client:  # the defaults a user gets
+        created = await start_task(client, "slow", {"sleep": 0.3})
+        task = await wait_for_task(client, created.task_id, timeout=30)
+        plain = await client.call_tool("fast", {"n": 1})  # a handle, resolved by the claim
+
+    assert task["status"] == "completed" and task["taskId"] == created.task_id
+    assert task["result"]["structuredContent"] == {"step": 0, "slept": 0.3}
+    assert plain.structured_content == {"step": 0, "payload": {"n": 1}}
+
+
+async def test_the_public_helper_answers_questions_times_out_and_cancels(
+    gateways: tuple[str, str],
+) -> None:
+    async def answer(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"approved": True})
+
+    async with tasks_client(gateways[0], elicitation_callback=answer) as client:
+        # The task asks mid-way: the claim answers through the callback and tasks/update.
+        asked = await client.call_tool("asks", {})
+        created = await start_task(client, "slow", {"sleep": 30})
+        with pytest.raises(TimeoutError, match=created.task_id):
+            await wait_for_task(client, created.task_id, timeout=0.3, poll_interval=0.05)
+        await cancel_task(client, created.task_id)
+        cancelled = await wait_for_task(client, created.task_id, timeout=30)
+
+    assert asked.structured_content == {"approved": True}
+    assert cancelled["status"] == "cancelled"
+
+
 def modern_request(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """A raw 2026-07-28 request (per-request envelope) and its routing headers."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}},
     }
     body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"_meta": meta, **params}}
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": MODERN}

@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -99,14 +99,20 @@ async def _dev(
             console.print(f"  worker      {', '.join(worker.tools)}")
             if gateway is not None:
                 console.print(f"  MCP         [cyan]{gateway.url}[/] (Streamable HTTP, tasks)")
-            console.print(
-                f"\nTry: TETHER_NATS_URL={nats_url} tether submit "
-                '\'search={"query":"durable agents"}\' summarize write_report --wait',
-                soft_wrap=True,
-            )
+            console.print(f"\nTry: {_example(nats_url, worker.tools)}", soft_wrap=True)
             console.print("Ctrl-C stops everything; tasks wait in JetStream for the next start.")
             await stopping.wait()
             console.print("\nstopping...")
+
+
+def _example(nats_url: str, tools: Collection[str]) -> str:
+    """A submit line for the banner that names tools this worker serves."""
+    env = "" if nats_url == f"nats://127.0.0.1:{DEV_PORT}" else f"TETHER_NATS_URL={nats_url} "
+    if {"search", "summarize", "write_report"} <= set(tools):
+        steps = '\'search={"query":"durable agents"}\' summarize write_report'
+    else:
+        steps = next(iter(tools))
+    return f"{env}tether submit {steps} --wait"
 
 
 def dev(

@@ -8,7 +8,8 @@ import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+from tether.mcp_tasks import TASKS_EXTENSION as TASKS_EXTENSION
+
 """SEP-2663: tasks as an extension of the 2026-07-28 protocol."""
 
 RELATED_TASK_META_KEY = "io.modelcontextprotocol/related-task"
