@@ -1,13 +1,17 @@
-"""A connection the server closes for good ends the service instead of leaving it idle."""
+"""A connection the server closes ends the service or is reopened; never a process that
+lives on without NATS."""
 
 from __future__ import annotations
 
 import asyncio
 
 from tests.apps.tools import app
-from tether import Dispatcher, NatsConfig, Worker
+from tests.integration.test_bad_input import VALID, VALID_RESULT
+from tether import Client, Dispatcher, NatsConfig, Worker
 from tether.cli.processes import _until_stopped_or_lost
 from tether.nats.limits import message_size
+from tether.service import Service
+from tether.testing import eventually
 
 
 async def provoke_disconnect(service: Worker | Dispatcher) -> None:
@@ -21,29 +25,53 @@ async def provoke_disconnect(service: Worker | Dispatcher) -> None:
     await nc.publish("tether-test.oversized", payload, headers=headers)
 
 
-async def test_a_worker_the_server_disconnects_reports_it_and_stops_fetching(
-    config: NatsConfig,
+async def lost_or_serving(service: Worker | Dispatcher, client: Client) -> str:
+    """nats-py either reads the -ERR and closes for good (the service then reports it and
+    stops), or sees the socket close first and reconnects (the service then serves on)."""
+    if service.is_lost:
+        reason = await service.wait_lost()
+        assert "closed for good" in reason and "maximum payload" in reason.lower(), reason
+        return "lost"
+    nc = service._nc
+    assert nc is not None and nc.stats["reconnects"] >= 1 and nc.is_connected, "still down"
+    handle = await client.submit(VALID)
+    assert await handle.wait(timeout=10) == VALID_RESULT
+    return "reconnected"
+
+
+async def test_a_worker_the_server_disconnects_stops_or_serves_on(
+    config: NatsConfig, client: Client, dispatcher: Dispatcher
 ) -> None:
     async with Worker(app, config) as worker:
         await provoke_disconnect(worker)
 
-        reason = await asyncio.wait_for(worker.wait_lost(), timeout=10)
-
-        assert "closed for good" in reason and "maximum payload" in reason.lower(), reason
-        assert worker.is_lost
+        assert await eventually(lambda: lost_or_serving(worker, client), timeout=15)
 
 
-async def test_the_process_runner_returns_the_reason_so_the_process_exits_non_zero(
-    config: NatsConfig,
+async def test_a_dispatcher_the_server_disconnects_stops_or_serves_on(
+    config: NatsConfig, client: Client
 ) -> None:
-    async with Dispatcher(config) as dispatcher:
-        stopping = asyncio.Event()
-        runner = asyncio.ensure_future(_until_stopped_or_lost(stopping, [dispatcher]))
+    async with Dispatcher(config) as dispatcher, Worker(app, config):
         await provoke_disconnect(dispatcher)
 
-        reason = await asyncio.wait_for(runner, timeout=10)
+        assert await eventually(lambda: lost_or_serving(dispatcher, client), timeout=15)
 
-        assert reason is not None and "closed for good" in reason
+
+class Loses(Service):
+    """A service whose connection is lost for good once started."""
+
+    async def start(self) -> None:
+        asyncio.get_running_loop().call_later(0.05, self.connection_lost, "gone for good")
+
+    async def stop(self) -> None:
+        pass
+
+
+async def test_the_process_runner_returns_why_a_service_was_lost() -> None:
+    service = Loses()
+    await service.start()
+    reason = await asyncio.wait_for(_until_stopped_or_lost(asyncio.Event(), [service]), 5)
+    assert reason == "gone for good"
 
 
 async def test_a_stop_signal_is_not_a_lost_connection(config: NatsConfig) -> None:

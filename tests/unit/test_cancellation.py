@@ -8,15 +8,15 @@ from datetime import timedelta
 from typing import cast
 
 import pytest
-from nats.aio.msg import Msg
 
 from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.worker.heartbeats import StepHeartbeat
 
 
-class SwallowingMsg:
-    """`in_progress` that returns normally when cancelled, as a NATS call can: Python
+class SwallowingDelivery:
+    """`extend` (in_progress) that returns normally when cancelled, as a NATS call can: Python
     3.11's `wait_for` does when the reply is in, and nats-py's flush always does."""
 
     subject = "tether.work.slow"
@@ -26,7 +26,7 @@ class SwallowingMsg:
         self.in_call = asyncio.Event()
         self.swallow = True
 
-    async def in_progress(self) -> None:
+    async def extend(self) -> None:
         self.beats += 1
         self.in_call.set()
         try:
@@ -37,8 +37,8 @@ class SwallowingMsg:
 
 
 async def test_a_heartbeat_cancelled_inside_a_call_that_swallows_it_still_stops() -> None:
-    msg = SwallowingMsg()
-    heartbeat = StepHeartbeat(cast(Msg, msg), cast(Store, None), timedelta(milliseconds=1))
+    msg = SwallowingDelivery()
+    heartbeat = StepHeartbeat(cast(Delivery, msg), cast(Store, None), timedelta(milliseconds=1))
 
     await heartbeat.__aenter__()
     await asyncio.wait_for(msg.in_call.wait(), timeout=5)
@@ -54,10 +54,10 @@ async def test_a_heartbeat_cancelled_inside_a_call_that_swallows_it_still_stops(
 
 
 async def test_raise_if_cancelled_raises_the_cancel_a_call_swallowed() -> None:
-    msg = SwallowingMsg()
+    msg = SwallowingDelivery()
 
     async def one_turn() -> str:
-        await msg.in_progress()
+        await msg.extend()
         raise_if_cancelled()
         return "ran on"
 

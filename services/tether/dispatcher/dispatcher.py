@@ -7,7 +7,6 @@ import logging
 
 import msgspec
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 
 from tether.engine import handoff, lifecycle, transitions
 from tether.engine.known_tools import KnownTools
@@ -15,7 +14,8 @@ from tether.engine.plans import task_id_of, validate_submit
 from tether.engine.transitions import utcnow
 from tether.errors import InvalidTaskError, MessageTooLargeError
 from tether.nats.connection import NatsConfig, close, connect
-from tether.nats.provision import Layout, ensure_dispatcher_consumer
+from tether.nats.delivery import Consumer, Delivery
+from tether.nats.provision import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import NESTED, submit_decoder
 from tether.schemas.names import SUBMIT_DEAD_LETTER
@@ -46,8 +46,8 @@ class Dispatcher(Service):
         self._nc = await connect(self.nats, self.connection_lost)
         self._store = await Store.open(self._nc, self.layout)
         self._known_tools = KnownTools(self._store)
-        await ensure_dispatcher_consumer(self._store.js, self.layout.names)
-        self._loop = asyncio.create_task(self._serve(self._store))
+        consumer = await self._store.submit_consumer()
+        self._loop = asyncio.create_task(self._serve(self._store, consumer))
         log.info("dispatcher consuming %s", self.layout.names.submit_subject)
 
     async def stop(self) -> None:
@@ -59,39 +59,37 @@ class Dispatcher(Service):
             await close(self._nc)
             self._nc = None
 
-    async def _serve(self, store: Store) -> None:
-        names = self.layout.names
-        sub = await store.js.pull_subscribe_bind(names.dispatcher_consumer, names.submit_stream)
+    async def _serve(self, store: Store, consumer: Consumer) -> None:
         while not (self._stopping.is_set() or self.is_lost):
             try:
-                msgs = await sub.fetch(self.batch, timeout=FETCH_TIMEOUT)
-            except TimeoutError:
-                continue
+                deliveries = await consumer.fetch(self.batch, timeout=FETCH_TIMEOUT)
             except Exception as exc:
                 log.warning("fetch of submissions failed: %s", exc)
                 await asyncio.sleep(FETCH_TIMEOUT / 4)
                 continue
-            await asyncio.gather(*(self._handle(store, msg) for msg in msgs))
+            await asyncio.gather(*(self._handle(store, delivery) for delivery in deliveries))
 
-    async def _handle(self, store: Store, msg: Msg) -> None:
+    async def _handle(self, store: Store, delivery: Delivery) -> None:
         try:
-            await self._accept(store, msg)
+            await self._accept(store, delivery)
         except Exception:
-            log.exception("submission on %s failed; it will be redelivered", msg.subject)
+            log.exception("submission on %s failed; it will be redelivered", delivery.subject)
 
-    async def _accept(self, store: Store, msg: Msg) -> None:
+    async def _accept(self, store: Store, delivery: Delivery) -> None:
         try:
-            submit = _decode(msg.data)
+            submit = _decode(delivery.data)
             assert self._known_tools is not None
             await self._known_tools.check(submit.steps)
         except InvalidTaskError as exc:
-            await self._reject(store, msg, str(exc))
+            await self._reject(store, delivery, str(exc))
             return
-        seq = msg.metadata.sequence.stream
+        seq = delivery.stream_sequence
         try:
             created = await store.create_record(transitions.new_record(submit, utcnow(), seq))
         except MessageTooLargeError as exc:
-            await self._reject(store, msg, f"task {submit.task_id!r} is too large to record: {exc}")
+            await self._reject(
+                store, delivery, f"task {submit.task_id!r} is too large to record: {exc}"
+            )
             return
         if created is None:
             existing = await store.require_record(submit.task_id)
@@ -99,27 +97,27 @@ class Dispatcher(Service):
                 log.warning(
                     "duplicate submit of task %r ignored: it already exists", submit.task_id
                 )
-                await msg.ack()
+                await delivery.done()
                 return
             created = existing  # our own earlier attempt crashed before acking: finish it
         await _hand_off_if_pending(store, created.record)
-        await msg.ack()
+        await delivery.done()
 
-    async def _reject(self, store: Store, msg: Msg, reason: str) -> None:
+    async def _reject(self, store: Store, delivery: Delivery, reason: str) -> None:
         """Tell the sender: a failed record and event if the id is usable, always a dead letter."""
         error = ErrorInfo(type="InvalidTask", message=reason)
-        task_id = task_id_of(msg.data)
+        task_id = task_id_of(delivery.data)
         await lifecycle.dead_letter(
             store,
             tool=SUBMIT_DEAD_LETTER,
-            subject=msg.subject,
-            data=msg.data,
+            subject=delivery.subject,
+            data=delivery.data,
             error=error,
             task_id=task_id,
         )
         if task_id is not None:
-            await _record_rejection(store, task_id, error, msg.metadata.sequence.stream)
-        await msg.term()
+            await _record_rejection(store, task_id, error, delivery.stream_sequence)
+        await delivery.give_up()
 
 
 def _decode(data: bytes) -> TaskSubmit:

@@ -25,8 +25,15 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from tether.errors import NatsUnavailableError, TaskNotFoundError
+from tether.nats.delivery import Consumer
 from tether.nats.limits import check_message, check_value, max_value
-from tether.nats.provision import Layout, provision
+from tether.nats.provision import (
+    ConsumerOptions,
+    Layout,
+    ensure_dispatcher_consumer,
+    ensure_tool_consumer,
+    provision,
+)
 from tether.nats.recent import RecentRecords
 from tether.nats.requests import Requester
 from tether.schemas.codec import checkpoint_decoder, encode, record_decoder
@@ -152,6 +159,17 @@ class Store:
         info = await js.stream_info(f"KV_{names.tasks_bucket}")
         store.direct_reads = bool(info.config.allow_direct)
         return store
+
+    async def tool_consumer(self, tool: str, options: ConsumerOptions) -> Consumer:
+        """The durable pull consumer of a tool's work, created or updated, then bound."""
+        await ensure_tool_consumer(self.js, tool, options, self.names)
+        return await Consumer.bind(self.js, self.names.work_stream, self.names.tool_consumer(tool))
+
+    async def submit_consumer(self) -> Consumer:
+        """The dispatchers' shared consumer of submissions."""
+        await ensure_dispatcher_consumer(self.js, self.names)
+        names = self.names
+        return await Consumer.bind(self.js, names.submit_stream, names.dispatcher_consumer)
 
     async def remember_records(self, on_cancel: Callable[[str], None]) -> None:
         """Keep the records this store writes (see `RecentRecords`) and follow the

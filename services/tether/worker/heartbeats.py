@@ -8,9 +8,8 @@ import logging
 from datetime import timedelta
 from types import TracebackType
 
-from nats.aio.msg import Msg
-
 from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.worker.context import StepContext
 
@@ -18,14 +17,14 @@ log = logging.getLogger("tether.worker")
 
 
 class StepHeartbeat:
-    """From receipt to settlement, every `interval`: `in_progress()` on the message so
+    """From receipt to settlement, every `interval`: `extend()` the delivery so
     JetStream does not redeliver it. Once a tool runs (`attach`), also a put to the
     heartbeat bucket and a look at the task record: when the task has ended
     (cancelled), the tool's task is cancelled and `ended` is set.
     """
 
-    def __init__(self, msg: Msg, store: Store, interval: timedelta) -> None:
-        self._msg = msg
+    def __init__(self, delivery: Delivery, store: Store, interval: timedelta) -> None:
+        self._delivery = delivery
         self._store = store
         self._interval = interval.total_seconds()
         self._ctx: StepContext | None = None
@@ -77,12 +76,12 @@ class StepHeartbeat:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS away for a moment: keep beating
-                log.warning("heartbeat of %s failed: %s", self._msg.subject, exc)
+                log.warning("heartbeat of %s failed: %s", self._delivery.subject, exc)
             raise_if_cancelled()  # or a loop whose cancel a NATS call ate beats on forever
             await asyncio.sleep(self._interval)
 
     async def _beat(self) -> None:
-        await self._msg.in_progress()
+        await self._delivery.extend()
         ctx, tool = self._ctx, self._tool
         if ctx is None or tool is None:
             return

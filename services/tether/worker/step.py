@@ -1,8 +1,9 @@
-"""One work message, start to finish: the step protocol of DESIGN.md.
+"""One work message, start to finish: the step protocol of schemas/README.md.
 
-decode → check the record → checkpoint or execute (with heartbeats) → record and
-hand off → ack. Outcomes map to JetStream verbs only in this module: done or stale →
-ack, retry → nak(delay), give up → dead letter + term (heartbeats: in_progress).
+decode → read the record and checkpoint → `decide` → act: drop, replay the hand-off,
+complete from the checkpoint, leave a waiting task, or execute (with heartbeats), then
+record and hand off → ack. The choices are pure (`decisions`); this module does the I/O,
+and settles every message through its `Delivery` (done, retry, give up).
 """
 
 from __future__ import annotations
@@ -15,53 +16,42 @@ from datetime import timedelta
 from typing import Any
 
 import msgspec
-from nats.aio.msg import Msg
 
 from tether.engine import handoff, lifecycle, transitions
 from tether.engine.plans import validate_steps
 from tether.engine.transitions import utcnow
-from tether.errors import (
-    InvalidTaskError,
-    MessageTooLargeError,
-    RetryableError,
-    TerminalError,
-)
+from tether.errors import InvalidTaskError, MessageTooLargeError
+from tether.nats.delivery import Delivery
 from tether.nats.store import Store, Versioned
 from tether.schemas.codec import NESTED, encode, work_decoder
 from tether.schemas.events import StepRetrying, StepStarted
 from tether.schemas.ids import InvalidNameError, validate_task_id
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    WorkMessage,
-)
+from tether.schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
+from tether.worker import decisions
 from tether.worker.app import Tool
 from tether.worker.context import StepContext
+from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.results import NeedsInput, NextSteps
 from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
 START_DELAY = 0.1
-ERROR_MESSAGE_LIMIT = 4096
 
 
-class _Retry(Exception):
-    def __init__(self, error: ErrorInfo, delay: timedelta | None) -> None:
-        self.error = error
-        self.delay = delay
+class _Failed(Exception):
+    """An attempt failed; `failure` says how (see `decisions.classify`)."""
 
-
-class _GiveUp(Exception):
-    def __init__(self, error: ErrorInfo) -> None:
-        self.error = error
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
 
 
 class _TaskEnded(Exception):
     """The task was cancelled (or failed elsewhere) while the step ran."""
+
+
+def _give_up(error: ErrorInfo) -> _Failed:
+    return _Failed(Failure(error, retryable=False))
 
 
 @dataclass
@@ -72,65 +62,59 @@ class StepRunner:
     rng: random.Random
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
 
-    async def handle(self, msg: Msg) -> None:
+    async def handle(self, delivery: Delivery) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker."""
-        tool = self.tools.get(msg.subject.rsplit(".", 1)[-1])
+        tool = self.tools.get(_tool_of(delivery))
         interval = tool.heartbeat if tool else timedelta(seconds=1)
         try:
-            async with StepHeartbeat(msg, self.store, interval) as heartbeat:
-                await self._handle(msg, heartbeat)
+            async with StepHeartbeat(delivery, self.store, interval) as heartbeat:
+                await self._handle(delivery, heartbeat)
         except asyncio.CancelledError:
             raise
         except Exception:
             # Left unacknowledged: JetStream redelivers it and the protocol replays.
-            log.exception("step message on %s failed; it will be redelivered", msg.subject)
+            log.exception("step message on %s failed; it will be redelivered", delivery.subject)
 
     def stop_task(self, task_id: str) -> None:
         """A cancellation notice: end the task's running steps now."""
         for heartbeat in self._running.get(task_id, ()):
             heartbeat.end()
 
-    async def _handle(self, msg: Msg, heartbeat: StepHeartbeat) -> None:
-        tool_name = msg.subject.rsplit(".", 1)[-1]
-        work = await self._decode(msg, tool_name)
+    async def _handle(self, delivery: Delivery, heartbeat: StepHeartbeat) -> None:
+        work = await self._decode(delivery)
         if work is None:
             return
         running = self._running.setdefault(work.task_id, set())
         running.add(heartbeat)
         try:
-            await self._handle_work(msg, heartbeat, tool_name, work)
+            await self._handle_work(delivery, heartbeat, work)
         finally:
             running.discard(heartbeat)
             if not running:
                 self._running.pop(work.task_id, None)
 
     async def _handle_work(
-        self, msg: Msg, heartbeat: StepHeartbeat, tool_name: str, work: WorkMessage
+        self, delivery: Delivery, heartbeat: StepHeartbeat, work: WorkMessage
     ) -> None:
-        found, checkpoint = await self._read(work, msg.metadata.num_delivered)
-        if found is None:
-            await self._reject(msg, tool_name, f"no task {work.task_id!r} exists", work)
-            return
-        record = found.record
-        if transitions.is_stale(record, work.step, work.generation):
-            await msg.ack()
-            return
-        if record.current_step == work.step + 1:
-            if checkpoint is None:
-                checkpoint = await self._stored_output(record, work.step)
-            if checkpoint is not None:
-                await self._replay_hand_off(found, work.step, checkpoint)
-                await msg.ack()
-                return
-            # The record moved on but the step's output never landed: run it again.
-        if checkpoint is not None:
-            await handoff.complete_step(self.store, found, work.step, checkpoint, skipped=True)
-            await msg.ack()
-            return
-        if record.status is TaskStatus.WAITING:
-            await msg.ack()  # the step asked for input; the answer resumes it
-            return
-        await self._execute(msg, heartbeat, self.tools[tool_name], work, found)
+        found, checkpoint = await self._read(work, delivery.attempt)
+        decision = decisions.decide(found.record if found else None, checkpoint, work)
+        match decision:
+            case decisions.Reject(reason):
+                await self._reject(delivery, reason, work)
+            case decisions.Execute():
+                assert found is not None
+                await self._execute(delivery, heartbeat, self.tools[work.tool], work, found)
+            case decisions.RepublishHandoff(stored):
+                assert found is not None
+                await handoff.emit_step_completed(self.store, found.record, work.step, stored)
+                await handoff.hand_off_next(self.store, found.record, work.step, stored)
+                await delivery.done()
+            case decisions.FromCheckpoint(stored):
+                assert found is not None
+                await handoff.complete_step(self.store, found, work.step, stored, skipped=True)
+                await delivery.done()
+            case decisions.Drop() | decisions.Wait():
+                await delivery.done()
 
     async def _read(
         self, work: WorkMessage, delivery: int
@@ -153,62 +137,53 @@ class StepRunner:
             self.store.get_checkpoint(work.task_id, work.step),
         )
 
-    async def _decode(self, msg: Msg, tool_name: str) -> WorkMessage | None:
+    async def _decode(self, delivery: Delivery) -> WorkMessage | None:
         try:
-            work = work_decoder.decode(msg.data)
+            work = work_decoder.decode(delivery.data)
             validate_task_id(work.task_id)
         except (msgspec.DecodeError, msgspec.ValidationError, InvalidNameError) as exc:
-            await self._reject(msg, tool_name, f"undecodable work message: {exc}", None)
+            await self._reject(delivery, f"undecodable work message: {exc}", None)
             return None
         except RecursionError:
-            await self._reject(msg, tool_name, "undecodable work message: " + NESTED, None)
+            await self._reject(delivery, "undecodable work message: " + NESTED, None)
             return None
-        if work.tool != tool_name or tool_name not in self.tools:
-            await self._reject(
-                msg, tool_name, f"message for tool {work.tool!r} on {msg.subject}", work
-            )
+        if work.tool != _tool_of(delivery) or work.tool not in self.tools:
+            reason = f"message for tool {work.tool!r} on {delivery.subject}"
+            await self._reject(delivery, reason, work)
             return None
         return work
 
-    async def _reject(self, msg: Msg, tool: str, reason: str, work: WorkMessage | None) -> None:
+    async def _reject(self, delivery: Delivery, reason: str, work: WorkMessage | None) -> None:
         error = ErrorInfo(type="InvalidMessage", message=reason)
         await lifecycle.dead_letter(
             self.store,
-            tool=tool,
-            subject=msg.subject,
-            data=msg.data,
+            tool=_tool_of(delivery),
+            subject=delivery.subject,
+            data=delivery.data,
             error=error,
             task_id=work.task_id if work else None,
             step=work.step if work else None,
-            attempt=msg.metadata.num_delivered,
+            attempt=delivery.attempt,
         )
         if work is not None and await self.store.get_record(work.task_id) is not None:
             await lifecycle.fail_task(self.store, work.task_id, error, step=work.step)
-        await msg.term()
-
-    async def _stored_output(self, record: TaskRecord, step: int) -> Checkpoint | None:
-        """The step's checkpoint; for a completed task's last step, its result will do."""
-        checkpoint = await self.store.get_checkpoint(record.task_id, step)
-        if checkpoint is None and record.status is TaskStatus.COMPLETED:
-            return Checkpoint(output=record.result, time=record.updated_at)
-        return checkpoint
-
-    async def _replay_hand_off(self, found: Versioned, step: int, checkpoint: Checkpoint) -> None:
-        """The record moved past `step` but the holder may have died before handing off."""
-        await handoff.emit_step_completed(self.store, found.record, step, checkpoint)
-        await handoff.hand_off_next(self.store, found.record, step, checkpoint)
+        await delivery.give_up()
 
     async def _execute(
-        self, msg: Msg, heartbeat: StepHeartbeat, tool: Tool, work: WorkMessage, found: Versioned
+        self,
+        delivery: Delivery,
+        heartbeat: StepHeartbeat,
+        tool: Tool,
+        work: WorkMessage,
+        found: Versioned,
     ) -> None:
-        attempt = msg.metadata.num_delivered
+        attempt = delivery.attempt
         spec = found.record.steps[work.step]
         policy = tool.retry.overridden(spec.retry)
         try:
-            if transitions.deadline_passed(found.record, utcnow()):
-                raise _GiveUp(ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded"))
-            if attempt > policy.max_attempts:
-                raise _GiveUp(_exhausted(policy, "every attempt was lost to a crash or timeout"))
+            early = decisions.before_attempt(found.record, attempt, policy, utcnow())
+            if early is not None:
+                raise _give_up(early.error)
             started = await self._start(found, work, attempt)
             try:
                 result = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
@@ -218,16 +193,13 @@ class StepRunner:
             try:
                 await self._finish(found, work, attempt, result)
             except MessageTooLargeError as exc:
-                raise _GiveUp(_too_large(exc)) from exc
+                raise _give_up(_too_large(exc)) from exc
         except _TaskEnded:
             pass
-        except _Retry as retry:
-            await self._retry_or_give_up(msg, tool, work, policy, attempt, retry)
+        except _Failed as failed:
+            await self._settle_failure(delivery, tool, work, policy, failed.failure)
             return
-        except _GiveUp as give_up:
-            await self._give_up(msg, tool, work, attempt, give_up.error)
-            return
-        await msg.ack()
+        await delivery.done()
 
     async def _start(
         self, found: Versioned, work: WorkMessage, attempt: int
@@ -269,31 +241,27 @@ class StepRunner:
         try:
             data = tool.convert_input(work.input)
         except msgspec.ValidationError as exc:
-            raise _GiveUp(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
+            raise _give_up(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
         args = (ctx, data) if tool.takes_input else (ctx,)
         call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
         timeout = _timeout(tool, spec, found)
         heartbeat.attach(ctx, call)
+        limit = asyncio.timeout(timeout)
         try:
-            return await asyncio.wait_for(call, timeout)
+            async with limit:
+                return await call
         except asyncio.CancelledError:
             if heartbeat.ended:
                 raise _TaskEnded from None
             raise
-        except TimeoutError as exc:
-            if transitions.deadline_passed(found.record, utcnow()):
-                raise _GiveUp(
-                    ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded")
-                ) from exc
-            raise _Retry(
-                ErrorInfo(type="StepTimeout", message=f"step timed out after {timeout:.1f}s"), None
-            ) from exc
-        except TerminalError as exc:
-            raise _GiveUp(_error_info(exc)) from exc
-        except RetryableError as exc:
-            raise _Retry(_error_info(exc), exc.retry_after) from exc
         except Exception as exc:
-            raise _Retry(_error_info(exc), None) from exc
+            failure = decisions.classify(
+                exc,
+                timed_out=limit.expired(),  # not a TimeoutError the tool raised itself
+                deadline_passed=transitions.deadline_passed(found.record, utcnow()),
+                timeout=timeout,
+            )
+            raise _Failed(failure) from exc
         finally:
             heartbeat.detach()
 
@@ -304,52 +272,49 @@ class StepRunner:
         checkpoint = _checkpoint(result, attempt)
         await handoff.record_step(self.store, found, work.step, checkpoint, attempt=attempt)
 
-    async def _retry_or_give_up(
+    async def _settle_failure(
         self,
-        msg: Msg,
+        delivery: Delivery,
         tool: Tool,
         work: WorkMessage,
         policy: RetryPolicy,
-        attempt: int,
-        retry: _Retry,
+        failure: Failure,
     ) -> None:
-        if not policy.can_retry(attempt):
-            await self._give_up(
-                msg, tool, work, attempt, _exhausted(policy, retry.error.message, retry.error.type)
-            )
-            return
-        delay = retry.delay if retry.delay is not None else policy.backoff(attempt, self.rng)
-        await self.store.emit(
-            StepRetrying(
-                task_id=work.task_id,
-                status=TaskStatus.RUNNING,
-                step=work.step,
-                tool=work.tool,
-                attempt=attempt,
-                time=utcnow(),
-                error=retry.error,
-                retry_in_ms=int(delay.total_seconds() * 1000),
-            ),
-            work.generation,
-            attempt,
-        )
-        await msg.nak(delay=delay.total_seconds())
-
-    async def _give_up(
-        self, msg: Msg, tool: Tool, work: WorkMessage, attempt: int, error: ErrorInfo
-    ) -> None:
-        await lifecycle.dead_letter(
-            self.store,
-            tool=tool.name,
-            subject=msg.subject,
-            data=msg.data,
-            error=error,
-            task_id=work.task_id,
-            step=work.step,
-            attempt=attempt,
-        )
-        await lifecycle.fail_task(self.store, work.task_id, error, step=work.step, attempt=attempt)
-        await msg.term()
+        """Retry later (`step_retrying`, nak with the delay) or give up (dead letter,
+        failed task, term), as `decisions.outcome` says."""
+        attempt = delivery.attempt
+        match decisions.outcome(failure, policy, attempt, self.rng):
+            case Retry(delay):
+                await self.store.emit(
+                    StepRetrying(
+                        task_id=work.task_id,
+                        status=TaskStatus.RUNNING,
+                        step=work.step,
+                        tool=work.tool,
+                        attempt=attempt,
+                        time=utcnow(),
+                        error=failure.error,
+                        retry_in_ms=int(delay.total_seconds() * 1000),
+                    ),
+                    work.generation,
+                    attempt,
+                )
+                await delivery.retry(delay)
+            case GiveUp(error):
+                await lifecycle.dead_letter(
+                    self.store,
+                    tool=tool.name,
+                    subject=delivery.subject,
+                    data=delivery.data,
+                    error=error,
+                    task_id=work.task_id,
+                    step=work.step,
+                    attempt=attempt,
+                )
+                await lifecycle.fail_task(
+                    self.store, work.task_id, error, step=work.step, attempt=attempt
+                )
+                await delivery.give_up()
 
 
 class _RecordStart:
@@ -383,6 +348,10 @@ class _RecordStart:
         return self._found if self._write is None else await self._write
 
 
+def _tool_of(delivery: Delivery) -> str:
+    return delivery.subject.rsplit(".", 1)[-1]
+
+
 def _checkpoint(result: Any, attempt: int) -> Checkpoint:
     """The step's checkpoint, its output encoded once: the checkpoint, the record, the
     next step's message and the event all embed those bytes (`msgspec.Raw`)."""
@@ -391,12 +360,12 @@ def _checkpoint(result: Any, attempt: int) -> Checkpoint:
         try:
             validate_steps(result.steps, "next steps")
         except InvalidTaskError as exc:
-            raise _GiveUp(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
+            raise _give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
         output, next_steps = result.output, list(result.steps)
     try:
         raw = msgspec.Raw(encode(output))
     except (TypeError, msgspec.EncodeError) as exc:
-        raise _GiveUp(
+        raise _give_up(
             ErrorInfo(
                 type="InvalidOutput", message=f"the step's output cannot be stored as JSON: {exc}"
             )
@@ -416,19 +385,4 @@ def _timeout(tool: Tool, spec: StepSpec, found: Versioned) -> float | None:
 
 
 def _too_large(exc: MessageTooLargeError) -> ErrorInfo:
-    return ErrorInfo(
-        type="OutputTooLarge",
-        message=f"the step's output does not fit: {exc}",
-    )
-
-
-def _error_info(exc: BaseException) -> ErrorInfo:
-    """The error as stored and sent; a huge message is cut so the failure itself fits."""
-    message = str(exc) or type(exc).__name__
-    if len(message) > ERROR_MESSAGE_LIMIT:
-        message = message[:ERROR_MESSAGE_LIMIT] + f"… ({len(message):,} characters)"
-    return ErrorInfo(type=type(exc).__name__, message=message)
-
-
-def _exhausted(policy: RetryPolicy, last: str, kind: str = "RetriesExhausted") -> ErrorInfo:
-    return ErrorInfo(type=kind, message=f"gave up after {policy.max_attempts} attempts: {last}")
+    return ErrorInfo(type="OutputTooLarge", message=f"the step's output does not fit: {exc}")

@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
 from tether.engine.transitions import utcnow
 from tether.nats.connection import NatsConfig, close, connect
-from tether.nats.provision import ConsumerOptions, Layout, ensure_tool_consumer
+from tether.nats.delivery import Consumer, Delivery
+from tether.nats.provision import ConsumerOptions, Layout
 from tether.nats.store import Store
 from tether.schemas.tasks import ToolInfo
 from tether.service import Service
@@ -78,15 +77,15 @@ class Worker(Service):
         runner = StepRunner(store, self.tools, self.worker_id, random.Random())
         await store.remember_records(runner.stop_task)
         for tool in self.tools.values():
-            await self._register(store, tool)
-            self._loops.append(asyncio.create_task(self._serve(store.js, runner, tool)))
+            consumer = await self._register(store, tool)
+            self._loops.append(asyncio.create_task(self._serve(consumer, runner, tool)))
         log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
 
-    async def _register(self, store: Store, tool: Tool) -> None:
+    async def _register(self, store: Store, tool: Tool) -> Consumer:
         options = ConsumerOptions(
             ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or 1000
         )
-        await ensure_tool_consumer(store.js, tool.name, options, store.names)
+        consumer = await store.tool_consumer(tool.name, options)
         await store.register_tool(
             ToolInfo(
                 name=tool.name,
@@ -96,10 +95,9 @@ class Worker(Service):
                 updated_at=utcnow(),
             )
         )
+        return consumer
 
-    async def _serve(self, js: JetStreamContext, runner: StepRunner, tool: Tool) -> None:
-        names = self.layout.names
-        sub = await js.pull_subscribe_bind(names.tool_consumer(tool.name), names.work_stream)
+    async def _serve(self, consumer: Consumer, runner: StepRunner, tool: Tool) -> None:
         slots = asyncio.Semaphore(self.concurrency)
         while not (self._stopping.is_set() or self.is_lost):
             await slots.acquire()
@@ -110,20 +108,18 @@ class Worker(Service):
                 await slots.acquire()
                 free += 1
             try:
-                msgs = await sub.fetch(free, timeout=FETCH_TIMEOUT)
-            except TimeoutError:
-                msgs = []
+                deliveries = await consumer.fetch(free, timeout=FETCH_TIMEOUT)
             except Exception as exc:  # disconnected: nats-py reconnects by itself
                 log.warning("fetch for %s failed: %s", tool.name, exc)
-                msgs = []
+                deliveries = []
                 await asyncio.sleep(FETCH_TIMEOUT / 4)
-            for msg in msgs:
-                self._spawn(runner, msg, slots)
-            for _ in range(free - len(msgs)):
+            for delivery in deliveries:
+                self._spawn(runner, delivery, slots)
+            for _ in range(free - len(deliveries)):
                 slots.release()
 
-    def _spawn(self, runner: StepRunner, msg: Msg, slots: asyncio.Semaphore) -> None:
-        task = asyncio.create_task(self._run_step(runner, msg))
+    def _spawn(self, runner: StepRunner, delivery: Delivery, slots: asyncio.Semaphore) -> None:
+        task = asyncio.create_task(self._run_step(runner, delivery))
         self._in_flight.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
@@ -133,13 +129,13 @@ class Worker(Service):
         task.add_done_callback(done)
 
     @staticmethod
-    async def _run_step(runner: StepRunner, msg: Msg) -> None:
+    async def _run_step(runner: StepRunner, delivery: Delivery) -> None:
         try:
-            await runner.handle(msg)
+            await runner.handle(delivery)
         except asyncio.CancelledError:
             # Shutting down mid-step: release the message so another worker takes it now.
             with contextlib.suppress(Exception):
-                await msg.nak()
+                await delivery.retry()
             raise
 
     async def stop(self) -> None:

@@ -1,0 +1,159 @@
+"""What to do with a step's message, and after a failed attempt (pure, no I/O).
+
+`decide` is step 2 of the protocol (schemas/README.md): from the task record and the
+step's checkpoint, whether to drop the message, replay the hand-off, complete from the
+checkpoint, leave a waiting task alone, or run the tool. `classify` and `outcome` are
+step 5: what an exception from the tool means, and whether to retry and after how long.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tether.engine import transitions
+from tether.errors import RetryableError, TerminalError
+from tether.schemas.tasks import Checkpoint, ErrorInfo, TaskRecord, TaskStatus, WorkMessage
+from tether.worker.retry import RetryPolicy
+
+ERROR_MESSAGE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Reject:
+    """No such task: dead-letter the message."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A stale duplicate (the task ended, moved on, or is another generation): ack it."""
+
+
+@dataclass(frozen=True)
+class RepublishHandoff:
+    """The step was recorded but its holder may have died before handing off: replay it."""
+
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True)
+class FromCheckpoint:
+    """The step ran (or was answered) already: complete it from its checkpoint."""
+
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The step asked for input; the answer arrives as a message of its own: ack this one."""
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Run the tool."""
+
+
+Decision = Reject | Drop | RepublishHandoff | FromCheckpoint | Wait | Execute
+
+
+def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkMessage) -> Decision:
+    """Step 2 of the protocol, given the record and the step's checkpoint as read."""
+    if record is None:
+        return Reject(f"no task {work.task_id!r} exists")
+    if transitions.is_stale(record, work.step, work.generation):
+        return Drop()
+    if record.current_step == work.step + 1:
+        stored = checkpoint or _result_as_checkpoint(record, work.step)
+        if stored is not None:
+            return RepublishHandoff(stored)
+        # The record moved on but the step's output never landed: run it again.
+    if checkpoint is not None:
+        return FromCheckpoint(checkpoint)
+    if record.status is TaskStatus.WAITING:
+        return Wait()
+    return Execute()
+
+
+def _result_as_checkpoint(record: TaskRecord, step: int) -> Checkpoint | None:
+    """The last step of a completed task is not checkpointed: its result stands in."""
+    if record.status is TaskStatus.COMPLETED and step + 1 == len(record.steps):
+        return Checkpoint(output=record.result, time=record.updated_at)
+    return None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt: what went wrong, whether another attempt can help, and when."""
+
+    error: ErrorInfo
+    retryable: bool
+    retry_after: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Retry:
+    delay: timedelta
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    error: ErrorInfo
+
+
+def classify(
+    exc: BaseException, *, timed_out: bool, deadline_passed: bool, timeout: float | None
+) -> Failure:
+    """What an exception out of a tool means for the step; `timed_out`: the step's own
+    timeout (or the task deadline) cut it off, as opposed to a TimeoutError the tool raised."""
+    if timed_out:
+        if deadline_passed:
+            return Failure(deadline_exceeded(), retryable=False)
+        message = f"step timed out after {timeout or 0:.1f}s"
+        return Failure(ErrorInfo(type="StepTimeout", message=message), retryable=True)
+    if isinstance(exc, TerminalError):
+        return Failure(error_info(exc), retryable=False)
+    if isinstance(exc, RetryableError):
+        return Failure(error_info(exc), retryable=True, retry_after=exc.retry_after)
+    return Failure(error_info(exc), retryable=True)
+
+
+def outcome(
+    failure: Failure, policy: RetryPolicy, attempt: int, rng: random.Random
+) -> Retry | GiveUp:
+    """Retry after the error's own delay or the policy's backoff, or give up for good."""
+    if not failure.retryable:
+        return GiveUp(failure.error)
+    if not policy.can_retry(attempt):
+        return GiveUp(exhausted(policy, failure.error.message, failure.error.type))
+    delay = failure.retry_after if failure.retry_after is not None else policy.backoff(attempt, rng)
+    return Retry(delay)
+
+
+def before_attempt(
+    record: TaskRecord, attempt: int, policy: RetryPolicy, now: datetime
+) -> GiveUp | None:
+    """Give up before running at all: the deadline passed, or every attempt was used."""
+    if transitions.deadline_passed(record, now):
+        return GiveUp(deadline_exceeded())
+    if attempt > policy.max_attempts:
+        return GiveUp(exhausted(policy, "every attempt was lost to a crash or timeout"))
+    return None
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """The error as stored and sent; a huge message is cut so the failure itself fits."""
+    message = str(exc) or type(exc).__name__
+    if len(message) > ERROR_MESSAGE_LIMIT:
+        message = message[:ERROR_MESSAGE_LIMIT] + f"… ({len(message):,} characters)"
+    return ErrorInfo(type=type(exc).__name__, message=message)
+
+
+def deadline_exceeded() -> ErrorInfo:
+    return ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded")
+
+
+def exhausted(policy: RetryPolicy, last: str, kind: str = "RetriesExhausted") -> ErrorInfo:
+    return ErrorInfo(type=kind, message=f"gave up after {policy.max_attempts} attempts: {last}")
