@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import msgspec
-import nats.errors
 
 from tether.errors import (
     InvalidTaskError,
@@ -13,6 +12,7 @@ from tether.errors import (
     TaskNotFoundError,
     TaskTimeoutError,
 )
+from tether.nats.connection import TRANSIENT_ERRORS
 from tether.schemas.api import ApiError, ErrorCode, ErrorReply
 from tether.schemas.ids import InvalidNameError
 
@@ -25,7 +25,7 @@ _CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], ErrorC
         (InvalidTaskError, InvalidNameError, msgspec.ValidationError, msgspec.DecodeError),
         ErrorCode.INVALID,
     ),
-    ((NatsUnavailableError, nats.errors.Error, TimeoutError), ErrorCode.UNAVAILABLE),
+    ((NatsUnavailableError, *TRANSIENT_ERRORS), ErrorCode.UNAVAILABLE),
 ]
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-import nats.errors
 from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity
 
 from tether.api.discovery import Discovery
 from tether.api.routes import build_broker
 from tether.client import Client
+from tether.errors import NatsUnavailableError
 from tether.nats.connection import NatsConfig
 from tether.nats.provision import Layout
 from tether.service import Service
@@ -60,13 +60,11 @@ class ApiService(Service):
         subscriptions still buffered in nats-py, so the first requests would find no one."""
         subject = self.discovery.ping_subject
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                await self._client.store.nc.request(subject, b"", timeout=0.25)
-                return
-            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-                if time.monotonic() > deadline:
-                    raise
+        while not await self._client.store.answers(subject, timeout=0.25):
+            if time.monotonic() > deadline:
+                raise NatsUnavailableError(
+                    f"the API did not answer its own {subject} within {timeout:.0f}s"
+                )
 
     async def stop(self) -> None:
         self._stopping = True

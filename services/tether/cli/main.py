@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tether.cli import dev, gateway, ops, processes
+from tether.cli import dev, dlq, gateway, processes, tasks
 
 app = typer.Typer(
     name="tether",
@@ -39,7 +39,8 @@ def _options(
 
 processes.register(app)
 dev.register(app)
-ops.register(app)
+tasks.register(app)
+dlq.register(app)
 gateway.register(app)
 
 

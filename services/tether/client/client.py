@@ -8,14 +8,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from nats.aio.client import Client as NatsClient
-
 from tether.client.handle import TaskHandle
 from tether.engine import lifecycle
 from tether.engine.known_tools import KnownTools
 from tether.engine.plans import to_step, validate_submit
 from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
-from tether.nats.connection import NatsConfig, close, connect
+from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.provision import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import encode
@@ -43,7 +41,7 @@ class Client(Service):
     ) -> None:
         self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)
-        self._nc: NatsClient | None = None
+        self._nc: Connection | None = None
         self._store: Store | None = None
         self._known_tools: KnownTools | None = None
 

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-import nats.errors
-from nats.js.api import DeliverPolicy
-
 from tether.engine import lifecycle
 from tether.errors import TaskCancelledError, TaskFailedError, TaskTimeoutError
 from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.connection import TRANSIENT_ERRORS
+from tether.nats.feeds import record_update, task_events
 from tether.nats.store import Store
-from tether.schemas.codec import event_decoder, record_decoder
 from tether.schemas.events import TERMINAL_EVENTS, AnyStatusEvent
 from tether.schemas.tasks import TaskRecord, TaskStatus
 
@@ -74,52 +71,22 @@ class TaskHandle:
                 found = await self._store.get_record(self.task_id)
                 if found is not None and condition(found.record):
                     return found.record
-                record = await self._watch(condition, window)
-            except (nats.errors.Error, OSError, TimeoutError):
+                record = await record_update(self._store, self.task_id, condition, window)
+            except TRANSIENT_ERRORS:
                 record = None  # reconnecting: try again until the deadline
                 await asyncio.sleep(min(window, 0.25))
             if record is not None:
                 return record
-
-    async def _watch(
-        self, condition: Callable[[TaskRecord], bool], window: float
-    ) -> TaskRecord | None:
-        watcher = await self._store.watch_record(self.task_id)
-        give_up = time.monotonic() + window
-        try:
-            while (left := give_up - time.monotonic()) > 0:
-                raise_if_cancelled()
-                try:
-                    entry = await watcher.updates(timeout=left)  # type: ignore[no-untyped-call]
-                except TimeoutError:
-                    return None
-                if entry is not None and entry.value:
-                    record = record_decoder.decode(entry.value)
-                    if condition(record):
-                        return record
-            return None
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]
 
     async def events(self, timeout: float | None = None) -> AsyncIterator[AnyStatusEvent]:
         """Every status event of the task: history first, then live, without a gap.
 
         Ends after the task's terminal event; `timeout` bounds the wait for each event.
         """
-        js = self._store.js
-        subject = self._store.names.status_subject(self.task_id)
-        sub = await js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
-        try:
-            while True:
-                msg = await sub.next_msg(timeout=timeout if timeout is not None else 3600)
-                event = event_decoder.decode(msg.data)
-                yield event
-                if isinstance(event, TERMINAL_EVENTS):
-                    return
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        async for event, _ in task_events(self._store, self.task_id, timeout or 3600):
+            yield event
+            if isinstance(event, TERMINAL_EVENTS):
+                return
 
     async def cancel(self) -> TaskRecord:
         return await lifecycle.cancel_task(self._store, self.task_id)

@@ -6,14 +6,13 @@ import asyncio
 import logging
 
 import msgspec
-from nats.aio.client import Client as NatsClient
 
 from tether.engine import handoff, lifecycle, transitions
 from tether.engine.known_tools import KnownTools
 from tether.engine.plans import task_id_of, validate_submit
 from tether.engine.transitions import utcnow
 from tether.errors import InvalidTaskError, MessageTooLargeError
-from tether.nats.connection import NatsConfig, close, connect
+from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.provision import Layout
 from tether.nats.store import Store
@@ -36,7 +35,7 @@ class Dispatcher(Service):
         self.nats = nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)
         self.batch = batch
-        self._nc: NatsClient | None = None
+        self._nc: Connection | None = None
         self._store: Store | None = None
         self._stopping = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None

@@ -28,14 +28,13 @@ import msgspec
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from tether.errors import TaskNotFoundError
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
 from tether.gateway.protocol import declares_tasks
 from tether.gateway.tasks import detailed_task, legacy_task, mcp_status
+from tether.nats.feeds import AllEvents
 from tether.schemas.codec import event_decoder
 
 log = logging.getLogger(__name__)
@@ -66,24 +65,21 @@ class StatusFeed:
     def __init__(self, backend: TaskBackend) -> None:
         self._backend = backend
         self._listeners: dict[str, dict[object, Listener]] = {}
-        self._subscription: Subscription | None = None
+        self._events: AllEvents | None = None
 
     async def start(self) -> None:
-        store = self._backend.client.store
-        self._subscription = await store.nc.subscribe(
-            store.names.status_subjects, cb=self._on_event
-        )
+        self._events = AllEvents(self._backend.client.store, self._on_event)
+        await self._events.start()
 
     async def stop(self) -> None:
-        if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
-        self._subscription = None
+        if self._events is not None:
+            await self._events.stop()
+        self._events = None
 
-    async def _on_event(self, msg: Msg) -> None:
+    def _on_event(self, data: bytes) -> None:
         try:
-            task_id = event_decoder.decode(msg.data).task_id
-        except msgspec.DecodeError:
+            task_id = event_decoder.decode(data).task_id
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return
         for listener in list(self._listeners.get(task_id, {}).values()):
             listener(task_id)

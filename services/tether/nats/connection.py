@@ -15,6 +15,11 @@ from tether.errors import NatsUnavailableError
 from tether.schemas.names import DEFAULT_NAMES, Names
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (nats.errors.Error, OSError, TimeoutError)
+"""What a NATS call raises while the connection is away for a moment: retry, or report
+`unavailable`. (nats-py's own classes, named here so no caller needs to import nats-py.)"""
+Connection = NatsClient
+"""A connection to NATS, as `connect` returns it."""
 log = logging.getLogger("tether.nats")
 _closing: weakref.WeakSet[NatsClient] = weakref.WeakSet()
 

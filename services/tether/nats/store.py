@@ -14,6 +14,7 @@ import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import Header
 from nats.js.errors import (
@@ -35,6 +36,7 @@ from tether.nats.provision import (
     provision,
 )
 from tether.nats.recent import RecentRecords
+from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
 from tether.nats.requests import Requester
 from tether.schemas.codec import checkpoint_decoder, encode, record_decoder
 from tether.schemas.events import (
@@ -61,43 +63,6 @@ _PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 
 
-class _ApiError(msgspec.Struct):
-    code: int = 0
-    err_code: int = 0
-    description: str = ""
-
-    def exception(self) -> APIError:
-        """nats-py's exception for this error, so callers keep catching what they know."""
-        if self.err_code in WRONG_LAST_SEQUENCE:
-            return KeyWrongLastSequenceError(description=self.description)
-        return APIError(code=self.code, err_code=self.err_code, description=self.description)
-
-
-class _PubAck(msgspec.Struct):
-    """JetStream's reply to a publish, decoded with msgspec (nats-py uses json + a dataclass)."""
-
-    seq: int = 0
-    duplicate: bool = False
-    error: _ApiError | None = None
-
-
-_pub_ack_decoder = msgspec.json.Decoder(_PubAck)
-
-
-class _StreamState(msgspec.Struct):
-    subjects: dict[str, int] | None = None
-
-
-class _StreamSubjects(msgspec.Struct):
-    """The part of JetStream's STREAM.INFO reply that lists subjects, a page at a time."""
-
-    state: _StreamState | None = None
-    total: int = 0
-    error: _ApiError | None = None
-
-
-_stream_subjects_decoder = msgspec.json.Decoder(_StreamSubjects)
-WRONG_LAST_SEQUENCE = (10071, 10164)
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
 PUBLISH_TIMEOUT = 5.0
 
@@ -129,8 +94,8 @@ class Store:
         self._checkpoints = buckets["checkpoints"]
         self._heartbeats = buckets["heartbeats"]
         self._tools = buckets["tools"]
-        self._tasks_prefix = f"$KV.{names.tasks_bucket}."
-        self._checkpoints_prefix = f"$KV.{names.checkpoints_bucket}."
+        self._tasks_prefix = names.kv_subject(names.tasks_bucket)
+        self._checkpoints_prefix = names.kv_subject(names.checkpoints_bucket)
         self.direct_reads = False
         """Whether the buckets answer direct gets (single server: yes; a cluster: no)."""
         self.recent: RecentRecords | None = None
@@ -156,7 +121,7 @@ class Store:
         }
         store = cls(nc, js, names, buckets)
         await store._requests.start()
-        info = await js.stream_info(f"KV_{names.tasks_bucket}")
+        info = await js.stream_info(names.kv_stream(names.tasks_bucket))
         store.direct_reads = bool(info.config.allow_direct)
         return store
 
@@ -189,18 +154,26 @@ class Store:
         """The largest record, checkpoint or memo this store writes (see `limits`)."""
         return max_value(self.nc.max_payload)
 
+    async def answers(self, subject: str, timeout: float) -> bool:
+        """Whether anyone replies to a request on `subject` within `timeout`."""
+        try:
+            await self.nc.request(subject, b"", timeout=timeout)
+        except (NoRespondersError, NatsTimeoutError):
+            return False
+        return True
+
     async def notify_cancelled(self, task_id: str) -> None:
         """Tell every worker at once (core NATS) that a task was cancelled."""
         await self.nc.publish(self.names.cancel_notice_subject(task_id))
 
     # -- JetStream publishes ----------------------------------------------------
-    async def _publish(self, subject: str, data: bytes, headers: dict[str, str] | None) -> _PubAck:
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str] | None) -> PubAck:
         """A JetStream publish that waits for the PubAck; errors keep NATS's codes."""
         try:
             reply = await self._requests.request(subject, data, headers)
         except NoRespondersError as exc:
             raise NoStreamResponseError from exc
-        ack = _pub_ack_decoder.decode(reply.data)
+        ack = pub_ack_decoder.decode(reply.data)
         if ack.error is not None:
             raise ack.error.exception()
         return ack
@@ -213,8 +186,8 @@ class Store:
             except KeyNotFoundError:
                 return None
             return (entry.value, entry.revision or 0) if entry.value else None
-        stream = f"KV_{prefix[4:-1]}"
-        subject = f"$JS.API.DIRECT.GET.{stream}.{prefix}{key}"
+        stream = self.names.kv_stream(prefix[4:-1])
+        subject = self.names.direct_get_subject(stream, prefix + key)
         reply = await self._requests.request(subject, b"", None)
         headers = reply.headers or {}
         if headers.get("KV-Operation") in ("DEL", "PURGE") or headers.get("Status") == "404":
@@ -294,12 +267,13 @@ class Store:
         nats-py's `KeyValue.keys()` can come back empty when its watcher's consumer
         info overtakes the entries it has not processed yet.
         """
-        prefix = f"$KV.{bucket}."
+        prefix = self.names.kv_subject(bucket)
         keys: list[str] = []
         while True:
             body = encode({"subjects_filter": prefix + ">", "offset": len(keys)})
-            reply = await self._requests.request(f"$JS.API.STREAM.INFO.KV_{bucket}", body, None)
-            info = _stream_subjects_decoder.decode(reply.data)
+            subject = self.names.stream_info_subject(self.names.kv_stream(bucket))
+            reply = await self._requests.request(subject, body, None)
+            info = stream_subjects_decoder.decode(reply.data)
             if info.error is not None:
                 raise info.error.exception()
             page = info.state.subjects if info.state and info.state.subjects else {}

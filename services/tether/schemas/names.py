@@ -122,6 +122,25 @@ class Names(msgspec.Struct, frozen=True):
         where = "task" if step is None else str(step)
         return f"{task_id}.{where}.{event}.g{generation}.{n}"
 
+    # -- JetStream's own names for a KV bucket's stream and API -------------------------
+    @staticmethod
+    def kv_stream(bucket: str) -> str:
+        return f"KV_{bucket}"
+
+    @staticmethod
+    def kv_subject(bucket: str, key: str = "") -> str:
+        """`$KV.<bucket>.<key>`: the subject a key's values are stored under."""
+        return f"$KV.{bucket}.{key}"
+
+    @staticmethod
+    def direct_get_subject(stream: str, subject: str) -> str:
+        """The last message on `subject` in `stream`, without a consumer (allow_direct)."""
+        return f"$JS.API.DIRECT.GET.{stream}.{subject}"
+
+    @staticmethod
+    def stream_info_subject(stream: str) -> str:
+        return f"$JS.API.STREAM.INFO.{stream}"
+
     @property
     def _upper(self) -> str:
         return self.prefix.upper().replace("-", "_")

@@ -201,23 +201,31 @@ class StepRunner:
             return
         await delivery.done()
 
+    async def _emit(
+        self,
+        kind: type[StepStarted] | type[StepRetrying],
+        work: WorkMessage,
+        attempt: int,
+        **fields: Any,
+    ) -> None:
+        """A running step's event; its `Nats-Msg-Id` names the attempt, so a replay is a no-op."""
+        event = kind(
+            task_id=work.task_id,
+            status=TaskStatus.RUNNING,
+            step=work.step,
+            tool=work.tool,
+            attempt=attempt,
+            time=utcnow(),
+            **fields,
+        )
+        await self.store.emit(event, work.generation, attempt)
+
     async def _start(
         self, found: Versioned, work: WorkMessage, attempt: int
     ) -> _RecordStart | None:
         """Emit `step_started`; on a pending task also move it to running (see
         `_RecordStart`; the caller settles it before finishing)."""
-        await self.store.emit(
-            StepStarted(
-                task_id=work.task_id,
-                status=TaskStatus.RUNNING,
-                step=work.step,
-                tool=work.tool,
-                attempt=attempt,
-                time=utcnow(),
-            ),
-            work.generation,
-            attempt,
-        )
+        await self._emit(StepStarted, work, attempt)
         if found.record.status is not TaskStatus.PENDING:
             return None
         return _RecordStart(self.store, found, work)
@@ -285,19 +293,9 @@ class StepRunner:
         attempt = delivery.attempt
         match decisions.outcome(failure, policy, attempt, self.rng):
             case Retry(delay):
-                await self.store.emit(
-                    StepRetrying(
-                        task_id=work.task_id,
-                        status=TaskStatus.RUNNING,
-                        step=work.step,
-                        tool=work.tool,
-                        attempt=attempt,
-                        time=utcnow(),
-                        error=failure.error,
-                        retry_in_ms=int(delay.total_seconds() * 1000),
-                    ),
-                    work.generation,
-                    attempt,
+                retry_in_ms = int(delay.total_seconds() * 1000)
+                await self._emit(
+                    StepRetrying, work, attempt, error=failure.error, retry_in_ms=retry_in_ms
                 )
                 await delivery.retry(delay)
             case GiveUp(error):

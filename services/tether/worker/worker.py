@@ -12,10 +12,8 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
-from nats.aio.client import Client as NatsClient
-
 from tether.engine.transitions import utcnow
-from tether.nats.connection import NatsConfig, close, connect
+from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.provision import ConsumerOptions, Layout
 from tether.nats.store import Store
@@ -66,7 +64,7 @@ class Worker(Service):
         self.concurrency = concurrency
         self.worker_id = worker_id or default_worker_id()
         self.shutdown_grace = shutdown_grace
-        self._nc: NatsClient | None = None
+        self._nc: Connection | None = None
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._in_flight: set[asyncio.Task[None]] = set()

@@ -1,0 +1,96 @@
+"""Following a task: its events replayed then live, the running step's progress bar."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from tether.cli import render
+from tether.cli.running import ExitCode, outcome
+from tether.client import Client
+from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.connection import TRANSIENT_ERRORS
+from tether.nats.feeds import task_events
+from tether.nats.store import Store
+from tether.schemas.events import TERMINAL_EVENTS
+from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
+
+HEARTBEAT_POLL = 0.3
+"""Seconds between reads of the heartbeat bucket while watching a terminal."""
+CATCH_UP = 2.0
+"""Seconds `watch` waits for the terminal event after the record has ended.
+
+The record changes first and its event follows at once; the wait only matters if the
+writer died in between, when the record alone decides the outcome.
+"""
+
+
+def live_heartbeat(record: TaskRecord, heartbeat: Heartbeat | None) -> Heartbeat | None:
+    """The heartbeat if it belongs to the running step (it outlives its step by a TTL)."""
+    if heartbeat is None or record.status is not TaskStatus.RUNNING:
+        return None
+    return heartbeat if heartbeat.step == record.current_step else None
+
+
+# -- following a task ---------------------------------------------------------------
+
+
+class EventFeed:
+    """Every status event of a task, history first, into a view.
+
+    Unlike `TaskHandle.events()` it does not stop at the first terminal event: a
+    retried task has an old `failed` in its history. `ended` is set while the newest
+    event seen is terminal and nothing is pending after it.
+    """
+
+    def __init__(self, store: Store, task_id: str, view: render.EventView) -> None:
+        self._store = store
+        self._task_id = task_id
+        self._view = view
+        self.ended = asyncio.Event()
+
+    async def run(self) -> None:
+        async for event, pending in task_events(self._store, self._task_id):
+            self._view.event(event)
+            if isinstance(event, TERMINAL_EVENTS) and pending == 0:
+                self.ended.set()
+            else:
+                self.ended.clear()
+
+
+async def poll_heartbeats(store: Store, task_id: str, view: render.EventView) -> None:
+    while True:
+        try:
+            view.heartbeat(await store.get_heartbeat(task_id))
+        except TRANSIENT_ERRORS:
+            pass  # reconnecting: the bar just pauses
+        raise_if_cancelled()
+        await asyncio.sleep(HEARTBEAT_POLL)
+
+
+async def follow(
+    client: Client, task_id: str, view: render.EventView, *, submitted: bool = False
+) -> ExitCode:
+    """Show the task's events (and progress) until it ends; the record decides the outcome.
+
+    `submitted`: the task was just published, so its record may not exist yet (the
+    dispatcher creates it); otherwise a missing record is an unknown id.
+    """
+    handle = client.handle(task_id)
+    if not submitted:
+        await handle.get()
+    feed = EventFeed(client.store, task_id, view)
+    helpers = [asyncio.create_task(feed.run())]
+    if view.shows_progress:
+        helpers.append(asyncio.create_task(poll_heartbeats(client.store, task_id, view)))
+    try:
+        with view:
+            record = await handle.wait_until_done()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(feed.ended.wait(), CATCH_UP)
+            view.finish(record)
+    finally:
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+    return outcome(record)

@@ -1,0 +1,331 @@
+"""`tether submit`, `status`, `result`, `watch`, `cancel`, `input`, `ls`: one task, or many."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+
+from tether.cli import render
+from tether.cli.common import (
+    DEFAULT_NATS,
+    DEFAULT_PREFIX,
+    JsonOption,
+    NatsOption,
+    PrefixOption,
+    fail,
+)
+from tether.cli.following import follow, live_heartbeat
+from tether.cli.running import (
+    ExitCode,
+    TaskIdArgument,
+    checked_id,
+    connected,
+    run,
+)
+from tether.errors import (
+    TaskCancelledError,
+    TaskFailedError,
+)
+from tether.nats.feeds import last_event
+from tether.schemas.api import ListReply, SubmitReply, SubmitRequest
+from tether.schemas.codec import to_builtins
+from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
+
+# -- submit -------------------------------------------------------------------------
+
+
+def parse_step(arg: str) -> StepSpec:
+    """`TOOL` or `TOOL=JSON`; a tool name never contains '='."""
+    tool, sep, raw = arg.partition("=")
+    if not sep:
+        return StepSpec(tool=tool)
+    try:
+        return StepSpec(tool=tool, input=msgspec.json.decode(raw))
+    except msgspec.DecodeError as exc:
+        fail(
+            f"the input of step {arg!r} is not JSON ({exc}): "
+            'quote the whole step, e.g. \'search={"query": "AI"}\''
+        )
+
+
+def parse_json(raw: str, what: str) -> Any:
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        fail(f"{what} is not JSON ({exc}): quote it, e.g. '{{\"approved\": true}}'")
+
+
+def parse_meta(pairs: list[str]) -> dict[str, str]:
+    metadata = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--meta {pair!r} is not KEY=VALUE: write e.g. --meta user=alice")
+        metadata[key] = value
+    return metadata
+
+
+def read_task_file(path: str) -> SubmitRequest:
+    """A `TaskSubmit`-like document (the id may be left out); '-' reads stdin."""
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read the task file {path!r}: {exc.strerror or exc}")
+    try:
+        return msgspec.json.decode(data, type=SubmitRequest)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        fail(
+            f"the task file {path!r} is not a task ({exc}): "
+            'write {"steps": [{"tool": "search", "input": {...}}, ...]}'
+        )
+
+
+def build_request(
+    steps: list[str], file: str | None, task_id: str | None, meta: list[str], deadline: float | None
+) -> SubmitRequest:
+    """The task to submit; options on the command line win over the file's fields."""
+    if file is not None and steps:
+        fail("give the steps either as arguments or with --file, not both")
+    if file is None and not steps:
+        fail("no steps: name tools to run, e.g. 'tether submit search summarize', or use --file")
+    base = read_task_file(file) if file else SubmitRequest(steps=[parse_step(s) for s in steps])
+    if deadline is not None and deadline <= 0:
+        fail(f"--deadline {deadline} is not a positive number of seconds")
+    return SubmitRequest(
+        steps=base.steps,
+        task_id=task_id or base.task_id,
+        metadata={**base.metadata, **parse_meta(meta)},
+        deadline_ms=int(deadline * 1000) if deadline is not None else base.deadline_ms,
+    )
+
+
+async def _submit(
+    nats: str, prefix: str, request: SubmitRequest, wait: bool, as_json: bool
+) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        deadline = request.deadline_ms
+        handle = await client.submit(
+            request.steps,
+            task_id=request.task_id,
+            metadata=request.metadata,
+            deadline=None if deadline is None else timedelta(milliseconds=deadline),
+        )
+        if as_json:
+            render.print_json(SubmitReply(task_id=handle.task_id))
+        else:
+            render.print_lines([handle.task_id])
+        if not wait:
+            return ExitCode.OK
+        view = render.event_view(as_json)
+        return await follow(client, handle.task_id, view, submitted=True)
+
+
+def submit(
+    steps: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="TOOL[=JSON]...",
+            help="Steps in order; JSON is the step's input (else the previous output).",
+            show_default=False,
+        ),
+    ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option(
+            "--file",
+            "-f",
+            metavar="FILE",
+            help="A task as JSON ({steps, task_id, metadata, ...}); - reads stdin.",
+        ),
+    ] = None,
+    task_id: Annotated[
+        str | None, typer.Option("--id", metavar="ID", help="Task id (default: generated).")
+    ] = None,
+    meta: Annotated[
+        list[str] | None, typer.Option("--meta", metavar="KEY=VALUE", help="Metadata; repeatable.")
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option("--deadline", metavar="SECONDS", help="Fail the task after this long."),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow the task to its end, like watch.")
+    ] = False,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Submit a task and print its id."""
+    request = build_request(steps or [], file, task_id, meta or [], deadline)
+    run(_submit(nats, prefix, request, wait, as_json), as_json)
+
+
+# -- one task -------------------------------------------------------------------------
+
+
+async def _status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        record = await client.get(task_id)
+        heartbeat = live_heartbeat(record, await client.store.get_heartbeat(task_id))
+        last = await last_event(client.store, task_id)
+    if as_json:
+        view = to_builtins(record) | {
+            "heartbeat": to_builtins(heartbeat),
+            "last_event": to_builtins(last),
+        }
+        render.print_json(view)
+    else:
+        render.print_table(render.record_table(record, heartbeat, last))
+    return ExitCode.OK
+
+
+def status(
+    task_id: TaskIdArgument,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a task: status, step, attempt, progress, error, times."""
+    run(_status(nats, prefix, checked_id(task_id), as_json), as_json)
+
+
+def result_of(record: TaskRecord) -> Any:
+    """The result of a completed task; the error that says why there is none otherwise."""
+    if record.status is TaskStatus.FAILED:
+        raise TaskFailedError(record.task_id, record.error)
+    if record.status is TaskStatus.CANCELLED:
+        raise TaskCancelledError(record.task_id)
+    if record.status is not TaskStatus.COMPLETED:
+        fail(
+            f"task {record.task_id!r} is {record.status.value}, not completed: "
+            f"wait for it with 'tether result {record.task_id} --wait'"
+        )
+    return record.result
+
+
+async def _result(
+    nats: str, prefix: str, task_id: str, wait: bool, timeout: float | None, as_json: bool
+) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        handle = client.handle(task_id)
+        record = await (handle.wait_until_done(timeout) if wait else handle.get())
+    value = result_of(record)
+    if as_json:
+        render.print_json(value)
+    else:
+        render.print_pretty_json(value)
+    return ExitCode.OK
+
+
+def result(
+    task_id: TaskIdArgument,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the task to end.")] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", metavar="SECONDS", help="Give up waiting after this long."),
+    ] = None,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Print a completed task's result as JSON; exit 1 if it failed, 3 if cancelled."""
+    run(_result(nats, prefix, checked_id(task_id), wait, timeout, as_json), as_json)
+
+
+async def _watch(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        return await follow(client, task_id, render.event_view(as_json))
+
+
+def watch(
+    task_id: TaskIdArgument,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Follow a task's events (and the running step's progress) until it ends."""
+    run(_watch(nats, prefix, checked_id(task_id), as_json), as_json)
+
+
+async def _cancel(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        record = await client.cancel(task_id)
+    if as_json:
+        render.print_json(record)
+    else:
+        render.print_lines([f"cancelled task {task_id}"])
+    return ExitCode.OK
+
+
+def cancel(
+    task_id: TaskIdArgument,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel an unfinished task; a running step stops within one heartbeat."""
+    run(_cancel(nats, prefix, checked_id(task_id), as_json), as_json)
+
+
+async def _input(nats: str, prefix: str, task_id: str, data: Any, as_json: bool) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        await client.send_input(task_id, data)
+    if as_json:
+        render.print_json({"task_id": task_id, "sent": True})
+    else:
+        render.print_lines([f"sent input to task {task_id}; it resumes at its next step"])
+    return ExitCode.OK
+
+
+def answer(
+    task_id: TaskIdArgument,
+    data: Annotated[str, typer.Argument(metavar="JSON", help="The answer, as JSON.")],
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Answer a task that is waiting for input."""
+    answer = parse_json(data, "the answer")
+    run(_input(nats, prefix, checked_id(task_id), answer, as_json), as_json)
+
+
+# -- many tasks ---------------------------------------------------------------------------
+
+
+async def _ls(
+    nats: str, prefix: str, wanted: TaskStatus | None, limit: int, as_json: bool
+) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        records = await client.list(wanted)
+    newest = sorted(records, key=lambda r: r.updated_at, reverse=True)[:limit]
+    if as_json:
+        render.print_json(ListReply(tasks=newest))
+    else:
+        render.print_table(render.tasks_table(newest))
+    return ExitCode.OK
+
+
+def ls(
+    status: Annotated[
+        TaskStatus | None, typer.Option("--status", help="Only tasks with this status.")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, metavar="N", help="At most this many.")
+    ] = 50,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """List tasks, most recently updated first."""
+    run(_ls(nats, prefix, status, limit, as_json), as_json)
+
+
+def register(app: typer.Typer) -> None:
+    for command in (submit, status, result, watch, cancel, ls):
+        app.command()(command)
+    app.command("input")(answer)

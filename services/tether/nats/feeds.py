@@ -1,0 +1,129 @@
+"""Reading back what the streams and buckets hold: a task's events (replayed, then live),
+its last event, the latest dead letters, updates of a record, all tasks' events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.store import Store
+from tether.schemas.codec import event_decoder, record_decoder
+from tether.schemas.events import AnyStatusEvent
+from tether.schemas.tasks import DeadLetter, TaskRecord
+
+_dead_letter_decoder = msgspec.json.Decoder(DeadLetter)
+IDLE_POLL = 60.0
+
+
+async def task_events(
+    store: Store, task_id: str, timeout: float | None = None
+) -> AsyncIterator[tuple[AnyStatusEvent, int]]:
+    """Every status event of a task with the number still pending after it: history first,
+    then live, without a gap. `timeout`: raise TimeoutError when no event comes that long
+    (None: wait for ever)."""
+    subject = store.names.status_subject(task_id)
+    sub = await store.js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+    try:
+        while True:
+            raise_if_cancelled()  # next_msg can eat the cancel that ends the feed
+            try:
+                msg = await sub.next_msg(timeout=IDLE_POLL if timeout is None else timeout)
+            except nats.errors.TimeoutError:
+                if timeout is None:
+                    continue
+                raise TimeoutError(f"no event of task {task_id!r} within {timeout}s") from None
+            yield event_decoder.decode(msg.data), int(msg.metadata.num_pending)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+
+async def last_event(store: Store, task_id: str) -> AnyStatusEvent | None:
+    try:
+        msg = await store.js.get_last_msg(
+            store.names.status_stream, store.names.status_subject(task_id)
+        )
+    except NotFoundError:
+        return None
+    return event_decoder.decode(msg.data) if msg.data else None
+
+
+async def dead_letters(store: Store, limit: int) -> list[DeadLetter]:
+    """The latest `limit` dead letters, oldest first (foreign junk on the subject skipped)."""
+    info = await store.js.stream_info(store.names.dead_letter_stream)
+    state = info.state
+    if not state.messages:
+        return []
+    start = max(state.first_seq, state.last_seq - limit + 1)
+    sub = await store.js.subscribe(
+        store.names.dead_letter_subjects,
+        stream=store.names.dead_letter_stream,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start),
+    )
+    letters: list[DeadLetter] = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=5)
+            with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
+                letters.append(_dead_letter_decoder.decode(msg.data))
+            if msg.metadata.num_pending == 0:
+                return letters[-limit:]
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+
+async def record_update(
+    store: Store, task_id: str, condition: Callable[[TaskRecord], bool], window: float
+) -> TaskRecord | None:
+    """The first update of the record within `window` seconds that meets `condition`."""
+    watcher = await store.watch_record(task_id)
+    give_up = time.monotonic() + window
+    try:
+        while (left := give_up - time.monotonic()) > 0:
+            raise_if_cancelled()
+            try:
+                entry = await watcher.updates(timeout=left)  # type: ignore[no-untyped-call]
+            except TimeoutError:
+                return None
+            if entry is not None and entry.value:
+                record = record_decoder.decode(entry.value)
+                if condition(record):
+                    return record
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]
+
+
+class AllEvents:
+    """Every task's status events (core NATS, live only), each handed to `on_event`."""
+
+    def __init__(self, store: Store, on_event: Callable[[bytes], Any]) -> None:
+        self._store = store
+        self._on_event = on_event
+        self._subscription: Any = None
+
+    async def start(self) -> None:
+        async def received(msg: Msg) -> None:
+            self._on_event(msg.data)
+
+        names = self._store.names
+        self._subscription = await self._store.nc.subscribe(names.status_subjects, cb=received)
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+        self._subscription = None
