@@ -11,6 +11,12 @@
     │   ├── TaskCancelledError     waited for a result, the task was cancelled
     │   └── TaskTimeoutError       waited for a result longer than the timeout
     ├── InvalidTaskError           a plan or input that cannot be run
+    │   └── InvalidRequestError    (tether.api.errors) an API body of the wrong shape
+    ├── InvalidNameError           (tether.schemas.ids) a task id or tool name unfit for subjects
+    ├── NatsServerError            (tether.nats.server) the embedded nats-server did not start
+    ├── GatewayError               (tether.gateway) the MCP gateway could not serve
+    ├── AnswerError                (tether.gateway.inputs) an elicitation answer of the wrong shape
+    ├── AppLoadError               (tether.cli.loading) MODULE:ATTR names no App
     └── StepError                  raised by tools
         ├── TerminalError          fail the task now, do not retry
         └── RetryableError         retry the step, optionally after `retry_after`
@@ -21,8 +27,12 @@ Tools may raise any exception: everything but TerminalError is retried.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from tether.schemas.tasks import ErrorInfo
+from tether.durations import as_timedelta
+
+if TYPE_CHECKING:
+    from tether.schemas.tasks import ErrorInfo
 
 
 class TetherError(Exception):
@@ -103,6 +113,4 @@ class RetryableError(StepError):
 
     def __init__(self, message: str = "", retry_after: timedelta | float | None = None) -> None:
         super().__init__(message)
-        if isinstance(retry_after, int | float):
-            retry_after = timedelta(seconds=retry_after)
-        self.retry_after = retry_after
+        self.retry_after = None if retry_after is None else as_timedelta(retry_after)

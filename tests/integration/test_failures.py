@@ -11,9 +11,9 @@ import pytest
 
 from tests.apps.tools import app, read_executions
 from tether import Client, NatsConfig, TaskFailedError, Worker
-from tether.engine.transitions import utcnow
 from tether.schemas import DeadLetter, Failed, StepRetrying, TaskStatus
 from tether.schemas.tasks import StepSpec, TaskRecord, WorkMessage
+from tether.tasks.rules import utcnow
 from tether.testing import eventually
 
 

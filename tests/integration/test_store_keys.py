@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tether import Client
-from tether.engine.transitions import utcnow
 from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.tasks.rules import utcnow
 
 
 def _record(task_id: str) -> TaskRecord:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tether.engine.transitions import utcnow
-from tether.nats.recent import RecentRecords
-from tether.nats.store import Versioned
+from tether.nats.recent import RecentRecords, Versioned
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from tether.tasks.rules import utcnow
 
 
 def versioned(step: int = 1, status: TaskStatus = TaskStatus.RUNNING) -> Versioned:

@@ -9,7 +9,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from tether.engine import plans, transitions
 from tether.errors import InvalidTaskError
 from tether.schemas.ids import InvalidNameError
 from tether.schemas.tasks import (
@@ -22,6 +21,7 @@ from tether.schemas.tasks import (
     TaskSubmit,
     WorkMessage,
 )
+from tether.tasks import rules
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=5)
@@ -45,7 +45,7 @@ def _submit(**changes: Any) -> TaskSubmit:
 
 
 def _record(**changes: Any) -> TaskRecord:
-    record = transitions.new_record(_submit(), T0)
+    record = rules.new_record(_submit(), T0)
     return msgspec.structs.replace(record, **changes) if changes else record
 
 
@@ -58,7 +58,7 @@ def _checkpoint(output: Any = "out", next_steps: list[StepSpec] | None = None) -
 
 def test_new_record_is_pending_at_step_zero() -> None:
     submit = _submit()
-    record = transitions.new_record(submit, T0, submit_seq=7)
+    record = rules.new_record(submit, T0, submit_seq=7)
     assert record.task_id == "report-42"
     assert record.status is TaskStatus.PENDING
     assert record.steps == submit.steps
@@ -75,24 +75,24 @@ def test_new_record_is_pending_at_step_zero() -> None:
 
 def test_new_record_copies_steps_and_metadata() -> None:
     submit = _submit()
-    record = transitions.new_record(submit, T0)
+    record = rules.new_record(submit, T0)
     assert record.steps is not submit.steps
     assert record.metadata is not submit.metadata
 
 
 def test_new_record_deadline_is_relative_to_now() -> None:
-    record = transitions.new_record(_submit(deadline_ms=600_000), T0)
+    record = rules.new_record(_submit(deadline_ms=600_000), T0)
     assert record.deadline_at == T0 + timedelta(minutes=10)
 
 
 def test_deadline_passed() -> None:
-    record = transitions.new_record(_submit(deadline_ms=1000), T0)
-    assert not transitions.deadline_passed(record, T0)
-    assert not transitions.deadline_passed(record, T0 + timedelta(milliseconds=999))
-    assert transitions.deadline_passed(record, T0 + timedelta(seconds=1))
-    assert transitions.deadline_passed(record, T0 + timedelta(days=1))
-    no_deadline = transitions.new_record(_submit(), T0)
-    assert not transitions.deadline_passed(no_deadline, T0 + timedelta(days=3650))
+    record = rules.new_record(_submit(deadline_ms=1000), T0)
+    assert not rules.deadline_passed(record, T0)
+    assert not rules.deadline_passed(record, T0 + timedelta(milliseconds=999))
+    assert rules.deadline_passed(record, T0 + timedelta(seconds=1))
+    assert rules.deadline_passed(record, T0 + timedelta(days=1))
+    no_deadline = rules.new_record(_submit(), T0)
+    assert not rules.deadline_passed(no_deadline, T0 + timedelta(days=3650))
 
 
 # -- is_stale -----------------------------------------------------------------
@@ -101,47 +101,47 @@ def test_deadline_passed() -> None:
 @pytest.mark.parametrize("status", TERMINAL)
 def test_is_stale_when_terminal(status: TaskStatus) -> None:
     record = _record(status=status, current_step=1)
-    assert transitions.is_stale(record, 1, 1)
+    assert rules.is_stale(record, 1, 1)
 
 
 def test_the_last_step_of_a_completed_task_is_replayed_not_dropped() -> None:
     record = _record(status=TaskStatus.COMPLETED, current_step=3)
-    assert not transitions.is_stale(record, 2, 1)  # its events may still be missing
-    assert transitions.is_stale(record, 1, 1)
+    assert not rules.is_stale(record, 2, 1)  # its events may still be missing
+    assert rules.is_stale(record, 1, 1)
 
 
 @pytest.mark.parametrize("status", LIVE)
 def test_not_stale_at_the_current_step(status: TaskStatus) -> None:
     record = _record(status=status, current_step=1)
-    assert not transitions.is_stale(record, 1, 1)
+    assert not rules.is_stale(record, 1, 1)
 
 
 @pytest.mark.parametrize("generation", [0, 2, 3])
 def test_is_stale_for_another_generation(generation: int) -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=1)
-    assert transitions.is_stale(record, 1, generation)
+    assert rules.is_stale(record, 1, generation)
 
 
 def test_current_generation_after_a_rerun() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=1, generation=2)
-    assert not transitions.is_stale(record, 1, 2)
-    assert transitions.is_stale(record, 1, 1)
+    assert not rules.is_stale(record, 1, 2)
+    assert rules.is_stale(record, 1, 1)
 
 
 def test_record_one_past_the_step_is_not_stale() -> None:
     """The record moves before the hand-off: a redelivery must still hand off."""
     record = _record(status=TaskStatus.RUNNING, current_step=2)
-    assert not transitions.is_stale(record, 1, 1)
+    assert not rules.is_stale(record, 1, 1)
 
 
 def test_record_two_past_the_step_is_stale() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=3)
-    assert transitions.is_stale(record, 1, 1)
+    assert rules.is_stale(record, 1, 1)
 
 
 def test_record_behind_the_step_is_stale() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=0)
-    assert transitions.is_stale(record, 1, 1)
+    assert rules.is_stale(record, 1, 1)
 
 
 # -- start_step ---------------------------------------------------------------
@@ -149,12 +149,12 @@ def test_record_behind_the_step_is_stale() -> None:
 
 def test_start_step_moves_pending_to_running_once() -> None:
     record = _record()
-    started = transitions.start_step(record, 0, T1)
+    started = rules.start_step(record, 0, T1)
     assert started is not None
     assert started.status is TaskStatus.RUNNING
     assert started.updated_at == T1
-    assert transitions.start_step(started, 0, T1) is None
-    assert transitions.start_step(record, 1, T1) is None
+    assert rules.start_step(started, 0, T1) is None
+    assert rules.start_step(record, 1, T1) is None
 
 
 # -- complete_step ------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_start_step_moves_pending_to_running_once() -> None:
 
 def test_complete_step_moves_to_the_next_step() -> None:
     record = _record(status=TaskStatus.RUNNING)
-    done = transitions.complete_step(record, 0, _checkpoint("hits"), T1)
+    done = rules.complete_step(record, 0, _checkpoint("hits"), T1)
     assert done is not None
     assert done.current_step == 1
     assert done.status is TaskStatus.RUNNING
@@ -173,14 +173,14 @@ def test_complete_step_moves_to_the_next_step() -> None:
 
 
 def test_complete_step_from_pending_runs_the_task() -> None:
-    done = transitions.complete_step(_record(), 0, _checkpoint(), T1)
+    done = rules.complete_step(_record(), 0, _checkpoint(), T1)
     assert done is not None
     assert done.status is TaskStatus.RUNNING
 
 
 def test_complete_last_step_completes_with_the_result() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=2)
-    done = transitions.complete_step(record, 2, _checkpoint({"report": "ok"}), T1)
+    done = rules.complete_step(record, 2, _checkpoint({"report": "ok"}), T1)
     assert done is not None
     assert done.status is TaskStatus.COMPLETED
     assert done.result == {"report": "ok"}
@@ -190,7 +190,7 @@ def test_complete_last_step_completes_with_the_result() -> None:
 def test_complete_step_inserts_next_steps_right_after_it() -> None:
     record = _record(status=TaskStatus.RUNNING)
     added = [StepSpec(tool="fetch", input=1), StepSpec(tool="fetch", input=2)]
-    done = transitions.complete_step(record, 0, _checkpoint("plan", next_steps=added), T1)
+    done = rules.complete_step(record, 0, _checkpoint("plan", next_steps=added), T1)
     assert done is not None
     assert [s.tool for s in done.steps] == ["search", "fetch", "fetch", "summarize", "write_report"]
     assert done.steps[1:3] == added
@@ -202,7 +202,7 @@ def test_complete_step_inserts_next_steps_right_after_it() -> None:
 
 def test_next_steps_on_the_last_step_keep_the_task_running() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=2)
-    done = transitions.complete_step(
+    done = rules.complete_step(
         record, 2, _checkpoint("turn", next_steps=[StepSpec(tool="llm")]), T1
     )
     assert done is not None
@@ -214,7 +214,7 @@ def test_next_steps_on_the_last_step_keep_the_task_running() -> None:
 
 def test_empty_next_steps_change_nothing() -> None:
     record = _record(status=TaskStatus.RUNNING)
-    done = transitions.complete_step(record, 0, _checkpoint(next_steps=[]), T1)
+    done = rules.complete_step(record, 0, _checkpoint(next_steps=[]), T1)
     assert done is not None
     assert done.steps == record.steps
 
@@ -223,7 +223,7 @@ def test_complete_step_clears_a_waiting_request() -> None:
     record = _record(
         status=TaskStatus.WAITING, input_request=InputRequest(prompt="ok?"), current_step=1
     )
-    done = transitions.complete_step(record, 1, _checkpoint(True), T1)
+    done = rules.complete_step(record, 1, _checkpoint(True), T1)
     assert done is not None
     assert done.status is TaskStatus.RUNNING
     assert done.input_request is None
@@ -232,18 +232,18 @@ def test_complete_step_clears_a_waiting_request() -> None:
 @pytest.mark.parametrize("current", [0, 2])
 def test_complete_step_of_another_step_does_nothing(current: int) -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=current)
-    assert transitions.complete_step(record, 1, _checkpoint(), T1) is None
+    assert rules.complete_step(record, 1, _checkpoint(), T1) is None
 
 
 @pytest.mark.parametrize("status", TERMINAL)
 def test_complete_step_of_terminal_task_does_nothing(status: TaskStatus) -> None:
     record = _record(status=status, current_step=1)
-    assert transitions.complete_step(record, 1, _checkpoint(), T1) is None
+    assert rules.complete_step(record, 1, _checkpoint(), T1) is None
 
 
 def test_plan_after_without_next_steps_is_the_same_plan() -> None:
     record = _record()
-    assert transitions.plan_after(record, 0, _checkpoint()) == record.steps
+    assert rules.plan_after(record, 0, _checkpoint()) == record.steps
 
 
 # -- next_work / current_work -------------------------------------------------
@@ -251,7 +251,7 @@ def test_plan_after_without_next_steps_is_the_same_plan() -> None:
 
 def test_next_work_passes_the_previous_output_when_input_is_omitted() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=1)
-    work = transitions.next_work(record, 0, {"hits": [1, 2]})
+    work = rules.next_work(record, 0, {"hits": [1, 2]})
     assert work == WorkMessage(
         task_id="report-42", step=1, tool="summarize", input={"hits": [1, 2]}, generation=1
     )
@@ -260,7 +260,7 @@ def test_next_work_passes_the_previous_output_when_input_is_omitted() -> None:
 def test_next_work_keeps_an_explicit_input() -> None:
     steps = [StepSpec(tool="a"), StepSpec(tool="b", input={"fixed": True})]
     record = _record(steps=steps, status=TaskStatus.RUNNING, current_step=1)
-    work = transitions.next_work(record, 0, "previous output")
+    work = rules.next_work(record, 0, "previous output")
     assert work is not None
     assert work.input == {"fixed": True}
     assert work.tool == "b"
@@ -270,37 +270,37 @@ def test_next_work_keeps_an_explicit_input() -> None:
 def test_next_work_keeps_a_falsy_explicit_input(explicit: Any) -> None:
     steps = [StepSpec(tool="a"), StepSpec(tool="b", input=explicit)]
     record = _record(steps=steps)
-    work = transitions.next_work(record, 0, "previous output")
+    work = rules.next_work(record, 0, "previous output")
     assert work is not None
     assert work.input == explicit
 
 
 def test_next_work_carries_the_generation() -> None:
     record = _record(generation=3)
-    work = transitions.next_work(record, 0, None)
+    work = rules.next_work(record, 0, None)
     assert work is not None
     assert work.generation == 3
 
 
 def test_next_work_is_none_after_the_last_step() -> None:
     record = _record()
-    assert transitions.next_work(record, 2, "final") is None
-    assert transitions.next_work(record, 5, "final") is None
+    assert rules.next_work(record, 2, "final") is None
+    assert rules.next_work(record, 5, "final") is None
 
 
 def test_next_work_follows_an_extended_plan() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=2)
-    done = transitions.complete_step(
+    done = rules.complete_step(
         record, 2, _checkpoint("turn", next_steps=[StepSpec(tool="llm")]), T1
     )
     assert done is not None
-    work = transitions.next_work(done, 2, "turn")
+    work = rules.next_work(done, 2, "turn")
     assert work is not None
     assert (work.step, work.tool, work.input) == (3, "llm", "turn")
 
 
 def test_current_work_is_the_current_step_with_its_own_input() -> None:
-    work = transitions.current_work(_record(), previous_output="ignored")
+    work = rules.current_work(_record(), previous_output="ignored")
     assert work == WorkMessage(
         task_id="report-42", step=0, tool="search", input={"query": "AI"}, generation=1
     )
@@ -308,18 +308,18 @@ def test_current_work_is_the_current_step_with_its_own_input() -> None:
 
 def test_current_work_without_input_takes_the_previous_output() -> None:
     record = _record(current_step=1)
-    work = transitions.current_work(record, previous_output=["hit"])
+    work = rules.current_work(record, previous_output=["hit"])
     assert (work.step, work.input) == (1, ["hit"])
 
 
 def test_retry_from_failure_starts_a_new_generation_at_the_failed_step() -> None:
-    failed = transitions.fail(_record(status=TaskStatus.RUNNING, current_step=1), 1, ERROR, T1)
+    failed = rules.fail(_record(status=TaskStatus.RUNNING, current_step=1), 1, ERROR, T1)
     assert failed is not None
-    retried = transitions.retry_from_failure(failed, T1)
+    retried = rules.retry_from_failure(failed, T1)
     assert retried is not None
     assert (retried.status, retried.current_step, retried.generation) == (TaskStatus.RUNNING, 1, 2)
     assert retried.error is None and retried.failed_step is None
-    assert transitions.retry_from_failure(retried, T1) is None
+    assert rules.retry_from_failure(retried, T1) is None
 
 
 # -- fail / cancel / wait_for_input -------------------------------------------
@@ -328,7 +328,7 @@ def test_retry_from_failure_starts_a_new_generation_at_the_failed_step() -> None
 @pytest.mark.parametrize("status", LIVE)
 def test_fail_a_live_task(status: TaskStatus) -> None:
     record = _record(status=status, current_step=1)
-    failed = transitions.fail(record, 1, ERROR, T1)
+    failed = rules.fail(record, 1, ERROR, T1)
     assert failed is not None
     assert failed.status is TaskStatus.FAILED
     assert failed.error == ERROR
@@ -337,20 +337,20 @@ def test_fail_a_live_task(status: TaskStatus) -> None:
 
 
 def test_fail_without_a_step() -> None:
-    failed = transitions.fail(_record(), None, ERROR, T1)
+    failed = rules.fail(_record(), None, ERROR, T1)
     assert failed is not None
     assert failed.failed_step is None
 
 
 @pytest.mark.parametrize("status", TERMINAL)
 def test_fail_never_changes_a_terminal_record(status: TaskStatus) -> None:
-    assert transitions.fail(_record(status=status), 0, ERROR, T1) is None
+    assert rules.fail(_record(status=status), 0, ERROR, T1) is None
 
 
 @pytest.mark.parametrize("status", LIVE)
 def test_cancel_a_live_task(status: TaskStatus) -> None:
     record = _record(status=status, input_request=InputRequest(prompt="?"))
-    cancelled = transitions.cancel(record, T1)
+    cancelled = rules.cancel(record, T1)
     assert cancelled is not None
     assert cancelled.status is TaskStatus.CANCELLED
     assert cancelled.input_request is None
@@ -359,13 +359,13 @@ def test_cancel_a_live_task(status: TaskStatus) -> None:
 
 @pytest.mark.parametrize("status", TERMINAL)
 def test_cancel_never_changes_a_terminal_record(status: TaskStatus) -> None:
-    assert transitions.cancel(_record(status=status), T1) is None
+    assert rules.cancel(_record(status=status), T1) is None
 
 
 def test_wait_for_input() -> None:
     request = InputRequest(prompt="Approve?", schema={"type": "boolean"})
     record = _record(status=TaskStatus.RUNNING, current_step=1)
-    waiting = transitions.wait_for_input(record, 1, request, T1)
+    waiting = rules.wait_for_input(record, 1, request, T1)
     assert waiting is not None
     assert waiting.status is TaskStatus.WAITING
     assert waiting.input_request == request
@@ -375,22 +375,22 @@ def test_wait_for_input() -> None:
 
 def test_wait_for_input_of_another_step_does_nothing() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=1)
-    assert transitions.wait_for_input(record, 0, InputRequest(prompt="?"), T1) is None
+    assert rules.wait_for_input(record, 0, InputRequest(prompt="?"), T1) is None
 
 
 @pytest.mark.parametrize("status", TERMINAL)
 def test_wait_for_input_of_terminal_task_does_nothing(status: TaskStatus) -> None:
     record = _record(status=status)
-    assert transitions.wait_for_input(record, 0, InputRequest(prompt="?"), T1) is None
+    assert rules.wait_for_input(record, 0, InputRequest(prompt="?"), T1) is None
 
 
-# -- plans.validate_submit ----------------------------------------------------
+# -- rules.validate_submit ----------------------------------------------------
 
 
 def test_valid_submit_passes() -> None:
-    plans.validate_submit(_submit(deadline_ms=600_000))
-    plans.validate_submit(_submit(steps=[StepSpec(tool="a")] * plans.MAX_STEPS))
-    plans.validate_submit(_submit(deadline_ms=plans.MAX_DEADLINE_MS))
+    rules.validate_submit(_submit(deadline_ms=600_000))
+    rules.validate_submit(_submit(steps=[StepSpec(tool="a")] * rules.MAX_STEPS))
+    rules.validate_submit(_submit(deadline_ms=rules.MAX_DEADLINE_MS))
 
 
 def test_invalid_task_error_is_a_value_error() -> None:
@@ -399,22 +399,22 @@ def test_invalid_task_error_is_a_value_error() -> None:
 
 def test_empty_plan_is_rejected() -> None:
     with pytest.raises(InvalidTaskError, match=r"task 'report-42' has no steps: give at least one"):
-        plans.validate_submit(_submit(steps=[]))
+        rules.validate_submit(_submit(steps=[]))
 
 
 def test_too_many_steps_are_rejected() -> None:
-    steps = [StepSpec(tool="a")] * (plans.MAX_STEPS + 1)
+    steps = [StepSpec(tool="a")] * (rules.MAX_STEPS + 1)
     with pytest.raises(InvalidTaskError) as info:
-        plans.validate_submit(_submit(steps=steps))
+        rules.validate_submit(_submit(steps=steps))
     message = str(info.value)
     assert "'report-42'" in message
-    assert f"{plans.MAX_STEPS + 1} steps" in message
-    assert f"limit is {plans.MAX_STEPS}" in message
+    assert f"{rules.MAX_STEPS + 1} steps" in message
+    assert f"limit is {rules.MAX_STEPS}" in message
 
 
 def test_bad_task_id_is_rejected_as_an_invalid_task() -> None:
     with pytest.raises(InvalidTaskError, match=re.escape("no '.', '*', '>' or spaces")) as info:
-        plans.validate_submit(_submit(task_id="a.b"))
+        rules.validate_submit(_submit(task_id="a.b"))
     assert isinstance(info.value.__cause__, InvalidNameError)
 
 
@@ -422,7 +422,7 @@ def test_bad_task_id_is_rejected_as_an_invalid_task() -> None:
 def test_bad_tool_is_rejected_naming_the_step(tool: str) -> None:
     steps = [StepSpec(tool="search"), StepSpec(tool=tool)]
     with pytest.raises(InvalidTaskError) as info:
-        plans.validate_submit(_submit(steps=steps))
+        rules.validate_submit(_submit(steps=steps))
     message = str(info.value)
     assert "task 'report-42', step 1" in message
     assert "tool name" in message
@@ -436,33 +436,33 @@ def test_bad_timeout_is_rejected(timeout_ms: int) -> None:
     with pytest.raises(
         InvalidTaskError, match=r"task 'report-42', step 0 \(search\): timeout_ms must be positive"
     ):
-        plans.validate_submit(_submit(steps=steps))
+        rules.validate_submit(_submit(steps=steps))
 
 
-@pytest.mark.parametrize("deadline_ms", [0, -5, plans.MAX_DEADLINE_MS + 1])
+@pytest.mark.parametrize("deadline_ms", [0, -5, rules.MAX_DEADLINE_MS + 1])
 def test_bad_deadline_is_rejected(deadline_ms: int) -> None:
     with pytest.raises(InvalidTaskError) as info:
-        plans.validate_submit(_submit(deadline_ms=deadline_ms))
+        rules.validate_submit(_submit(deadline_ms=deadline_ms))
     message = str(info.value)
     assert "'report-42'" in message
-    assert f"deadline_ms must be between 1 and {plans.MAX_DEADLINE_MS}" in message
+    assert f"deadline_ms must be between 1 and {rules.MAX_DEADLINE_MS}" in message
 
 
-# -- plans.to_step / task_id_of ----------------------------------------------
+# -- rules.to_step / task_id_of ----------------------------------------------
 
 
 def test_to_step_accepts_a_tool_name() -> None:
-    assert plans.to_step("search") == StepSpec(tool="search")
+    assert rules.to_step("search") == StepSpec(tool="search")
 
 
 def test_to_step_accepts_a_dict() -> None:
-    step = plans.to_step({"tool": "search", "input": {"q": 1}, "timeout_ms": 100})
+    step = rules.to_step({"tool": "search", "input": {"q": 1}, "timeout_ms": 100})
     assert step == StepSpec(tool="search", input={"q": 1}, timeout_ms=100)
 
 
 def test_to_step_returns_a_step_spec_as_is() -> None:
     spec = StepSpec(tool="llm", input=[1])
-    assert plans.to_step(spec) is spec
+    assert rules.to_step(spec) is spec
 
 
 @pytest.mark.parametrize(
@@ -475,7 +475,7 @@ def test_to_step_returns_a_step_spec_as_is() -> None:
 )
 def test_to_step_rejects_a_bad_dict_with_the_field(bad: dict[str, Any], fragment: str) -> None:
     with pytest.raises(InvalidTaskError) as info:
-        plans.to_step(bad)
+        rules.to_step(bad)
     assert "invalid step" in str(info.value)
     assert fragment in str(info.value)
 
@@ -492,4 +492,4 @@ def test_to_step_rejects_a_bad_dict_with_the_field(bad: dict[str, Any], fragment
     ],
 )
 def test_task_id_of_an_undecodable_submission(data: bytes, expected: str | None) -> None:
-    assert plans.task_id_of(data) == expected
+    assert rules.task_id_of(data) == expected

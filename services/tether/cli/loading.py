@@ -6,10 +6,11 @@ import importlib
 import os
 import sys
 
+from tether.errors import TetherError
 from tether.worker.app import App
 
 
-class AppLoadError(Exception):
+class AppLoadError(TetherError):
     pass
 
 

@@ -9,9 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 from tether.client.handle import TaskHandle
-from tether.engine import lifecycle
-from tether.engine.known_tools import KnownTools
-from tether.engine.plans import to_step, validate_submit
 from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.provision import Layout
@@ -20,6 +17,9 @@ from tether.schemas.codec import encode
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
+from tether.tasks.known_tools import KnownTools
+from tether.tasks.rules import to_step, validate_submit
+from tether.tasks.service import TaskService
 
 StepLike = StepSpec | dict[str, Any] | str
 ACCEPT_WAIT = 5.0
@@ -142,7 +142,7 @@ class Client(Service):
     async def retry(self, task_id: str) -> TaskHandle:
         """Run a failed task again from its failed step (completed steps are not re-run)."""
         handle = self.handle(task_id)
-        await lifecycle.retry_task(self.store, task_id)
+        await TaskService(self.store).retry(task_id)
         return handle
 
     async def send_input(self, task_id: str, data: Any) -> None:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-from tether.engine import lifecycle
+from tether.durations import as_seconds
 from tether.errors import TaskCancelledError, TaskFailedError, TaskTimeoutError
 from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.connection import TRANSIENT_ERRORS
@@ -16,6 +16,7 @@ from tether.nats.feeds import record_update, task_events
 from tether.nats.store import Store
 from tether.schemas.events import TERMINAL_EVENTS, AnyStatusEvent
 from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.tasks.service import TaskService
 
 RECHECK_INTERVAL = 5.0
 
@@ -56,7 +57,7 @@ class TaskHandle:
         Follows the record with a KV watch, re-reading it every few seconds and
         re-watching after errors, so a NATS restart or reconnect cannot stall it.
         """
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        seconds = None if timeout is None else as_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         while True:
             raise_if_cancelled()
@@ -89,7 +90,7 @@ class TaskHandle:
                 return
 
     async def cancel(self) -> TaskRecord:
-        return await lifecycle.cancel_task(self._store, self.task_id)
+        return await TaskService(self._store).cancel(self.task_id)
 
     async def send_input(self, data: Any) -> None:
-        await lifecycle.send_input(self._store, self.task_id, data)
+        await TaskService(self._store).send_input(self.task_id, data)

@@ -7,10 +7,6 @@ import logging
 
 import msgspec
 
-from tether.engine import handoff, lifecycle, transitions
-from tether.engine.known_tools import KnownTools
-from tether.engine.plans import task_id_of, validate_submit
-from tether.engine.transitions import utcnow
 from tether.errors import InvalidTaskError, MessageTooLargeError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
@@ -20,6 +16,10 @@ from tether.schemas.codec import NESTED, submit_decoder
 from tether.schemas.names import SUBMIT_DEAD_LETTER
 from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
+from tether.tasks import rules
+from tether.tasks.known_tools import KnownTools
+from tether.tasks.rules import task_id_of, utcnow, validate_submit
+from tether.tasks.service import TaskService
 
 log = logging.getLogger("tether.dispatcher")
 
@@ -84,7 +84,7 @@ class Dispatcher(Service):
             return
         seq = delivery.stream_sequence
         try:
-            created = await store.create_record(transitions.new_record(submit, utcnow(), seq))
+            created = await store.create_record(rules.new_record(submit, utcnow(), seq))
         except MessageTooLargeError as exc:
             await self._reject(
                 store, delivery, f"task {submit.task_id!r} is too large to record: {exc}"
@@ -106,8 +106,7 @@ class Dispatcher(Service):
         """Tell the sender: a failed record and event if the id is usable, always a dead letter."""
         error = ErrorInfo(type="InvalidTask", message=reason)
         task_id = task_id_of(delivery.data)
-        await lifecycle.dead_letter(
-            store,
+        await TaskService(store).dead_letter(
             tool=SUBMIT_DEAD_LETTER,
             subject=delivery.subject,
             data=delivery.data,
@@ -134,7 +133,7 @@ def _decode(data: bytes) -> TaskSubmit:
 
 async def _hand_off_if_pending(store: Store, record: TaskRecord) -> None:
     if record.status is TaskStatus.PENDING and record.current_step == 0:
-        await handoff.hand_off_first(store, record)
+        await TaskService(store).hand_off_first(record)
 
 
 async def _record_rejection(store: Store, task_id: str, error: ErrorInfo, seq: int) -> None:
@@ -154,4 +153,4 @@ async def _record_rejection(store: Store, task_id: str, error: ErrorInfo, seq: i
         if existing.record.submit_seq != seq:
             return  # never fail someone else's task because of a bad re-submit
         created = existing
-    await lifecycle.fail_task(store, task_id, error, current=created)
+    await TaskService(store).fail(task_id, error, current=created)

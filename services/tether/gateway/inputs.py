@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from tether.errors import TetherError
 from tether.schemas.tasks import InputRequest, TaskRecord
 
 ANSWER_FIELD = "answer"
@@ -81,7 +82,7 @@ def input_requests(record: TaskRecord) -> dict[str, Any]:
     }
 
 
-class AnswerError(ValueError):
+class AnswerError(TetherError, ValueError):
     """An elicitation answer that cannot be turned into the task's input."""
 
 

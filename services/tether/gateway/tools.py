@@ -13,10 +13,10 @@ from typing import Any, Literal
 import mcp_types as types
 import msgspec
 
-from tether.engine.conformance import mismatch
-from tether.engine.plans import to_step
 from tether.errors import InvalidTaskError
 from tether.schemas.tasks import StepSpec, ToolInfo
+from tether.tasks.conformance import mismatch
+from tether.tasks.rules import to_step
 
 RUN_PLAN = "run_plan"
 """The gateway's own tool: run a whole list of steps as one durable task."""

@@ -24,10 +24,6 @@ from tether.schemas.names import DEFAULT_NAMES, Names
 
 # NATS error codes (never match on description text).
 STREAM_NAME_IN_USE = 10058
-CONSUMER_ALREADY_EXISTS = 10148
-CONSUMER_NAME_EXISTS = 10013
-STREAM_NOT_FOUND = 10059
-CONSUMER_NOT_FOUND = 10014
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from tether.schemas.tasks import TaskStatus
-
-if TYPE_CHECKING:
-    from tether.nats.store import Versioned
+from tether.schemas.tasks import TaskRecord, TaskStatus
 
 MAX_AGE = 10.0
 CAPACITY = 4096
 MAX_RECORD_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A task record and the KV revision it was read at (for compare-and-set)."""
+
+    record: TaskRecord
+    revision: int
 
 
 class RecentRecords:

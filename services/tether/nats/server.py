@@ -14,13 +14,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tether.errors import TetherError
+
 _LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 _READY = "Server is ready"
 _PR_SET_PDEATHSIG = 1
 PID_FILE = "tether-nats.pid"
 
 
-class NatsServerError(RuntimeError):
+class NatsServerError(TetherError, RuntimeError):
     """The embedded nats-server could not be found or did not start."""
 
 

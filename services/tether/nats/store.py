@@ -8,7 +8,6 @@ in one place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import msgspec
 from nats.aio.client import Client as NatsClient
@@ -35,7 +34,7 @@ from tether.nats.provision import (
     ensure_tool_consumer,
     provision,
 )
-from tether.nats.recent import RecentRecords
+from tether.nats.recent import RecentRecords, Versioned
 from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
 from tether.nats.requests import Requester
 from tether.schemas.codec import checkpoint_decoder, encode, record_decoder
@@ -65,14 +64,6 @@ _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
 PUBLISH_TIMEOUT = 5.0
-
-
-@dataclass(frozen=True)
-class Versioned:
-    """A task record and the KV revision it was read at (for compare-and-set)."""
-
-    record: TaskRecord
-    revision: int
 
 
 class Store:

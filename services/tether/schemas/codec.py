@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from tether.schemas.events import AnyStatusEvent
-from tether.schemas.tasks import Checkpoint, Heartbeat, TaskRecord, TaskSubmit, WorkMessage
+from tether.schemas.tasks import Checkpoint, TaskRecord, TaskSubmit, WorkMessage
 
 T = TypeVar("T")
 
@@ -18,7 +18,6 @@ submit_decoder = msgspec.json.Decoder(TaskSubmit)
 work_decoder = msgspec.json.Decoder(WorkMessage)
 record_decoder = msgspec.json.Decoder(TaskRecord)
 checkpoint_decoder = msgspec.json.Decoder(Checkpoint)
-heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 event_decoder: msgspec.json.Decoder[AnyStatusEvent] = msgspec.json.Decoder(AnyStatusEvent)
 
 

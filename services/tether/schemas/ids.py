@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from tether.errors import TetherError
+
 MAX_TASK_ID_LENGTH = 128
 MAX_TOOL_NAME_LENGTH = 64
 
@@ -14,7 +16,7 @@ _TASK_ID = re.compile(r"[A-Za-z0-9_-]+")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
-class InvalidNameError(ValueError):
+class InvalidNameError(TetherError, ValueError):
     """A task id or tool name that cannot be used in a subject or key."""
 
 

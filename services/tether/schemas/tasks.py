@@ -20,7 +20,7 @@ MAX_DURATION_MS = 366 * 24 * 3600 * 1000
 
 
 def _bounds(low: int, high: int) -> msgspec.Meta:
-    """Bounds stated in the JSON Schemas; `tether.engine.plans` enforces them with
+    """Bounds stated in the JSON Schemas; `tether.tasks.rules` enforces them with
     errors that name the task and step (a plain decode error would not)."""
     return msgspec.Meta(extra_json_schema={"minimum": low, "maximum": high})
 

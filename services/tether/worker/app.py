@@ -10,6 +10,7 @@ from typing import Any, TypeVar, get_type_hints, overload
 
 import msgspec
 
+from tether.durations import as_timedelta
 from tether.schemas.ids import validate_tool_name
 from tether.worker.retry import RetryPolicy
 
@@ -112,9 +113,7 @@ class App:
 
 
 def _seconds(value: timedelta | float | None) -> timedelta | None:
-    if value is None or isinstance(value, timedelta):
-        return value
-    return timedelta(seconds=value)
+    return None if value is None else as_timedelta(value)
 
 
 def _make_tool(

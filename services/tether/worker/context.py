@@ -9,11 +9,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from tether.engine.transitions import utcnow
 from tether.nats.store import Store
 from tether.schemas.codec import encode
 from tether.schemas.ids import validate_tool_name
 from tether.schemas.tasks import Heartbeat, TaskRecord
+from tether.tasks.rules import utcnow
 
 T = TypeVar("T")
 

@@ -12,9 +12,9 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tether.engine import transitions
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import Checkpoint, ErrorInfo, TaskRecord, TaskStatus, WorkMessage
+from tether.tasks import rules
 from tether.worker.retry import RetryPolicy
 
 ERROR_MESSAGE_LIMIT = 4096
@@ -63,7 +63,7 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
     """Step 2 of the protocol, given the record and the step's checkpoint as read."""
     if record is None:
         return Reject(f"no task {work.task_id!r} exists")
-    if transitions.is_stale(record, work.step, work.generation):
+    if rules.is_stale(record, work.step, work.generation):
         return Drop()
     if record.current_step == work.step + 1:
         stored = checkpoint or _result_as_checkpoint(record, work.step)
@@ -136,7 +136,7 @@ def before_attempt(
     record: TaskRecord, attempt: int, policy: RetryPolicy, now: datetime
 ) -> GiveUp | None:
     """Give up before running at all: the deadline passed, or every attempt was used."""
-    if transitions.deadline_passed(record, now):
+    if rules.deadline_passed(record, now):
         return GiveUp(deadline_exceeded())
     if attempt > policy.max_attempts:
         return GiveUp(exhausted(policy, "every attempt was lost to a crash or timeout"))

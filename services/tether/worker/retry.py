@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
+from tether.durations import as_seconds, as_timedelta
 from tether.schemas.tasks import RetryOverride
 
 
@@ -27,8 +28,7 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         for name in ("initial_backoff", "max_backoff"):  # seconds are accepted too
             value = getattr(self, name)
-            if isinstance(value, int | float):
-                object.__setattr__(self, name, timedelta(seconds=value))
+            object.__setattr__(self, name, as_timedelta(value))
         if self.max_attempts < 1:
             raise ValueError("RetryPolicy.max_attempts must be at least 1")
         if self.backoff_coefficient < 1:
@@ -36,10 +36,10 @@ class RetryPolicy:
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> timedelta:
         """Delay after failed attempt number `attempt` (1-based)."""
-        cap = _seconds(self.max_backoff)
+        cap = as_seconds(self.max_backoff)
         exponent = min(attempt - 1, 64)
         try:
-            capped = min(_seconds(self.initial_backoff) * self.backoff_coefficient**exponent, cap)
+            capped = min(as_seconds(self.initial_backoff) * self.backoff_coefficient**exponent, cap)
         except OverflowError:  # a coefficient so large the float runs out: past the cap
             capped = cap
         spread = capped * self.jitter
@@ -60,7 +60,3 @@ class RetryPolicy:
         if override.max_backoff_ms is not None:
             changes["max_backoff"] = timedelta(milliseconds=override.max_backoff_ms)
         return replace(self, **changes)  # type: ignore[arg-type]
-
-
-def _seconds(value: timedelta | float) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)

@@ -17,16 +17,17 @@ from typing import Any
 
 import msgspec
 
-from tether.engine import handoff, lifecycle, transitions
-from tether.engine.plans import validate_steps
-from tether.engine.transitions import utcnow
 from tether.errors import InvalidTaskError, MessageTooLargeError
 from tether.nats.delivery import Delivery
-from tether.nats.store import Store, Versioned
+from tether.nats.recent import Versioned
+from tether.nats.store import Store
 from tether.schemas.codec import NESTED, encode, work_decoder
 from tether.schemas.events import StepRetrying, StepStarted
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
+from tether.tasks import rules
+from tether.tasks.rules import utcnow, validate_steps
+from tether.tasks.service import TaskService
 from tether.worker import decisions
 from tether.worker.app import Tool
 from tether.worker.context import StepContext
@@ -61,6 +62,9 @@ class StepRunner:
     worker_id: str
     rng: random.Random
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tasks = TaskService(self.store)
 
     async def handle(self, delivery: Delivery) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker."""
@@ -106,12 +110,11 @@ class StepRunner:
                 await self._execute(delivery, heartbeat, self.tools[work.tool], work, found)
             case decisions.RepublishHandoff(stored):
                 assert found is not None
-                await handoff.emit_step_completed(self.store, found.record, work.step, stored)
-                await handoff.hand_off_next(self.store, found.record, work.step, stored)
+                await self.tasks.replay_hand_off(found.record, work.step, stored)
                 await delivery.done()
             case decisions.FromCheckpoint(stored):
                 assert found is not None
-                await handoff.complete_step(self.store, found, work.step, stored, skipped=True)
+                await self.tasks.complete_step(found, work.step, stored, skipped=True)
                 await delivery.done()
             case decisions.Drop() | decisions.Wait():
                 await delivery.done()
@@ -155,8 +158,7 @@ class StepRunner:
 
     async def _reject(self, delivery: Delivery, reason: str, work: WorkMessage | None) -> None:
         error = ErrorInfo(type="InvalidMessage", message=reason)
-        await lifecycle.dead_letter(
-            self.store,
+        await self.tasks.dead_letter(
             tool=_tool_of(delivery),
             subject=delivery.subject,
             data=delivery.data,
@@ -166,7 +168,7 @@ class StepRunner:
             attempt=delivery.attempt,
         )
         if work is not None and await self.store.get_record(work.task_id) is not None:
-            await lifecycle.fail_task(self.store, work.task_id, error, step=work.step)
+            await self.tasks.fail(work.task_id, error, step=work.step)
         await delivery.give_up()
 
     async def _execute(
@@ -266,7 +268,7 @@ class StepRunner:
             failure = decisions.classify(
                 exc,
                 timed_out=limit.expired(),  # not a TimeoutError the tool raised itself
-                deadline_passed=transitions.deadline_passed(found.record, utcnow()),
+                deadline_passed=rules.deadline_passed(found.record, utcnow()),
                 timeout=timeout,
             )
             raise _Failed(failure) from exc
@@ -275,10 +277,10 @@ class StepRunner:
 
     async def _finish(self, found: Versioned, work: WorkMessage, attempt: int, result: Any) -> None:
         if isinstance(result, NeedsInput):
-            await lifecycle.wait_for_input(self.store, found, work.step, result.request(), attempt)
+            await self.tasks.wait_for_input(found, work.step, result.request(), attempt)
             return
         checkpoint = _checkpoint(result, attempt)
-        await handoff.record_step(self.store, found, work.step, checkpoint, attempt=attempt)
+        await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
 
     async def _settle_failure(
         self,
@@ -299,8 +301,7 @@ class StepRunner:
                 )
                 await delivery.retry(delay)
             case GiveUp(error):
-                await lifecycle.dead_letter(
-                    self.store,
+                await self.tasks.dead_letter(
                     tool=tool.name,
                     subject=delivery.subject,
                     data=delivery.data,
@@ -309,9 +310,7 @@ class StepRunner:
                     step=work.step,
                     attempt=attempt,
                 )
-                await lifecycle.fail_task(
-                    self.store, work.task_id, error, step=work.step, attempt=attempt
-                )
+                await self.tasks.fail(work.task_id, error, step=work.step, attempt=attempt)
                 await delivery.give_up()
 
 
@@ -336,7 +335,7 @@ class _RecordStart:
     async def _record(self) -> Versioned:
         step = self._work.step
         stored, _ = await self._store.update_record(
-            self._work.task_id, lambda r: transitions.start_step(r, step, utcnow()), self._found
+            self._work.task_id, lambda r: rules.start_step(r, step, utcnow()), self._found
         )
         return stored
 

@@ -12,13 +12,13 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
-from tether.engine.transitions import utcnow
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.provision import ConsumerOptions, Layout
 from tether.nats.store import Store
 from tether.schemas.tasks import ToolInfo
 from tether.service import Service
+from tether.tasks.rules import utcnow
 from tether.worker.app import App, Tool
 from tether.worker.step import StepRunner
 

@@ -1,7 +1,7 @@
 """Whether a value fits a JSON Schema (pure): answers to input requests, MCP arguments.
 
 Every way of answering a waiting task (SDK, CLI, API, MCP) goes through
-`lifecycle.send_input`, so `check_answer` there covers them all.
+`TaskService.send_input`, so `check_answer` there covers them all.
 """
 
 from __future__ import annotations

@@ -1,18 +1,25 @@
-"""How a task record changes: pure functions over plain data, no I/O.
+"""Task rules (pure, no I/O): how a record changes, what runs next, what a plan may be.
 
-Each function returns the new record, or None when the change does not apply
-(a stale duplicate, a task already terminal); callers pass them to
-`Store.update_record`, which applies them by compare-and-set.
+Every change to a task is one of these functions applied by compare-and-set
+(`TaskService`); the checks of a submitted plan are shared by the dispatcher, the
+client, the API and the gateway.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
+from tether.errors import InvalidTaskError
+from tether.schemas.ids import InvalidNameError, validate_task_id, validate_tool_name
 from tether.schemas.tasks import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_MS,
+    MAX_DURATION_MS,
+    MAX_STEPS,
     Checkpoint,
     ErrorInfo,
     InputRequest,
@@ -169,3 +176,80 @@ def retry_from_failure(record: TaskRecord, now: datetime) -> TaskRecord | None:
         generation=record.generation + 1,
         updated_at=now,
     )
+
+
+MAX_DEADLINE_MS = MAX_DURATION_MS
+
+
+def validate_submit(submit: TaskSubmit) -> None:
+    """Raise InvalidTaskError saying what is wrong with the task."""
+    try:
+        validate_task_id(submit.task_id)
+    except InvalidNameError as exc:
+        raise InvalidTaskError(str(exc)) from exc
+    if not submit.steps:
+        raise InvalidTaskError(f"task {submit.task_id!r} has no steps: give at least one")
+    if len(submit.steps) > MAX_STEPS:
+        raise InvalidTaskError(
+            f"task {submit.task_id!r} has {len(submit.steps)} steps; the limit is {MAX_STEPS}"
+        )
+    validate_steps(submit.steps, f"task {submit.task_id!r}")
+    if submit.deadline_ms is not None and not 0 < submit.deadline_ms <= MAX_DEADLINE_MS:
+        raise InvalidTaskError(
+            f"task {submit.task_id!r}: deadline_ms must be between 1 and {MAX_DEADLINE_MS}"
+        )
+
+
+def validate_steps(steps: Sequence[StepSpec], where: str, first: int = 0) -> None:
+    """Check each step's tool name and overrides; `where` prefixes the error message."""
+    for index, spec in enumerate(steps, start=first):
+        try:
+            validate_tool_name(spec.tool)
+        except InvalidNameError as exc:
+            raise InvalidTaskError(f"{where}, step {index}: {exc}") from exc
+        problem = _override_problem(spec)
+        if problem:
+            raise InvalidTaskError(f"{where}, step {index} ({spec.tool}): {problem}")
+
+
+def _override_problem(spec: StepSpec) -> str | None:
+    if spec.timeout_ms is not None:
+        if spec.timeout_ms <= 0:
+            return "timeout_ms must be positive"
+        if spec.timeout_ms > MAX_DURATION_MS:
+            return f"timeout_ms must be at most {MAX_DURATION_MS} (a year and a day)"
+    retry = spec.retry
+    if retry is None:
+        return None
+    if retry.max_attempts is not None and not 1 <= retry.max_attempts <= MAX_ATTEMPTS:
+        return f"retry.max_attempts must be between 1 and {MAX_ATTEMPTS}"
+    for name in ("initial_backoff_ms", "max_backoff_ms"):
+        value = getattr(retry, name)
+        if value is not None and not 0 <= value <= MAX_BACKOFF_MS:
+            return f"retry.{name} must be between 0 and {MAX_BACKOFF_MS} (one day)"
+    return None
+
+
+def to_step(step: StepSpec | dict[str, Any] | str) -> StepSpec:
+    """Accept a StepSpec, a `{"tool": ..., "input": ...}` dict or a bare tool name."""
+    if isinstance(step, StepSpec):
+        return step
+    if isinstance(step, str):
+        return StepSpec(tool=step)
+    try:
+        return msgspec.convert(step, StepSpec)
+    except msgspec.ValidationError as exc:
+        raise InvalidTaskError(f"invalid step {step!r}: {exc}") from exc
+
+
+def task_id_of(data: bytes) -> str | None:
+    """The task id of an undecodable submission, if it has a usable one."""
+    try:
+        raw = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    task_id = raw.get("task_id") if isinstance(raw, dict) else None
+    try:
+        return validate_task_id(task_id)
+    except InvalidNameError:
+        return None

@@ -1,1 +1,0 @@
-"""The task state machine shared by the dispatcher, the workers and the client."""

@@ -1,0 +1,336 @@
+"""`TaskService`: every flow that changes a task, over the store.
+
+Record a completed step, then hand off the next one (the protocol's steps 4 and 5):
+the checkpoint and the record move first, then the next step's message is published.
+A worker that receives step i+1 therefore always reads a record that has reached it,
+and a holder of step i that crashed after recording finds `current_step == i + 1` and
+re-publishes the hand-off, which `Nats-Msg-Id` turns into a no-op if it happened. The
+checkpoint and the record's compare-and-set are in flight together: a record that moved
+past a step whose checkpoint did not land makes the step run again (the worker treats
+"no checkpoint" as "not done"), so no output is ever skipped.
+
+The other flows end or pause a task (fail, cancel, wait for input) or resume it
+(answer, retry); each is one rule of `rules` applied by compare-and-set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from tether.errors import TaskConflictError
+from tether.nats.recent import Versioned
+from tether.nats.store import Store
+from tether.schemas.codec import encode
+from tether.schemas.events import (
+    Cancelled,
+    Completed,
+    Failed,
+    StepCompleted,
+    StepRetrying,
+    Submitted,
+    Waiting,
+)
+from tether.schemas.tasks import (
+    Checkpoint,
+    DeadLetter,
+    ErrorInfo,
+    InputRequest,
+    TaskRecord,
+    TaskStatus,
+)
+from tether.tasks import rules
+from tether.tasks.conformance import check_answer
+from tether.tasks.rules import utcnow
+
+EVENT_OUTPUT_LIMIT = 4096
+DEAD_LETTER_DATA_LIMIT = 64 * 1024
+Change = Callable[[TaskRecord], TaskRecord | None]
+
+
+def event_output(output: Any) -> Any:
+    """Outputs ride on events only when small; followers read big ones from the record."""
+    size = len(output) if isinstance(output, msgspec.Raw) else len(encode(output))
+    return output if size <= EVENT_OUTPUT_LIMIT else None
+
+
+class TaskService:
+    """The task flows of every role (worker, dispatcher, client, API, gateway)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- steps: record, complete, hand off -------------------------------------------------
+    async def record_step(
+        self, current: Versioned, step: int, checkpoint: Checkpoint, *, attempt: int
+    ) -> TaskRecord | None:
+        """Checkpoint a step that just ran and complete it (see `complete_step`).
+
+        The last step of a plan is not checkpointed: the record's compare-and-set that
+        completes the task stores its output as `result`, which stands in for it.
+        """
+        task_id = current.record.task_id
+        if step + 1 == len(current.record.steps) and not checkpoint.next_steps:
+            stored, changed = await self._advance(current, step, checkpoint)
+            if not changed and stored.record.status is TaskStatus.COMPLETED:
+                checkpoint = msgspec.structs.replace(checkpoint, output=stored.record.result)
+            return await self._hand_off_after(stored, changed, step, checkpoint, attempt, False)
+        stored_checkpoint = asyncio.ensure_future(
+            self.store.create_checkpoint(task_id, step, checkpoint)
+        )
+        try:
+            stored, changed = await self._advance(current, step, checkpoint)
+        finally:
+            winner = await stored_checkpoint
+        if winner is not checkpoint and changed:
+            # Another run of this step checkpointed first: its output is the step's.
+            redone = rules.complete_step(current.record, step, winner, utcnow())
+            stored, changed = await self.store.update_record(
+                task_id, lambda record: redone if record == stored.record else None, stored
+            )
+        return await self._hand_off_after(stored, changed, step, winner, attempt, False)
+
+    async def complete_step(
+        self,
+        current: Versioned,
+        step: int,
+        checkpoint: Checkpoint,
+        *,
+        attempt: int | None = None,
+        skipped: bool = False,
+    ) -> TaskRecord | None:
+        """Record `step` as done and hand off what follows; None if the task moved on."""
+        stored, changed = await self._advance(current, step, checkpoint)
+        return await self._hand_off_after(stored, changed, step, checkpoint, attempt, skipped)
+
+    async def replay_hand_off(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
+        """The record moved past `step` but its holder may have died before handing off."""
+        await self.emit_step_completed(record, step, checkpoint)
+        await self.hand_off_next(record, step, checkpoint)
+
+    async def _advance(
+        self, current: Versioned, step: int, checkpoint: Checkpoint
+    ) -> tuple[Versioned, bool]:
+        return await self.store.update_record(
+            current.record.task_id,
+            lambda record: rules.complete_step(record, step, checkpoint, utcnow()),
+            current,
+        )
+
+    async def _hand_off_after(
+        self,
+        stored: Versioned,
+        changed: bool,
+        step: int,
+        checkpoint: Checkpoint,
+        attempt: int | None,
+        skipped: bool,
+    ) -> TaskRecord | None:
+        record = stored.record
+        if not changed and record.current_step != step + 1:
+            return None  # cancelled or failed meanwhile, or a stale duplicate
+        # The record has moved. Progress events do not wait for a PubAck, so emitting
+        # first costs the hand-off nothing (and saves gathering them as tasks).
+        await self.emit_step_completed(record, step, checkpoint, attempt=attempt, skipped=skipped)
+        await self.hand_off_next(record, step, checkpoint)
+        return record
+
+    async def emit_step_completed(
+        self,
+        record: TaskRecord,
+        step: int,
+        checkpoint: Checkpoint,
+        *,
+        attempt: int | None = None,
+        skipped: bool = False,
+    ) -> None:
+        now = utcnow()
+        await self.store.emit(
+            StepCompleted(
+                task_id=record.task_id,
+                status=record.status,
+                step=step,
+                tool=record.steps[step].tool,
+                attempt=attempt,
+                time=now,
+                output=event_output(checkpoint.output),
+                skipped=skipped,
+            ),
+            record.generation,
+        )
+        if record.status is TaskStatus.COMPLETED:
+            completed = Completed(
+                task_id=record.task_id,
+                status=record.status,
+                time=now,
+                output=event_output(record.result),
+            )
+            await self.store.emit(completed, record.generation)
+
+    async def hand_off_next(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
+        work = rules.next_work(record, step, checkpoint.output)
+        if work is not None:
+            msg_id = self.store.names.step_msg_id(work.task_id, work.step, work.generation)
+            await self.store.publish_work(work, msg_id)
+
+    async def hand_off_first(self, record: TaskRecord) -> None:
+        """Emit `submitted` and publish the first step (both idempotent on a replay)."""
+        work = rules.current_work(record)
+        await self.store.emit(
+            Submitted(task_id=record.task_id, status=TaskStatus.PENDING, time=record.created_at),
+            record.generation,
+        )
+        msg_id = self.store.names.step_msg_id(work.task_id, work.step, work.generation)
+        await self.store.publish_work(work, msg_id)
+
+    # -- ending and pausing ---------------------------------------------------------------
+    async def fail(
+        self,
+        task_id: str,
+        error: ErrorInfo,
+        *,
+        step: int | None = None,
+        attempt: int | None = None,
+        current: Versioned | None = None,
+    ) -> TaskRecord:
+        """Mark the task failed (unless it already ended) and emit `failed`."""
+        stored, changed = await self.store.update_record(
+            task_id, lambda record: rules.fail(record, step, error, utcnow()), current
+        )
+        record = stored.record
+        if changed:
+            in_plan = step is not None and step < len(record.steps)
+            tool = record.steps[step].tool if in_plan and step is not None else None
+            failed = Failed(
+                task_id=task_id,
+                status=TaskStatus.FAILED,
+                step=step,
+                tool=tool,
+                attempt=attempt,
+                time=record.updated_at,
+                error=error,
+            )
+            await self.store.emit(failed, record.generation)
+        return record
+
+    async def dead_letter(
+        self,
+        *,
+        tool: str,
+        subject: str,
+        data: bytes,
+        error: ErrorInfo,
+        task_id: str | None = None,
+        step: int | None = None,
+        attempt: int = 0,
+    ) -> None:
+        """Keep what Tether gave up on (the first 64 KiB of it) on `<prefix>.dead.<tool>`."""
+        await self.store.dead_letter(
+            DeadLetter(
+                tool=tool,
+                task_id=task_id,
+                step=step,
+                attempt=attempt,
+                error=error,
+                subject=subject,
+                data=data[:DEAD_LETTER_DATA_LIMIT],
+                size=len(data),
+                time=utcnow(),
+            )
+        )
+
+    async def cancel(self, task_id: str) -> TaskRecord:
+        """Cancel a task that has not ended; workers running one of its steps stop it at
+        once (on the notice), or within one heartbeat if they missed the notice."""
+        record = await self._change_or_conflict(
+            task_id,
+            lambda record: rules.cancel(record, utcnow()),
+            "already {status}: only unfinished tasks can be cancelled",
+        )
+        await self.store.notify_cancelled(task_id)
+        cancelled = Cancelled(task_id=task_id, status=TaskStatus.CANCELLED, time=record.updated_at)
+        await self.store.emit(cancelled, record.generation)
+        return record
+
+    async def wait_for_input(
+        self, current: Versioned, step: int, request: InputRequest, attempt: int
+    ) -> TaskRecord | None:
+        stored, changed = await self.store.update_record(
+            current.record.task_id,
+            lambda record: rules.wait_for_input(record, step, request, utcnow()),
+            current,
+        )
+        if not changed:
+            return None
+        record = stored.record
+        waiting = Waiting(
+            task_id=record.task_id,
+            status=TaskStatus.WAITING,
+            step=step,
+            tool=record.steps[step].tool,
+            attempt=attempt,
+            time=record.updated_at,
+            input_request=request,
+        )
+        await self.store.emit(waiting, record.generation)
+        return record
+
+    # -- resuming ---------------------------------------------------------------------------
+    async def send_input(self, task_id: str, data: Any) -> TaskRecord:
+        """Answer a waiting task: the answer becomes the waiting step's output.
+
+        The answer is stored create-only as the step's checkpoint, then a resume message
+        goes to the step's tool; the worker that takes it finds the checkpoint and hands
+        off the next step, so the step that asked never runs again.
+        """
+        found = await self.store.require_record(task_id)
+        record = found.record
+        if record.status is not TaskStatus.WAITING:
+            raise TaskConflictError(
+                task_id, f"task {task_id!r} is {record.status.value}, not waiting for input"
+            )
+        if record.input_request is not None:
+            check_answer(task_id, record.input_request, data)
+        step = record.current_step
+        answer = Checkpoint(output=data, time=utcnow())
+        stored = await self.store.create_checkpoint(task_id, step, answer)
+        if stored != answer and stored.output != data:
+            raise TaskConflictError(task_id, f"task {task_id!r} has already been answered")
+        work = rules.current_work(record)
+        msg_id = self.store.names.resume_msg_id(task_id, step, record.generation)
+        await self.store.publish_work(work, msg_id)
+        return record
+
+    async def retry(self, task_id: str) -> TaskRecord:
+        """Run a failed task again from the step that failed; earlier checkpoints are reused."""
+        record = await self._change_or_conflict(
+            task_id,
+            lambda record: rules.retry_from_failure(record, utcnow()),
+            "{status}: only a task that failed at a step can be retried",
+        )
+        step = record.current_step
+        previous = await self.store.get_checkpoint(task_id, step - 1) if step > 0 else None
+        work = rules.current_work(record, previous.output if previous else None)
+        retrying = StepRetrying(
+            task_id=task_id,
+            status=TaskStatus.RUNNING,
+            step=step,
+            tool=record.steps[step].tool,
+            time=record.updated_at,
+        )
+        await self.store.emit(retrying, record.generation)
+        msg_id = self.store.names.step_msg_id(task_id, step, record.generation)
+        await self.store.publish_work(work, msg_id)
+        return record
+
+    async def _change_or_conflict(self, task_id: str, change: Change, refusal: str) -> TaskRecord:
+        """Apply `change`, or raise TaskConflictError saying why the task refuses it."""
+        stored, changed = await self.store.update_record(task_id, change)
+        record = stored.record
+        if not changed:
+            reason = refusal.format(status=record.status.value)
+            raise TaskConflictError(task_id, f"task {task_id!r} is {reason}")
+        return record
