@@ -256,8 +256,10 @@ class StepRunner:
         call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
         timeout = _timeout(tool, spec, found)
         heartbeat.attach(ctx, call)
-        limit = asyncio.timeout(timeout)
+        limit = asyncio.timeout(timeout) if timeout is not None else None
         try:
+            if limit is None:  # most tools: no timer to arm on the hot path
+                return await call
             async with limit:
                 return await call
         except asyncio.CancelledError:
@@ -267,7 +269,7 @@ class StepRunner:
         except Exception as exc:
             failure = decisions.classify(
                 exc,
-                timed_out=limit.expired(),  # not a TimeoutError the tool raised itself
+                timed_out=limit is not None and limit.expired(),  # not the tool's own TimeoutError
                 deadline_passed=rules.deadline_passed(found.record, utcnow()),
                 timeout=timeout,
             )
