@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import nats
 import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 
 from tether import Client, Dispatcher, NatsConfig, Worker
 from tether.api import ApiService
@@ -41,6 +46,32 @@ def config(nats_url: str, prefix: str) -> NatsConfig:
 async def client(config: NatsConfig) -> AsyncIterator[Client]:
     async with Client(config) as c:
         yield c
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A plain nats-py connection of the test's own: no Tether code between it and the wire,
+    as a client in any language would have."""
+
+    nc: NATS
+    js: JetStreamContext
+
+
+@contextlib.asynccontextmanager
+async def raw_connection(url: str) -> AsyncIterator[Raw]:
+    """A `Raw` connection to `url`, closed on the way out (for tests with their own server)."""
+    nc = await nats.connect(url)
+    try:
+        yield Raw(nc=nc, js=nc.jetstream())
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+async def raw(config: NatsConfig) -> AsyncIterator[Raw]:
+    """A raw connection to the test's server: publish bytes, read stream and consumer info."""
+    async with raw_connection(config.url) as r:
+        yield r
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from tests.apps.tools import app
+from tests.conftest import Raw
 from tether import Client, NatsConfig, Worker
 from tether.api import ApiService
 from tether.schemas.api import ErrorCode, ListReply, ResultReply, SubmitReply
@@ -152,8 +153,8 @@ async def stats(nc: NATS, service: ApiService) -> dict[str, dict[str, Any]]:
     return {endpoint["name"]: endpoint for endpoint in body["endpoints"]}
 
 
-async def drained(client: Client, stream: str) -> None:
-    info = await client.store.js.stream_info(stream)
+async def drained(raw: Raw, stream: str) -> None:
+    info = await raw.js.stream_info(stream)
     assert info.state.messages == 0, f"{info.state.messages} message(s) still on {stream}"
 
 
@@ -202,7 +203,7 @@ async def test_a_task_is_found_as_soon_as_submit_replies(
 
 
 async def test_result_without_timeout_on_a_running_task_then_cancel_it(
-    calls: Calls, client: Client, dispatcher: object, worker: Worker
+    calls: Calls, client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     await calls.ok(
         "submit",
@@ -224,7 +225,7 @@ async def test_result_without_timeout_on_a_running_task_then_cancel_it(
     names = client.store.names
 
     async def let_go() -> None:
-        info = await client.store.js.consumer_info(names.work_stream, names.tool_consumer("slow"))
+        info = await raw.js.consumer_info(names.work_stream, names.tool_consumer("slow"))
         assert info.num_ack_pending == 0 and info.num_pending == 0, info
 
     await eventually(let_go, timeout=5)
@@ -421,7 +422,7 @@ def invalid_bodies(verb: str) -> list[tuple[Any, str]]:
 
 
 async def test_invalid_requests_get_invalid_with_a_message_naming_the_problem(
-    calls: Calls, client: Client, dispatcher: object, worker: Worker
+    calls: Calls, client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     for verb in VERBS:
         for body, expected in invalid_bodies(verb):
@@ -429,7 +430,7 @@ async def test_invalid_requests_get_invalid_with_a_message_naming_the_problem(
             assert code == "invalid", (verb, _short(body), code, message)
             assert expected in message, (verb, _short(body), message)
 
-    info = await client.store.js.stream_info(client.store.names.submit_stream)
+    info = await raw.js.stream_info(client.store.names.submit_stream)
     assert info.state.last_seq == 0, "an invalid submit must not be published"
     assert await client.list() == []
     await valid_task_completes(calls)
@@ -549,7 +550,7 @@ async def test_a_long_result_wait_does_not_hold_up_other_requests(
 
 
 async def test_cancel_racing_completion_leaves_each_task_in_one_consistent_end(
-    calls: Calls, client: Client, dispatcher: object, worker: Worker
+    calls: Calls, client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     ids = [f"race-{n}" for n in range(20)]
 
@@ -562,8 +563,8 @@ async def test_cancel_racing_completion_leaves_each_task_in_one_consistent_end(
     # Every task ends (none is stuck), whatever its cancel reply said.
     ends = {task_id: (await calls.outcome(task_id)).status.value for task_id in ids}
     names = client.store.names
-    await eventually(lambda: drained(client, names.submit_stream))
-    await eventually(lambda: drained(client, names.work_stream))
+    await eventually(lambda: drained(raw, names.submit_stream))
+    await eventually(lambda: drained(raw, names.work_stream))
 
     pairs = {
         task_id: (cancel_reply(task_id, reply), ends[task_id]) for task_id, reply in replies.items()

@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.js.api import Header
 
 from tests.apps.tools import app, read_executions
+from tests.conftest import Raw
 from tether import (
     Client,
     InvalidTaskError,
@@ -34,7 +35,7 @@ from tether import (
     Worker,
 )
 from tether.schemas import DeadLetter, Failed, InvalidNameError, TaskRecord, TaskStatus
-from tether.schemas.names import SUBMIT_DEAD_LETTER
+from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
 from tether.testing import eventually
 
 VALID = [{"tool": "fast", "input": {"x": 1}}]
@@ -77,20 +78,20 @@ class DeadLetters:
 
 
 @contextlib.asynccontextmanager
-async def dead_letters(client: Client, tool: str) -> AsyncIterator[DeadLetters]:
+async def dead_letters(raw: Raw, names: Names, tool: str) -> AsyncIterator[DeadLetters]:
     box = DeadLetters()
-    subject = client.store.names.dead_letter_subject(tool)
-    sub = await client.store.js.subscribe(subject, ordered_consumer=True, cb=box.received)
+    subject = names.dead_letter_subject(tool)
+    sub = await raw.js.subscribe(subject, ordered_consumer=True, cb=box.received)
     try:
         yield box
     finally:
         await sub.unsubscribe()
 
 
-async def publish_submit(client: Client, data: bytes, msg_id: str | None = None) -> int:
+async def publish_submit(raw: Raw, names: Names, data: bytes, msg_id: str | None = None) -> int:
     """Publish raw bytes on the submit subject, as a client in any language could."""
     headers = {Header.MSG_ID: msg_id} if msg_id is not None else None
-    ack = await client.store.js.publish(client.store.names.submit_subject, data, headers=headers)
+    ack = await raw.js.publish(names.submit_subject, data, headers=headers)
     return ack.seq
 
 
@@ -107,14 +108,14 @@ async def failed_record(client: Client, task_id: str) -> TaskRecord:
     return record
 
 
-async def backlog(client: Client, stream: str) -> int:
-    info = await client.store.js.stream_info(stream)
+async def backlog(raw: Raw, stream: str) -> int:
+    info = await raw.js.stream_info(stream)
     return info.state.messages
 
 
-async def drained(client: Client, stream: str) -> None:
+async def drained(raw: Raw, stream: str) -> None:
     """Every message on `stream` has been settled (acked or terminated): nothing is stuck."""
-    left = await backlog(client, stream)
+    left = await backlog(raw, stream)
     assert left == 0, f"{left} message(s) still on {stream}"
 
 
@@ -235,12 +236,12 @@ BAD_SUBMISSIONS = [
 
 
 async def test_bad_submissions_get_clear_errors_and_the_dispatcher_keeps_serving(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     names = client.store.names
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
+    async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for bad in BAD_SUBMISSIONS:
-            await publish_submit(client, bad.data)
+            await publish_submit(raw, names, bad.data)
 
         await valid_task_completes(client, "after-the-bad-ones")
 
@@ -256,37 +257,38 @@ async def test_bad_submissions_get_clear_errors_and_the_dispatcher_keeps_serving
         assert bad.expected in letter.error.message, (bad.name, letter.error.message)
         if bad.task_id is not None:
             await assert_rejected_with_failed_task(client, bad.task_id, bad.expected, letter)
-    await eventually(lambda: drained(client, names.submit_stream))
+    await eventually(lambda: drained(raw, names.submit_stream))
     statuses = {record.task_id: record.status for record in await client.list()}
     assert statuses.pop("after-the-bad-ones") is TaskStatus.COMPLETED
     assert statuses == {bad.task_id: TaskStatus.FAILED for bad in BAD_SUBMISSIONS if bad.task_id}
 
 
 async def test_bad_resubmit_never_fails_an_existing_task(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
+    names = client.store.names
     await valid_task_completes(client, "existing")
     before = await client.get("existing")
     data = submission(task_id="existing", steps="not a plan")
 
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
-        await publish_submit(client, data)
+    async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
+        await publish_submit(raw, names, data)
         letter = await eventually(lambda: box.one_of(data))
 
     assert letter.task_id == "existing" and "$.steps" in letter.error.message
-    await eventually(lambda: drained(client, client.store.names.submit_stream))
+    await eventually(lambda: drained(raw, names.submit_stream))
     assert await client.get("existing") == before
 
 
 async def test_a_step_retry_override_out_of_range_fails_the_task_clearly(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     """`retry.max_attempts: 0` is accepted by the JSON shape but is not a usable policy."""
     data = submission(
         task_id="no-attempts", steps=[{"tool": "fast", "input": {}, "retry": {"max_attempts": 0}}]
     )
 
-    await publish_submit(client, data)
+    await publish_submit(raw, client.store.names, data)
 
     record = await eventually(lambda: failed_record(client, "no-attempts"), timeout=5)
     assert record.error is not None and "max_attempts" in record.error.message, record.error
@@ -294,20 +296,21 @@ async def test_a_step_retry_override_out_of_range_fails_the_task_clearly(
 
 
 async def test_a_large_invalid_submission_is_still_rejected(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     """Under max_payload as sent, but its dead letter (bytes as base64) would be over it."""
+    names = client.store.names
     data = submission(task_id="big-unknown", steps=[{"tool": "nope", "input": "x" * 900_000}])
-    assert len(data) < client.store.nc.max_payload
+    assert len(data) < client.max_payload
 
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
-        await publish_submit(client, data)
+    async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
+        await publish_submit(raw, names, data)
 
         record = await eventually(lambda: failed_record(client, "big-unknown"), timeout=5)
         letter = await eventually(lambda: box.for_task("big-unknown"))
     assert record.error is not None and "unknown tool 'nope'" in record.error.message
     assert letter.error == record.error
-    await eventually(lambda: drained(client, client.store.names.submit_stream))
+    await eventually(lambda: drained(raw, names.submit_stream))
     await valid_task_completes(client)
 
 
@@ -328,12 +331,12 @@ async def test_a_large_step_input_of_the_wrong_type_fails_the_task(
 # -- 2. the Python client refuses before publishing ----------------------------
 
 
-async def nothing_published(client: Client) -> None:
-    info = await client.store.js.stream_info(client.store.names.submit_stream)
+async def nothing_published(raw: Raw, names: Names) -> None:
+    info = await raw.js.stream_info(names.submit_stream)
     assert info.state.last_seq == 0, f"{info.state.last_seq} submission(s) were published"
 
 
-async def test_client_refuses_invalid_task_ids(client: Client, worker: Worker) -> None:
+async def test_client_refuses_invalid_task_ids(client: Client, raw: Raw, worker: Worker) -> None:
     for task_id, expected in [
         ("a.b", "not a valid id"),
         ("a*", "not a valid id"),
@@ -345,11 +348,11 @@ async def test_client_refuses_invalid_task_ids(client: Client, worker: Worker) -
             await client.submit(VALID, task_id=task_id)
         assert expected in str(refused.value), (task_id, str(refused.value))
 
-    await nothing_published(client)
+    await nothing_published(raw, client.store.names)
 
 
 async def test_client_refuses_invalid_plans_before_publishing(
-    client: Client, worker: Worker
+    client: Client, raw: Raw, worker: Worker
 ) -> None:
     with pytest.raises(InvalidTaskError, match="'empty' has no steps"):
         await client.submit([], task_id="empty")
@@ -365,7 +368,7 @@ async def test_client_refuses_invalid_plans_before_publishing(
     for task_id in ("empty", "unknown", "bad-tool", "tool-int", "huge"):
         with pytest.raises(TaskNotFoundError):
             await client.get(task_id)
-    await nothing_published(client)
+    await nothing_published(raw, client.store.names)
 
 
 async def test_client_refuses_a_task_id_that_already_ran(
@@ -382,14 +385,14 @@ async def test_client_refuses_a_task_id_that_already_ran(
 
 
 async def test_client_refuses_a_duplicate_submitted_in_quick_succession(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
     first = await client.submit(VALID, task_id="twice")
     with pytest.raises(TaskExistsError, match="task 'twice' already exists"):
         await client.submit([{"tool": "fast", "input": {"x": 2}}], task_id="twice")
 
     assert await first.wait(timeout=15) == VALID_RESULT
-    info = await client.store.js.stream_info(client.store.names.submit_stream)
+    info = await raw.js.stream_info(client.store.names.submit_stream)
     assert info.state.last_seq == 1
     assert read_executions(executions)[("twice", 0)] == 1
 
@@ -398,17 +401,18 @@ async def test_client_refuses_a_duplicate_submitted_in_quick_succession(
 
 
 async def test_raw_duplicate_without_msg_id_changes_nothing(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
+    names = client.store.names
     await valid_task_completes(client, "raw-dup")
     before = await client.get("raw-dup")
     events_before = await events_of(client, "raw-dup")
     again = submission(task_id="raw-dup", steps=[{"tool": "fast", "input": {"x": 2}}])
 
-    seq = await publish_submit(client, again)
+    seq = await publish_submit(raw, names, again)
 
     assert seq == 2  # no Nats-Msg-Id: the server stored it; the dispatcher must ignore it
-    await eventually(lambda: drained(client, client.store.names.submit_stream))
+    await eventually(lambda: drained(raw, names.submit_stream))
     after = await client.get("raw-dup")
     assert after == before
     assert (after.created_at, after.result) == (before.created_at, VALID_RESULT)
@@ -416,9 +420,7 @@ async def test_raw_duplicate_without_msg_id_changes_nothing(
     assert [r.task_id for r in await client.list()] == ["raw-dup"]
     assert read_executions(executions)[("raw-dup", 0)] == 1
     # With the header, the server itself drops it inside the duplicate window.
-    ack = await client.store.js.publish(
-        client.store.names.submit_subject, again, headers={Header.MSG_ID: "raw-dup"}
-    )
+    ack = await raw.js.publish(names.submit_subject, again, headers={Header.MSG_ID: "raw-dup"})
     assert ack.duplicate
 
 
@@ -426,7 +428,7 @@ async def test_raw_duplicate_without_msg_id_changes_nothing(
 
 
 async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     names = client.store.names
     subject = names.work_subject("fast")
@@ -438,9 +440,9 @@ async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
         b'{"task_id": "ghost2", "step": 0, "tool": "slow"}': ("ghost2", f"'slow' on {subject}"),
     }
 
-    async with dead_letters(client, "fast") as box:
+    async with dead_letters(raw, names, "fast") as box:
         for data in bad:
-            await client.store.js.publish(subject, data)
+            await raw.js.publish(subject, data)
 
         letters = {data: await eventually(lambda data=data: box.one_of(data)) for data in bad}
 
@@ -453,7 +455,7 @@ async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
         with pytest.raises(TaskNotFoundError):
             await client.get(ghost)  # a stray message never invents a task
     await valid_task_completes(client, "after-bad-work")
-    await eventually(lambda: drained(client, names.work_stream))
+    await eventually(lambda: drained(raw, names.work_stream))
 
 
 # -- 5. generated garbage ------------------------------------------------------
@@ -507,9 +509,9 @@ def is_task_id(text: str) -> bool:
 
 
 @pytest.fixture
-async def submit_letters(client: Client) -> AsyncIterator[DeadLetters]:
+async def submit_letters(client: Client, raw: Raw) -> AsyncIterator[DeadLetters]:
     """Dead letters of the submit subject for the whole test (hypothesis reuses it)."""
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
+    async with dead_letters(raw, client.store.names, SUBMIT_DEAD_LETTER) as box:
         yield box
 
 
@@ -518,12 +520,17 @@ async def submit_letters(client: Client) -> AsyncIterator[DeadLetters]:
 )
 @given(value=garbage)
 async def test_generated_garbage_loses_nothing_and_the_dispatcher_keeps_serving(
-    client: Client, dispatcher: object, worker: Worker, submit_letters: DeadLetters, value: Any
+    client: Client,
+    raw: Raw,
+    dispatcher: object,
+    worker: Worker,
+    submit_letters: DeadLetters,
+    value: Any,
 ) -> None:
     data, task_id = as_payload(value)
     seen = len(submit_letters.of(data))
 
-    seq = await publish_submit(client, data)
+    seq = await publish_submit(raw, client.store.names, data)
 
     letter = await eventually(lambda: _outcome(client, submit_letters, data, seen, task_id, seq))
     event("accepted" if letter is None else "rejected, usable id" if task_id else "rejected, no id")
@@ -536,7 +543,7 @@ async def test_generated_garbage_loses_nothing_and_the_dispatcher_keeps_serving(
         if task_id is not None:
             record = await eventually(lambda: failed_record(client, task_id))
             assert record.error is not None and record.error.message == letter.error.message
-    await eventually(lambda: drained(client, client.store.names.submit_stream))
+    await eventually(lambda: drained(raw, client.store.names.submit_stream))
     assert len(submit_letters.of(data)) == seen + (letter is not None)
     await valid_task_completes(client)
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.apps.tools import app, read_executions
+from tests.conftest import Raw
 from tether import (
     App,
     Client,
@@ -21,6 +22,7 @@ from tether import (
     Worker,
 )
 from tether.schemas import Cancelled, TaskStatus, Waiting
+from tether.schemas.names import Names
 from tether.testing import eventually, wait_until
 
 
@@ -49,7 +51,7 @@ async def test_cancel_a_queued_task(
 
 
 async def test_cancel_a_running_step_within_a_heartbeat(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
     handle = await client.submit([{"tool": "slow", "input": {"sleep": 30}}, {"tool": "fast"}])
     await eventually(lambda: _executed(executions, handle.task_id, 0))
@@ -59,7 +61,7 @@ async def test_cancel_a_running_step_within_a_heartbeat(
     with pytest.raises(TaskCancelledError):
         await handle.wait(timeout=5)
     # The worker let go of the step (acked) without handing off step 1.
-    await eventually(lambda: _consumer_idle(client, "slow"), timeout=3)
+    await eventually(lambda: _consumer_idle(raw, client.store.names, "slow"), timeout=3)
     assert read_executions(executions)[(handle.task_id, 1)] == 0
 
 
@@ -143,9 +145,8 @@ async def _executed(executions: Path, task_id: str, step: int) -> None:
     assert read_executions(executions)[(task_id, step)] >= 1
 
 
-async def _consumer_idle(client: Client, tool: str) -> None:
-    names = client.store.names
-    info = await client.store.js.consumer_info(names.work_stream, names.tool_consumer(tool))
+async def _consumer_idle(raw: Raw, names: Names, tool: str) -> None:
+    info = await raw.js.consumer_info(names.work_stream, names.tool_consumer(tool))
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
 

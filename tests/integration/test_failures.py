@@ -10,8 +10,10 @@ import msgspec
 import pytest
 
 from tests.apps.tools import app, read_executions
+from tests.conftest import Raw
 from tether import Client, NatsConfig, TaskFailedError, Worker
 from tether.schemas import DeadLetter, Failed, StepRetrying, TaskStatus
+from tether.schemas.names import Names
 from tether.schemas.tasks import StepSpec, TaskRecord, WorkMessage
 from tether.tasks.rules import utcnow
 from tether.testing import eventually
@@ -23,10 +25,8 @@ async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
         yield w
 
 
-async def dead_letters(client: Client, tool: str) -> list[DeadLetter]:
-    js = client.store.js
-    names = client.store.names
-    sub = await js.subscribe(names.dead_letter_subject(tool), ordered_consumer=True)
+async def dead_letters(raw: Raw, names: Names, tool: str) -> list[DeadLetter]:
+    sub = await raw.js.subscribe(names.dead_letter_subject(tool), ordered_consumer=True)
     letters = []
     try:
         while True:
@@ -52,7 +52,7 @@ async def test_retries_with_backoff_then_succeeds(
 
 
 async def test_exhausted_retries_fail_the_task_and_dead_letter_the_step(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
     handle = await client.submit([{"tool": "broken", "input": {}}])
 
@@ -65,18 +65,19 @@ async def test_exhausted_retries_fail_the_task_and_dead_letter_the_step(
     assert read_executions(executions)[(handle.task_id, 0)] == 3
     record = await handle.get()
     assert record.status is TaskStatus.FAILED and record.failed_step == 0
-    letters = await eventually(lambda: _letters_for(client, "broken", handle.task_id))
+    names = client.store.names
+    letters = await eventually(lambda: _letters_for(raw, names, "broken", handle.task_id))
     assert letters[0].step == 0 and letters[0].attempt == 3
 
 
-async def _letters_for(client: Client, tool: str, task_id: str) -> list[DeadLetter]:
-    letters = [d for d in await dead_letters(client, tool) if d.task_id == task_id]
+async def _letters_for(raw: Raw, names: Names, tool: str, task_id: str) -> list[DeadLetter]:
+    letters = [d for d in await dead_letters(raw, names, tool) if d.task_id == task_id]
     assert letters, f"no dead letter for {task_id}"
     return letters
 
 
 async def test_terminal_error_is_not_retried(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
     handle = await client.submit([{"tool": "refuses", "input": {}}, {"tool": "fast"}])
 
@@ -89,7 +90,7 @@ async def test_terminal_error_is_not_retried(
     events = [e async for e in handle.events(timeout=5)]
     assert isinstance(events[-1], Failed) and events[-1].error is not None
     assert events[-1].error.type == "TerminalError"
-    assert await _letters_for(client, "refuses", handle.task_id)
+    assert await _letters_for(raw, client.store.names, "refuses", handle.task_id)
 
 
 async def test_step_timeout_is_retried_then_fails(

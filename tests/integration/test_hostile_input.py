@@ -29,7 +29,7 @@ from nats.js.api import Header
 from nats.js.errors import NotFoundError
 
 from tests.apps.tools import app, read_executions
-from tests.conftest import APP, start_worker, stop_worker
+from tests.conftest import APP, Raw, raw_connection, start_worker, stop_worker
 from tests.integration.test_bad_input import (
     VALID,
     VALID_RESULT,
@@ -140,19 +140,21 @@ def legacy_record(task_id: str, size: int) -> bytes:
     return data
 
 
-async def write_legacy_record(client: Client, task_id: str, size: int) -> None:
+async def write_legacy_record(client: Client, raw: Raw, task_id: str, size: int) -> None:
     """Put a record straight into the tasks bucket (a KV put carries no headers)."""
     assert size <= client.max_payload
-    kv = await client.store.js.key_value(client.store.names.tasks_bucket)
+    kv = await raw.js.key_value(client.store.names.tasks_bucket)
     await kv.put(task_id, legacy_record(task_id, size))
 
 
-async def api_call(client: Client, verb: str, body: Any, timeout: float = REPLY_TIMEOUT) -> Any:
+async def api_call(
+    raw: Raw, names: Names, verb: str, body: Any, timeout: float = REPLY_TIMEOUT
+) -> Any:
     """A raw request on `<prefix>.api.<verb>` (bytes as they are, else JSON); the JSON reply."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    subject = client.store.names.api_subject(verb)
+    subject = names.api_subject(verb)
     try:
-        reply = await client.store.nc.request(subject, data, timeout=timeout)
+        reply = await raw.nc.request(subject, data, timeout=timeout)
     except nats.errors.TimeoutError:
         raise AssertionError(
             f"no reply to {verb} ({len(data):,} bytes) within {timeout}s: "
@@ -185,15 +187,15 @@ def letter_for(box: DeadLetters, subject: str, task_id: str, data: bytes) -> Dea
     return None
 
 
-async def streams_drained(client: Client) -> None:
-    await drained(client, client.store.names.submit_stream)
-    await drained(client, client.store.names.work_stream)
+async def streams_drained(raw: Raw, names: Names) -> None:
+    await drained(raw, names.submit_stream)
+    await drained(raw, names.work_stream)
 
 
-async def publish_all(client: Client, datas: Sequence[bytes], chunk: int = 100) -> None:
+async def publish_all(raw: Raw, names: Names, datas: Sequence[bytes], chunk: int = 100) -> None:
     for start in range(0, len(datas), chunk):
         await asyncio.gather(
-            *(publish_submit(client, data) for data in datas[start : start + chunk])
+            *(publish_submit(raw, names, data) for data in datas[start : start + chunk])
         )
 
 
@@ -243,16 +245,16 @@ async def test_an_output_over_the_stored_value_bound_fails_with_output_too_large
 
 
 async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatcher_keeps_serving(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     """Used to: a record in the header window closed the dispatcher's connection unacked, and
     the redelivery closed the next dispatcher's: no submission was accepted any more."""
     limit = client.max_payload
     names = client.store.names
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
+    async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for offset in SUBMIT_OFFSETS:
             task_id = f"h-k{offset}"
-            await publish_submit(client, padded_submit(task_id, limit - offset))
+            await publish_submit(raw, names, padded_submit(task_id, limit - offset))
 
             record = await eventually(lambda task_id=task_id: failed_record(client, task_id))
             assert record.error is not None, offset
@@ -261,7 +263,7 @@ async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatche
             letter = await eventually(lambda task_id=task_id: box.for_task(task_id))
             assert letter.subject == names.submit_subject
             assert "too large" in letter.error.message.lower(), (offset, letter.error)
-            await eventually(lambda: drained(client, names.submit_stream))
+            await eventually(lambda: drained(raw, names.submit_stream))
             await valid_task_completes(client, f"after-h-k{offset}")
 
 
@@ -269,75 +271,81 @@ async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatche
 
 
 async def test_get_answers_for_a_task_that_failed_with_output_too_large(
-    client: Client, dispatcher: object, worker: Worker, api: ApiService
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
 ) -> None:
+    names = client.store.names
     plan = [{"tool": "sized", "input": client.max_payload - 106}, "fast"]
     handle = await client.submit(plan, task_id="too-large")
     with pytest.raises(TaskFailedError):
         await handle.wait(timeout=10)
 
-    reply = await api_call(client, "get", {"task_id": "too-large"})
+    reply = await api_call(raw, names, "get", {"task_id": "too-large"})
 
     assert reply.get("status") == TaskStatus.FAILED.value, reply
     assert reply["error"]["type"] == "OutputTooLarge", reply["error"]
     await valid_task_completes(client, "normal")
-    assert (await api_call(client, "get", {"task_id": "normal"}))["status"] == "completed"
+    assert (await api_call(raw, names, "get", {"task_id": "normal"}))["status"] == "completed"
 
 
 async def test_get_of_a_legacy_record_too_large_to_reply_is_an_error_and_the_api_keeps_answering(
-    client: Client, dispatcher: object, worker: Worker, api: ApiService
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
 ) -> None:
     """Used to: the record fit the KV write, record + the reply's headers did not, and the
     server closed the API's connection: `get` stopped answering for everyone."""
-    await write_legacy_record(client, "legacy", client.max_payload - 40)
+    names = client.store.names
+    await write_legacy_record(client, raw, "legacy", client.max_payload - 40)
 
-    reply = await api_call(client, "get", {"task_id": "legacy"})
+    reply = await api_call(raw, names, "get", {"task_id": "legacy"})
 
     code, message = error_of(reply, "get of a record too large to reply")
     assert code == ErrorCode.INVALID.value and "too large" in message.lower(), reply
     await valid_task_completes(client, "normal")
-    assert (await api_call(client, "get", {"task_id": "normal"}))["status"] == "completed"
-    assert error_of(await api_call(client, "get", {"task_id": "ghost"}), "ghost")[0] == "not_found"
+    assert (await api_call(raw, names, "get", {"task_id": "normal"}))["status"] == "completed"
+    assert (
+        error_of(await api_call(raw, names, "get", {"task_id": "ghost"}), "ghost")[0] == "not_found"
+    )
 
 
 # -- 2. deeply nested JSON -----------------------------------------------------
 
 
 async def test_a_deeply_nested_submission_is_dead_lettered_not_redelivered(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
+    names = client.store.names
     data = nested_submit("d1", 10_000)
 
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
-        await publish_submit(client, data)
+    async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
+        await publish_submit(raw, names, data)
         letter = await eventually(lambda: box.one_of(data))
 
     assert letter.tool == SUBMIT_DEAD_LETTER
     assert "nested" in letter.error.message.lower(), letter.error
-    await eventually(lambda: drained(client, client.store.names.submit_stream))
+    await eventually(lambda: drained(raw, names.submit_stream))
     await valid_task_completes(client)
 
 
 async def test_a_deeply_nested_work_message_is_dead_lettered_not_redelivered(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     names = client.store.names
     data = nested_work("d2", 10_000)
 
-    async with dead_letters(client, "fast") as box:
-        await client.store.js.publish(names.work_subject("fast"), data)
+    async with dead_letters(raw, names, "fast") as box:
+        await raw.js.publish(names.work_subject("fast"), data)
         letter = await eventually(lambda: box.one_of(data))
 
     assert letter.tool == "fast" and letter.subject == names.work_subject("fast")
     assert letter.error.message, "a dead letter must say what is wrong"
-    await eventually(lambda: drained(client, names.work_stream))
+    await eventually(lambda: drained(raw, names.work_stream))
     await valid_task_completes(client)
 
 
 async def test_a_flood_of_nested_submissions_cannot_fill_the_dispatcher(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     """1,100 submissions nested 1,200 deep: more than the consumer's 1,000 unacked slots."""
+    names = client.store.names
     datas = [nested_submit(f"flood-{n:04d}", 1200) for n in range(1100)]
     wanted = set(datas)
 
@@ -345,11 +353,11 @@ async def test_a_flood_of_nested_submissions_cannot_fill_the_dispatcher(
         lettered = {letter.data for letter in box.letters} & wanted
         assert len(lettered) == len(wanted), f"{len(lettered)} of {len(wanted)} dead-lettered"
 
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
-        await publish_all(client, datas)
+    async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
+        await publish_all(raw, names, datas)
         await eventually(lambda: all_dead_lettered(box), timeout=20)
 
-    await eventually(lambda: drained(client, client.store.names.submit_stream))
+    await eventually(lambda: drained(raw, names.submit_stream))
     await valid_task_completes(client, "after-the-flood")
 
 
@@ -364,48 +372,50 @@ HUGE_OVERRIDES = {
 
 
 async def test_raw_submissions_with_unbounded_overrides_are_rejected(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     """Used to: accepted, then the worker's backoff overflowed on every delivery and the task
     stayed pending for ever (or a count of 10**9 attempts was taken as a policy)."""
-    async with dead_letters(client, SUBMIT_DEAD_LETTER) as box:
+    names = client.store.names
+    async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for field, override in HUGE_OVERRIDES.items():
             task_id = f"huge-{field}"
             steps = [{"tool": "fast", "input": {}, **override}]
-            await publish_submit(client, submission(task_id=task_id, steps=steps))
+            await publish_submit(raw, names, submission(task_id=task_id, steps=steps))
 
             record = await eventually(lambda task_id=task_id: failed_record(client, task_id))
             letter = await eventually(lambda task_id=task_id: box.for_task(task_id))
             assert record.error is not None and record.error.type == "InvalidTask", record.error
             assert field in record.error.message, (field, record.error.message)
             assert letter.error == record.error
-            await eventually(lambda: drained(client, client.store.names.submit_stream))
+            await eventually(lambda: drained(raw, names.submit_stream))
             await valid_task_completes(client, f"after-huge-{field}")
 
 
 async def test_api_submits_with_unbounded_overrides_are_invalid(
-    client: Client, dispatcher: object, worker: Worker, api: ApiService
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
 ) -> None:
+    names = client.store.names
     for field, override in HUGE_OVERRIDES.items():
         body = {"task_id": f"huge-{field}", "steps": [{"tool": "fast", **override}]}
 
-        reply = await api_call(client, "submit", body, timeout=10)
+        reply = await api_call(raw, names, "submit", body, timeout=10)
 
         code, message = error_of(reply, f"submit with a huge {field}")
         assert code == ErrorCode.INVALID.value and field in message, reply
-        normal = await api_call(client, "submit", {"steps": VALID}, timeout=10)
+        normal = await api_call(raw, names, "submit", {"steps": VALID}, timeout=10)
         assert set(normal) == {"task_id"}, normal
         assert await client.handle(normal["task_id"]).wait(timeout=15) == VALID_RESULT
 
 
 async def test_the_client_refuses_unbounded_overrides_before_publishing(
-    client: Client, registered: None
+    client: Client, raw: Raw, registered: None
 ) -> None:
     for field, override in HUGE_OVERRIDES.items():
         with pytest.raises(InvalidTaskError, match=field):
             await client.submit([{"tool": "fast", **override}])
 
-    await nothing_published(client)
+    await nothing_published(raw, client.store.names)
 
 
 def _has_key(node: Any, key: str) -> bool:
@@ -446,12 +456,12 @@ def test_the_task_submit_json_schema_states_an_upper_bound(field: str) -> None:
 
 
 async def test_list_pages_past_a_record_too_large_to_list(
-    client: Client, dispatcher: object, worker: Worker, api: ApiService
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
 ) -> None:
     normal = [f"n{n}" for n in range(5)]
     for task_id in normal[:2]:
         await valid_task_completes(client, task_id)
-    await write_legacy_record(client, "oversized", client.max_payload - LIST_MARGIN // 2)
+    await write_legacy_record(client, raw, "oversized", client.max_payload - LIST_MARGIN // 2)
     for task_id in normal[2:]:
         await valid_task_completes(client, task_id)
 
@@ -459,7 +469,7 @@ async def test_list_pages_past_a_record_too_large_to_list(
     omitted: list[str] = []
     body: dict[str, Any] = {"limit": 2}
     for _ in range(20):
-        reply = await api_call(client, "list", body)
+        reply = await api_call(raw, client.store.names, "list", body)
         assert "error" not in reply, f"list {body}: {reply['error']}"
         seen.extend(record["task_id"] for record in reply["tasks"])
         omitted.extend(reply.get("omitted") or [])
@@ -486,11 +496,16 @@ async def test_a_resubmit_after_a_server_restart_runs_nothing_twice(
     know the msg id any more (`duplicate: false`); the dispatcher's record check must."""
     with NatsServer(tmp_path / "nats") as server:
         config = NatsConfig(url=server.url, names=Names(prefix="restart"))
-        async with Dispatcher(config), Worker(app, config), Client(config) as client:
-            subject = client.store.names.submit_subject
+        async with (
+            Dispatcher(config),
+            Worker(app, config),
+            Client(config) as client,
+            raw_connection(config.url) as raw,
+        ):
+            subject = config.names.submit_subject
             data = encode(TaskSubmit(task_id="dup", steps=[StepSpec(tool="fast", input={"x": 1})]))
             headers = {Header.MSG_ID: "dup"}
-            await client.store.js.publish(subject, data, headers=headers)
+            await raw.js.publish(subject, data, headers=headers)
             await client.handle("dup").wait(timeout=15)
             before = await client.get("dup")
 
@@ -499,12 +514,12 @@ async def test_a_resubmit_after_a_server_restart_runs_nothing_twice(
 
             async def republish() -> Any:
                 try:
-                    return await client.store.js.publish(subject, data, headers=headers, timeout=2)
+                    return await raw.js.publish(subject, data, headers=headers, timeout=2)
                 except (nats.errors.Error, TimeoutError) as exc:
                     raise AssertionError(f"publish after the restart failed: {exc!r}") from exc
 
             ack = await eventually(republish, timeout=20)
-            await eventually(lambda: streams_drained(client), timeout=15)
+            await eventually(lambda: streams_drained(raw, config.names), timeout=15)
             after = await client.get("dup")
 
     assert after == before, f"duplicate={ack.duplicate}: the record changed"
@@ -516,7 +531,12 @@ async def test_a_resubmit_after_a_server_restart_runs_nothing_twice(
 
 
 async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
-    client: Client, config: NatsConfig, dispatcher: object, registered: None, executions: Path
+    client: Client,
+    raw: Raw,
+    config: NatsConfig,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
 ) -> None:
     """What a redelivery looks like after a nats-server restart lost the consumer's state:
     num_delivered 1, and the step's output already stored."""
@@ -524,7 +544,7 @@ async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
     handle = await client.submit([{"tool": "fast", "input": 0}, "fast", "fast"], task_id="ckpt")
     record = await client.get("ckpt")
     assert (record.status, record.current_step) == (TaskStatus.PENDING, 0)
-    consumer = await client.store.js.consumer_info(names.work_stream, names.tool_consumer("fast"))
+    consumer = await raw.js.consumer_info(names.work_stream, names.tool_consumer("fast"))
     assert consumer.num_pending == 1 and consumer.num_ack_pending == 0, consumer
     assert consumer.delivered.consumer_seq == 0, "step 0's message was delivered already"
 
@@ -582,7 +602,8 @@ async def test_a_checkpoint_stored_just_before_a_server_crash_is_not_run_again(
             server.kill()
             server.start()
             if state == "lost":
-                await eventually(lambda: _lose_state(client, task_id, 1), timeout=20)
+                async with raw_connection(config.url) as raw:
+                    await eventually(lambda: _lose_state(client, raw, task_id, 1), timeout=20)
 
             survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
             try:
@@ -595,14 +616,14 @@ async def test_a_checkpoint_stored_just_before_a_server_crash_is_not_run_again(
     assert [counts[(task_id, step)] for step in range(3)] == [1, 1, 1], counts
 
 
-async def _lose_state(client: Client, task_id: str, step: int) -> None:
+async def _lose_state(client: Client, raw: Raw, task_id: str, step: int) -> None:
     """Delete the `fast` consumer and move the record back to `step`; its checkpoint stays."""
     store = client.store
     names = store.names
     try:
         assert await store.get_checkpoint(task_id, step) is not None, "no checkpoint to keep"
         try:
-            await store.js.delete_consumer(names.work_stream, names.tool_consumer("fast"))
+            await raw.js.delete_consumer(names.work_stream, names.tool_consumer("fast"))
         except NotFoundError:
             pass  # an earlier try that timed out deleted it
         await store.update_record(
@@ -628,11 +649,12 @@ shapes = st.one_of(
 
 
 @pytest.fixture
-async def boxes(client: Client) -> AsyncIterator[dict[str, DeadLetters]]:
+async def boxes(client: Client, raw: Raw) -> AsyncIterator[dict[str, DeadLetters]]:
     """Dead letters of submissions and of `fast` for the whole test (hypothesis reuses it)."""
+    names = client.store.names
     async with contextlib.AsyncExitStack() as stack:
-        submit = await stack.enter_async_context(dead_letters(client, SUBMIT_DEAD_LETTER))
-        work = await stack.enter_async_context(dead_letters(client, "fast"))
+        submit = await stack.enter_async_context(dead_letters(raw, names, SUBMIT_DEAD_LETTER))
+        work = await stack.enter_async_context(dead_letters(raw, names, "fast"))
         yield {"submit": submit, "work": work}
 
 
@@ -651,6 +673,7 @@ async def boxes(client: Client) -> AsyncIterator[dict[str, DeadLetters]]:
 @example(target="work", shape=("depth", 10_000))
 async def test_hostile_sizes_and_depths_get_a_clear_outcome_and_everything_keeps_serving(
     client: Client,
+    raw: Raw,
     dispatcher: object,
     worker: Worker,
     api: ApiService,
@@ -665,17 +688,17 @@ async def test_hostile_sizes_and_depths_get_a_clear_outcome_and_everything_keeps
 
     if target == "submit":
         data = padded_submit(task_id, size) if kind == "size" else nested_submit(task_id, amount)
-        await _fuzz_submit(client, boxes["submit"], task_id, data)
+        await _fuzz_submit(client, raw, boxes["submit"], task_id, data)
     elif target == "api.submit":
         data = padded_submit(task_id, size) if kind == "size" else nested_submit(task_id, amount)
-        await _fuzz_api_submit(client, task_id, data)
+        await _fuzz_api_submit(client, raw, task_id, data)
     elif target == "api.get":
-        await _fuzz_api_get(client, task_id, kind, size, amount)
+        await _fuzz_api_get(client, raw, task_id, kind, size, amount)
     else:
         data = padded_work(task_id, size) if kind == "size" else nested_work(task_id, amount)
-        await _fuzz_work(client, boxes["work"], task_id, data)
+        await _fuzz_work(client, raw, boxes["work"], task_id, data)
 
-    await eventually(lambda: streams_drained(client))
+    await eventually(lambda: streams_drained(raw, client.store.names))
     await valid_task_completes(client)
 
 
@@ -684,14 +707,17 @@ def _too_large_to_send(client: Client, data: bytes) -> bool:
     return len(data) > client.max_payload
 
 
-async def _fuzz_submit(client: Client, box: DeadLetters, task_id: str, data: bytes) -> None:
+async def _fuzz_submit(
+    client: Client, raw: Raw, box: DeadLetters, task_id: str, data: bytes
+) -> None:
+    names = client.store.names
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
-            await publish_submit(client, data)
+            await publish_submit(raw, names, data)
         event("refused by nats-py")
         return
-    seq = await publish_submit(client, data)
-    subject = client.store.names.submit_subject
+    seq = await publish_submit(raw, names, data)
+    subject = names.submit_subject
 
     async def outcome() -> str:
         letter = letter_for(box, subject, task_id, data)
@@ -709,13 +735,14 @@ async def _fuzz_submit(client: Client, box: DeadLetters, task_id: str, data: byt
         await client.handle(task_id).wait_until_done(timeout=15)
 
 
-async def _fuzz_api_submit(client: Client, task_id: str, data: bytes) -> None:
+async def _fuzz_api_submit(client: Client, raw: Raw, task_id: str, data: bytes) -> None:
+    names = client.store.names
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
-            await api_call(client, "submit", data)
+            await api_call(raw, names, "submit", data)
         event("refused by nats-py")
         return
-    reply = await api_call(client, "submit", data, timeout=10)
+    reply = await api_call(raw, names, "submit", data, timeout=10)
     if is_error_reply(reply):
         event(f"error reply: {error_of(reply, 'api submit')[0]}")
         return
@@ -724,7 +751,9 @@ async def _fuzz_api_submit(client: Client, task_id: str, data: bytes) -> None:
     await client.handle(task_id).wait_until_done(timeout=15)
 
 
-async def _fuzz_api_get(client: Client, task_id: str, kind: str, size: int, depth: int) -> None:
+async def _fuzz_api_get(
+    client: Client, raw: Raw, task_id: str, kind: str, size: int, depth: int
+) -> None:
     """By size: a task whose output is `size` bytes, then `get` of its record. By depth:
     a `get` request carrying a nested field."""
     if kind == "size":
@@ -733,7 +762,7 @@ async def _fuzz_api_get(client: Client, task_id: str, kind: str, size: int, dept
         body = json.dumps({"task_id": task_id}).encode()
     else:
         body = f'{{"task_id":"{task_id}","extra":'.encode() + nested(depth) + b"}"
-    reply = await api_call(client, "get", body)
+    reply = await api_call(raw, client.store.names, "get", body)
     if is_error_reply(reply):
         event(f"error reply: {error_of(reply, 'api get')[0]}")
         return
@@ -741,14 +770,14 @@ async def _fuzz_api_get(client: Client, task_id: str, kind: str, size: int, dept
     event(f"record: {reply['status']}")
 
 
-async def _fuzz_work(client: Client, box: DeadLetters, task_id: str, data: bytes) -> None:
+async def _fuzz_work(client: Client, raw: Raw, box: DeadLetters, task_id: str, data: bytes) -> None:
     subject = client.store.names.work_subject("fast")
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
-            await client.store.js.publish(subject, data)
+            await raw.js.publish(subject, data)
         event("refused by nats-py")
         return
-    await client.store.js.publish(subject, data)
+    await raw.js.publish(subject, data)
 
     async def outcome() -> DeadLetter:
         letter = letter_for(box, subject, task_id, data)

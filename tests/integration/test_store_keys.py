@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.conftest import Raw
 from tether import Client
 from tether.schemas.tasks import TaskRecord, TaskStatus
 from tether.tasks.rules import utcnow
@@ -14,12 +15,12 @@ def _record(task_id: str) -> TaskRecord:
     )
 
 
-async def test_keys_lists_every_key_and_records_skip_deleted_ones(client: Client) -> None:
+async def test_keys_lists_every_key_and_records_skip_deleted_ones(client: Client, raw: Raw) -> None:
     store = client.store
     assert await store.keys(store.names.tasks_bucket) == []
     for n in range(5):
         assert await store.create_record(_record(f"k-{n}")) is not None
-    tasks = await store.js.key_value(store.names.tasks_bucket)
+    tasks = await raw.js.key_value(store.names.tasks_bucket)
     await tasks.delete("k-4")
 
     assert sorted(await store.keys(store.names.tasks_bucket)) == [f"k-{n}" for n in range(5)]
