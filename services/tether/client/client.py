@@ -104,7 +104,7 @@ class Client(Service):
     @property
     def max_payload(self) -> int:
         """The largest message the NATS server accepts (its max_payload)."""
-        return int(self.store.nc.max_payload)
+        return self.store.max_payload
 
     def _check_size(self, task_id: str, data: bytes) -> None:
         # The record the dispatcher makes of it is a little larger than the submission.

@@ -141,6 +141,11 @@ class Store:
         await self.nc.subscribe(self.names.cancel_notice_subject("*"), cb=cancelled)
 
     @property
+    def max_payload(self) -> int:
+        """The largest message the server accepts, headers included."""
+        return int(self.nc.max_payload)
+
+    @property
     def max_value(self) -> int:
         """The largest record, checkpoint or memo this store writes (see `limits`)."""
         return max_value(self.nc.max_payload)
