@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
@@ -18,14 +19,26 @@ class Service:
         if not lost.done():
             lost.set_result(reason)
 
+    def parts(self) -> Sequence[Service]:
+        """Services this one runs on (a `Client`, say): losing theirs loses this one."""
+        return ()
+
     @property
     def is_lost(self) -> bool:
-        return self._lost is not None and self._lost.done()
+        own = self._lost is not None and self._lost.done()
+        return own or any(part.is_lost for part in self.parts())
 
     async def wait_lost(self) -> str:
-        """Wait until the service can no longer work; returns why. A process serving
-        nothing must exit, so its supervisor restarts it."""
-        return await asyncio.shield(self._lost_future())
+        """Wait until the service (or a part) can no longer work; returns why. A process
+        serving nothing must exit, so its supervisor restarts it."""
+        waiters = [asyncio.ensure_future(asyncio.shield(self._lost_future()))]
+        waiters += [asyncio.ensure_future(part.wait_lost()) for part in self.parts()]
+        try:
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return done.pop().result()
 
     def _lost_future(self) -> asyncio.Future[str]:
         if self._lost is None:

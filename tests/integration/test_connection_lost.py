@@ -81,3 +81,26 @@ async def test_a_stop_signal_is_not_a_lost_connection(config: NatsConfig) -> Non
         stopping.set()
         assert await asyncio.wait_for(runner, timeout=5) is None
     assert not dispatcher.is_lost  # closing on purpose is not a loss
+
+
+class RunsOn(Service):
+    """A service that runs on another (as the API and the gateway run on a Client)."""
+
+    def __init__(self, part: Service) -> None:
+        self.part = part
+
+    def parts(self) -> list[Service]:
+        return [self.part]
+
+    async def start(self) -> None:
+        await self.part.start()
+
+    async def stop(self) -> None:
+        pass
+
+
+async def test_losing_a_part_loses_the_service_that_runs_on_it() -> None:
+    service = RunsOn(Loses())
+    await service.start()
+    reason = await asyncio.wait_for(_until_stopped_or_lost(asyncio.Event(), [service]), 5)
+    assert reason == "gone for good" and service.is_lost

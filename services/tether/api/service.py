@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from faststream.nats import NatsBroker
@@ -42,13 +41,8 @@ class ApiService(Service):
         if not self._stopping:
             self.connection_lost("the API's NATS connection closed for good")
 
-    async def wait_lost(self) -> str:
-        own = asyncio.ensure_future(super().wait_lost())
-        client = asyncio.ensure_future(self._client.wait_lost())
-        done, pending = await asyncio.wait([own, client], return_when=asyncio.FIRST_COMPLETED)
-        for waiter in pending:
-            waiter.cancel()
-        return done.pop().result()
+    def parts(self) -> list[Service]:
+        return [self._client]
 
     async def start(self) -> None:
         await self._client.connect()

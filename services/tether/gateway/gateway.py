@@ -81,6 +81,9 @@ class Gateway(Service):
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}{self.options.path}"
 
+    def parts(self) -> list[Service]:
+        return [self._client]
+
     async def start(self) -> None:
         await self._client.connect()
         try:
