@@ -4,15 +4,43 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
-from tether import Client, NatsConfig
+from tether import Client, NatsConfig, TaskHandle
 from tether.testing import wait_until
 
 pytestmark = pytest.mark.slow
+
+
+async def crash_then_survive(
+    config: NatsConfig,
+    crash_at: str,
+    handle: TaskHandle,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Any:
+    """A worker that SIGKILLs itself at `crash_at` (see tests/apps/crashing_worker.py), then
+    a fresh worker; the task's result once the survivor has finished it."""
+    monkeypatch.setenv("TETHER_CRASH_AT", crash_at)
+    doomed_log = tmp_path / "doomed.log"
+    doomed = start_worker(
+        config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
+    )
+    await wait_until(
+        lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself"
+    )
+    assert doomed.returncode == -9, doomed_log.read_text()
+    monkeypatch.delenv("TETHER_CRASH_AT")
+
+    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
+    try:
+        return await handle.wait(timeout=30)
+    finally:
+        stop_worker(survivor)
 
 
 @pytest.mark.parametrize(
@@ -37,22 +65,10 @@ async def test_redelivery_after_a_crash_reruns_nothing(
 ) -> None:
     task_id = f"crash-{point}-{step}"
     handle = await client.submit([{"tool": "fast", "input": 0}, "fast", "fast"], task_id=task_id)
-    monkeypatch.setenv("TETHER_CRASH_AT", f"{point}:{task_id}:{step}")
-    doomed_log = tmp_path / "doomed.log"
-    doomed = start_worker(
-        config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
-    )
-    await wait_until(
-        lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself"
-    )
-    assert doomed.returncode == -9, doomed_log.read_text()
-    monkeypatch.delenv("TETHER_CRASH_AT")
 
-    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
-    try:
-        result = await handle.wait(timeout=30)
-    finally:
-        stop_worker(survivor)
+    result = await crash_then_survive(
+        config, f"{point}:{task_id}:{step}", handle, tmp_path, monkeypatch
+    )
 
     assert result["step"] == 2
     counts = read_executions(executions)
@@ -71,22 +87,10 @@ async def test_a_side_effect_in_once_does_not_repeat_after_a_crash(
     """The worker dies right after `ctx.once` stored a plain function's result."""
     task_id = "crash-once"
     handle = await client.submit([{"tool": "notifies", "input": {}}], task_id=task_id)
-    monkeypatch.setenv("TETHER_CRASH_AT", f"memo-stored:{task_id}:0")
-    doomed_log = tmp_path / "doomed.log"
-    doomed = start_worker(
-        config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
-    )
-    await wait_until(
-        lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself"
-    )
-    assert doomed.returncode == -9, doomed_log.read_text()
-    monkeypatch.delenv("TETHER_CRASH_AT")
 
-    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
-    try:
-        result = await handle.wait(timeout=30)
-    finally:
-        stop_worker(survivor)
+    result = await crash_then_survive(
+        config, f"memo-stored:{task_id}:0", handle, tmp_path, monkeypatch
+    )
 
     assert result == {"receipt": "sent-1"}
     sends = [line for line in executions.read_text().splitlines() if line.endswith(" send")]

@@ -83,22 +83,21 @@ async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
 # -- helpers -------------------------------------------------------------------
 
 
-def padded_submit(task_id: str, size: int, tool: str = "fast") -> bytes:
-    """`{"task_id":…,"steps":[{"tool":…,"input":"k…k"}]}`, exactly `size` bytes."""
-    head = f'{{"task_id":"{task_id}","steps":[{{"tool":"{tool}","input":"'.encode()
-    tail = b'"}]}'
-    data = head + b"k" * (size - len(head) - len(tail)) + tail
+def _padded(head: str, tail: bytes, size: int) -> bytes:
+    data = head.encode()
+    data += b"k" * (size - len(data) - len(tail)) + tail
     assert len(data) == size
     return data
+
+
+def padded_submit(task_id: str, size: int, tool: str = "fast") -> bytes:
+    """`{"task_id":…,"steps":[{"tool":…,"input":"k…k"}]}`, exactly `size` bytes."""
+    return _padded(f'{{"task_id":"{task_id}","steps":[{{"tool":"{tool}","input":"', b'"}]}', size)
 
 
 def padded_work(task_id: str, size: int, tool: str = "fast") -> bytes:
     """A work message for step 0 of `task_id`, exactly `size` bytes."""
-    head = f'{{"task_id":"{task_id}","step":0,"tool":"{tool}","input":"'.encode()
-    tail = b'"}'
-    data = head + b"k" * (size - len(head) - len(tail)) + tail
-    assert len(data) == size
-    return data
+    return _padded(f'{{"task_id":"{task_id}","step":0,"tool":"{tool}","input":"', b'"}', size)
 
 
 def nested(depth: int) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
@@ -113,7 +114,7 @@ class AllEvents:
     def __init__(self, store: Store, on_event: Callable[[bytes], Any]) -> None:
         self._store = store
         self._on_event = on_event
-        self._subscription: Any = None
+        self._subscription: Subscription | None = None
 
     async def start(self) -> None:
         async def received(msg: Msg) -> None:
