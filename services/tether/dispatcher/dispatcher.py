@@ -40,11 +40,13 @@ class Dispatcher(Service):
         self._stopping = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._known_tools: KnownTools | None = None
+        self._tasks: TaskService  # set by start(), with the store
 
     async def start(self) -> None:
         self._nc = await connect(self.nats, self.connection_lost)
         self._store = await Store.open(self._nc, self.layout)
         self._known_tools = KnownTools(self._store)
+        self._tasks = TaskService(self._store)
         consumer = await self._store.submit_consumer()
         self._loop = asyncio.create_task(self._serve(self._store, consumer))
         log.info("dispatcher consuming %s", self.layout.names.submit_subject)
@@ -99,14 +101,14 @@ class Dispatcher(Service):
                 await delivery.done()
                 return
             created = existing  # our own earlier attempt crashed before acking: finish it
-        await _hand_off_if_pending(store, created.record)
+        await _hand_off_if_pending(self._tasks, created.record)
         await delivery.done()
 
     async def _reject(self, store: Store, delivery: Delivery, reason: str) -> None:
         """Tell the sender: a failed record and event if the id is usable, always a dead letter."""
         error = ErrorInfo(type="InvalidTask", message=reason)
         task_id = task_id_of(delivery.data)
-        await TaskService(store).dead_letter(
+        await self._tasks.dead_letter(
             tool=SUBMIT_DEAD_LETTER,
             subject=delivery.subject,
             data=delivery.data,
@@ -114,7 +116,7 @@ class Dispatcher(Service):
             task_id=task_id,
         )
         if task_id is not None:
-            await _record_rejection(store, task_id, error, delivery.stream_sequence)
+            await _record_rejection(self._tasks, task_id, error, delivery.stream_sequence)
         await delivery.give_up()
 
 
@@ -131,12 +133,12 @@ def _decode(data: bytes) -> TaskSubmit:
     return submit
 
 
-async def _hand_off_if_pending(store: Store, record: TaskRecord) -> None:
+async def _hand_off_if_pending(tasks: TaskService, record: TaskRecord) -> None:
     if record.status is TaskStatus.PENDING and record.current_step == 0:
-        await TaskService(store).hand_off_first(record)
+        await tasks.hand_off_first(record)
 
 
-async def _record_rejection(store: Store, task_id: str, error: ErrorInfo, seq: int) -> None:
+async def _record_rejection(tasks: TaskService, task_id: str, error: ErrorInfo, seq: int) -> None:
     """A failed record for a rejected submission, unless the id already names a task."""
     now = utcnow()
     record = TaskRecord(
@@ -147,10 +149,10 @@ async def _record_rejection(store: Store, task_id: str, error: ErrorInfo, seq: i
         updated_at=now,
         submit_seq=seq,
     )
-    created = await store.create_record(record)
+    created = await tasks.store.create_record(record)
     if created is None:
-        existing = await store.require_record(task_id)
+        existing = await tasks.store.require_record(task_id)
         if existing.record.submit_seq != seq:
             return  # never fail someone else's task because of a bad re-submit
         created = existing
-    await TaskService(store).fail(task_id, error, current=created)
+    await tasks.fail(task_id, error, current=created)
