@@ -12,7 +12,6 @@ from tether.errors import (
     TaskNotFoundError,
     TaskTimeoutError,
 )
-from tether.nats.connection import TRANSIENT_ERRORS
 from tether.schemas.api import ApiError, ErrorCode, ErrorReply
 from tether.schemas.ids import InvalidNameError
 
@@ -25,7 +24,7 @@ _CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], ErrorC
         (InvalidTaskError, InvalidNameError, msgspec.ValidationError, msgspec.DecodeError),
         ErrorCode.INVALID,
     ),
-    ((NatsUnavailableError, *TRANSIENT_ERRORS), ErrorCode.UNAVAILABLE),
+    (NatsUnavailableError, ErrorCode.UNAVAILABLE),
 ]
 
 
@@ -36,13 +35,7 @@ class InvalidRequestError(InvalidTaskError):
 def error_reply(exc: BaseException) -> ErrorReply:
     for kinds, code in _CODES:
         if isinstance(exc, kinds):
-            return ErrorReply(error=ApiError(code=code, message=_message(exc, code)))
+            return ErrorReply(error=ApiError(code=code, message=str(exc) or type(exc).__name__))
     return ErrorReply(
         error=ApiError(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
     )
-
-
-def _message(exc: BaseException, code: ErrorCode) -> str:
-    if code is ErrorCode.UNAVAILABLE and not isinstance(exc, NatsUnavailableError):
-        return f"NATS did not answer in time ({type(exc).__name__}): try again"
-    return str(exc) or type(exc).__name__

@@ -8,8 +8,8 @@ import contextlib
 from tether.cli import render
 from tether.cli.running import ExitCode, outcome
 from tether.client import Client
+from tether.errors import NatsUnavailableError
 from tether.nats.cancellation import raise_if_cancelled
-from tether.nats.connection import TRANSIENT_ERRORS
 from tether.nats.feeds import task_events
 from tether.nats.store import Store
 from tether.schemas.events import TERMINAL_EVENTS
@@ -62,7 +62,7 @@ async def poll_heartbeats(store: Store, task_id: str, view: render.EventView) ->
     while True:
         try:
             view.heartbeat(await store.get_heartbeat(task_id))
-        except TRANSIENT_ERRORS:
+        except NatsUnavailableError:
             pass  # reconnecting: the bar just pauses
         raise_if_cancelled()
         await asyncio.sleep(HEARTBEAT_POLL)

@@ -26,7 +26,6 @@ from tether.errors import (
     TaskNotFoundError,
     TetherError,
 )
-from tether.nats.connection import TRANSIENT_ERRORS
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import TaskRecord, TaskStatus
 
@@ -56,7 +55,7 @@ TaskIdArgument = Annotated[str, typer.Argument(metavar="ID", help="The task id."
 # -- running a command ------------------------------------------------------------
 
 
-REPORTED: tuple[type[BaseException], ...] = (TetherError, InvalidNameError, *TRANSIENT_ERRORS)
+REPORTED: tuple[type[BaseException], ...] = (TetherError,)
 """What a command reports as one line; anything else is a bug, with its traceback."""
 
 
@@ -97,13 +96,7 @@ def describe(exc: BaseException) -> tuple[str, ExitCode]:
             "or submit with another --id",
             ExitCode.ERROR,
         )
-    if isinstance(exc, TetherError | InvalidNameError):
-        return str(exc), ExitCode.ERROR
-    return (
-        f"NATS request failed ({exc or type(exc).__name__}): check that the server is up "
-        "and reachable (--nats / TETHER_NATS_URL)",
-        ExitCode.ERROR,
-    )
+    return str(exc), ExitCode.ERROR
 
 
 @contextlib.asynccontextmanager

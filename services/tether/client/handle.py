@@ -9,9 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 from tether.durations import as_seconds
-from tether.errors import TaskCancelledError, TaskFailedError, TaskTimeoutError
+from tether.errors import (
+    NatsUnavailableError,
+    TaskCancelledError,
+    TaskFailedError,
+    TaskTimeoutError,
+)
 from tether.nats.cancellation import raise_if_cancelled
-from tether.nats.connection import TRANSIENT_ERRORS
 from tether.nats.feeds import record_update, task_events
 from tether.nats.store import Store
 from tether.schemas.events import TERMINAL_EVENTS, AnyStatusEvent
@@ -73,7 +77,7 @@ class TaskHandle:
                 if found is not None and condition(found.record):
                     return found.record
                 record = await record_update(self._store, self.task_id, condition, window)
-            except TRANSIENT_ERRORS:
+            except NatsUnavailableError:
                 record = None  # reconnecting: try again until the deadline
                 await asyncio.sleep(min(window, 0.25))
             if record is not None:

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import logging
 import ssl
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
 
 import nats
 from nats.aio.client import Client as NatsClient
 
-from tether.errors import NatsUnavailableError
+from tether.errors import NatsUnavailableError, TetherError
 from tether.schemas.names import DEFAULT_NAMES, Names
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (nats.errors.Error, OSError, TimeoutError)
-"""What a NATS call raises while the connection is away for a moment: retry, or report
-`unavailable`. (nats-py's own classes, named here so no caller needs to import nats-py.)"""
+_FAILURES: tuple[type[BaseException], ...] = (nats.errors.Error, OSError)
+"""What nats-py raises when NATS is away or does not answer (TimeoutError is an OSError)."""
 Connection = NatsClient
 """A connection to NATS, as `connect` returns it."""
 log = logging.getLogger("tether.nats")
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C", bound=type)
 _closing: weakref.WeakSet[NatsClient] = weakref.WeakSet()
 
 
@@ -114,3 +120,37 @@ async def _quiet(exc: Exception) -> None:
 
 async def _noop() -> None:
     pass
+
+
+@contextlib.contextmanager
+def failures_translated() -> Iterator[None]:
+    """Raise NatsUnavailableError where nats-py raises its own errors, so no caller
+    outside the seam needs to know nats-py's."""
+    try:
+        yield
+    except TetherError:
+        raise
+    except _FAILURES as exc:
+        raise NatsUnavailableError(
+            f"NATS did not answer ({type(exc).__name__}: {exc or 'no detail'}): check that "
+            "the server is up and reachable (--nats / TETHER_NATS_URL), then try again"
+        ) from exc
+
+
+def translated(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    @functools.wraps(call)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with failures_translated():
+            return await call(*args, **kwargs)
+
+    return wrapper
+
+
+def translating(cls: C) -> C:
+    """Apply `translated` to every public coroutine method of `cls`: the seam's boundary."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(member):
+            setattr(cls, name, translated(member))
+        elif isinstance(member, classmethod) and inspect.iscoroutinefunction(member.__func__):
+            setattr(cls, name, classmethod(translated(member.__func__)))
+    return cls

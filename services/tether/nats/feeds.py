@@ -17,6 +17,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.connection import failures_translated, translated, translating
 from tether.nats.store import Store
 from tether.schemas.codec import event_decoder, record_decoder
 from tether.schemas.events import AnyStatusEvent
@@ -33,13 +34,19 @@ async def task_events(
     then live, without a gap. `timeout`: raise TimeoutError when no event comes that long
     (None: wait for ever)."""
     subject = store.names.status_subject(task_id)
-    sub = await store.js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+    with failures_translated():
+        sub = await store.js.subscribe(
+            subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+        )
     try:
         while True:
             raise_if_cancelled()  # next_msg can eat the cancel that ends the feed
-            try:
-                msg = await sub.next_msg(timeout=IDLE_POLL if timeout is None else timeout)
-            except nats.errors.TimeoutError:
+            with failures_translated():
+                try:
+                    msg = await sub.next_msg(timeout=IDLE_POLL if timeout is None else timeout)
+                except nats.errors.TimeoutError:
+                    msg = None
+            if msg is None:
                 if timeout is None:
                     continue
                 raise TimeoutError(f"no event of task {task_id!r} within {timeout}s") from None
@@ -49,6 +56,7 @@ async def task_events(
             await sub.unsubscribe()
 
 
+@translated
 async def last_event(store: Store, task_id: str) -> AnyStatusEvent | None:
     try:
         msg = await store.js.get_last_msg(
@@ -59,6 +67,7 @@ async def last_event(store: Store, task_id: str) -> AnyStatusEvent | None:
     return event_decoder.decode(msg.data) if msg.data else None
 
 
+@translated
 async def dead_letters(store: Store, limit: int) -> list[DeadLetter]:
     """The latest `limit` dead letters, oldest first (foreign junk on the subject skipped)."""
     info = await store.js.stream_info(store.names.dead_letter_stream)
@@ -85,6 +94,7 @@ async def dead_letters(store: Store, limit: int) -> list[DeadLetter]:
             await sub.unsubscribe()
 
 
+@translated
 async def record_update(
     store: Store, task_id: str, condition: Callable[[TaskRecord], bool], window: float
 ) -> TaskRecord | None:
@@ -108,6 +118,7 @@ async def record_update(
             await watcher.stop()  # type: ignore[no-untyped-call]
 
 
+@translating
 class AllEvents:
     """Every task's status events (core NATS, live only), each handed to `on_event`."""
 

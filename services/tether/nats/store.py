@@ -25,6 +25,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from tether.errors import NatsUnavailableError, TaskNotFoundError
+from tether.nats.connection import translating
 from tether.nats.delivery import Consumer
 from tether.nats.limits import check_message, check_value, max_value
 from tether.nats.provision import (
@@ -66,6 +67,7 @@ EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.valu
 PUBLISH_TIMEOUT = 5.0
 
 
+@translating
 class Store:
     """Keys are not re-validated here: task ids and tool names are checked where they
     enter (dispatcher, worker, client, API), and the hot path saves the regex."""

@@ -26,6 +26,7 @@ from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.codec import encode
 from tether.schemas.events import (
+    AnyStatusEvent,
     Cancelled,
     Completed,
     Failed,
@@ -148,27 +149,12 @@ class TaskService:
         skipped: bool = False,
     ) -> None:
         now = utcnow()
-        await self.store.emit(
-            StepCompleted(
-                task_id=record.task_id,
-                status=record.status,
-                step=step,
-                tool=record.steps[step].tool,
-                attempt=attempt,
-                time=now,
-                output=event_output(checkpoint.output),
-                skipped=skipped,
-            ),
-            record.generation,
+        output = event_output(checkpoint.output)
+        await self._emit(
+            StepCompleted, record, step, attempt=attempt, time=now, output=output, skipped=skipped
         )
         if record.status is TaskStatus.COMPLETED:
-            completed = Completed(
-                task_id=record.task_id,
-                status=record.status,
-                time=now,
-                output=event_output(record.result),
-            )
-            await self.store.emit(completed, record.generation)
+            await self._emit(Completed, record, time=now, output=event_output(record.result))
 
     async def hand_off_next(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
         work = rules.next_work(record, step, checkpoint.output)
@@ -179,10 +165,7 @@ class TaskService:
     async def hand_off_first(self, record: TaskRecord) -> None:
         """Emit `submitted` and publish the first step (both idempotent on a replay)."""
         work = rules.current_work(record)
-        await self.store.emit(
-            Submitted(task_id=record.task_id, status=TaskStatus.PENDING, time=record.created_at),
-            record.generation,
-        )
+        await self._emit(Submitted, record, status=TaskStatus.PENDING, time=record.created_at)
         msg_id = self.store.names.step_msg_id(work.task_id, work.step, work.generation)
         await self.store.publish_work(work, msg_id)
 
@@ -202,18 +185,7 @@ class TaskService:
         )
         record = stored.record
         if changed:
-            in_plan = step is not None and step < len(record.steps)
-            tool = record.steps[step].tool if in_plan and step is not None else None
-            failed = Failed(
-                task_id=task_id,
-                status=TaskStatus.FAILED,
-                step=step,
-                tool=tool,
-                attempt=attempt,
-                time=record.updated_at,
-                error=error,
-            )
-            await self.store.emit(failed, record.generation)
+            await self._emit(Failed, record, step, attempt=attempt, error=error)
         return record
 
     async def dead_letter(
@@ -251,8 +223,7 @@ class TaskService:
             "already {status}: only unfinished tasks can be cancelled",
         )
         await self.store.notify_cancelled(task_id)
-        cancelled = Cancelled(task_id=task_id, status=TaskStatus.CANCELLED, time=record.updated_at)
-        await self.store.emit(cancelled, record.generation)
+        await self._emit(Cancelled, record)
         return record
 
     async def wait_for_input(
@@ -266,16 +237,7 @@ class TaskService:
         if not changed:
             return None
         record = stored.record
-        waiting = Waiting(
-            task_id=record.task_id,
-            status=TaskStatus.WAITING,
-            step=step,
-            tool=record.steps[step].tool,
-            attempt=attempt,
-            time=record.updated_at,
-            input_request=request,
-        )
-        await self.store.emit(waiting, record.generation)
+        await self._emit(Waiting, record, step, attempt=attempt, input_request=request)
         return record
 
     # -- resuming ---------------------------------------------------------------------------
@@ -314,17 +276,22 @@ class TaskService:
         step = record.current_step
         previous = await self.store.get_checkpoint(task_id, step - 1) if step > 0 else None
         work = rules.current_work(record, previous.output if previous else None)
-        retrying = StepRetrying(
-            task_id=task_id,
-            status=TaskStatus.RUNNING,
-            step=step,
-            tool=record.steps[step].tool,
-            time=record.updated_at,
-        )
-        await self.store.emit(retrying, record.generation)
+        await self._emit(StepRetrying, record, step)
         msg_id = self.store.names.step_msg_id(task_id, step, record.generation)
         await self.store.publish_work(work, msg_id)
         return record
+
+    async def _emit(
+        self, kind: type[AnyStatusEvent], record: TaskRecord, step: int | None = None, **fields: Any
+    ) -> None:
+        """Every event of a task flow is built here: the record's status and time, the
+        step's tool, unless `fields` say otherwise."""
+        in_plan = step is not None and step < len(record.steps)
+        fields.setdefault("status", record.status)
+        fields.setdefault("time", record.updated_at)
+        tool = record.steps[step].tool if in_plan and step is not None else None
+        event = kind(task_id=record.task_id, step=step, tool=tool, **fields)
+        await self.store.emit(event, record.generation)
 
     async def _change_or_conflict(self, task_id: str, change: Change, refusal: str) -> TaskRecord:
         """Apply `change`, or raise TaskConflictError saying why the task refuses it."""
