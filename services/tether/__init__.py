@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tether.nats import Layout, NatsConfig, NatsServer
     from tether.schemas.tasks import StepSpec as Step
     from tether.schemas.tasks import TaskRecord, TaskStatus
+    from tether.tasks.rules import Parallel
     from tether.worker import App, NeedsInput, NextSteps, RetryPolicy, StepContext, Worker
 
 _HOMES = {
@@ -56,6 +57,7 @@ _HOMES = {
     ],
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
     "tether.schemas.tasks": ["TaskRecord", "TaskStatus"],
+    "tether.tasks.rules": ["Parallel"],
     "tether.worker": ["App", "NeedsInput", "NextSteps", "RetryPolicy", "StepContext", "Worker"],
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
@@ -73,6 +75,7 @@ __all__ = [
     "NatsUnavailableError",
     "NeedsInput",
     "NextSteps",
+    "Parallel",
     "RetryPolicy",
     "RetryableError",
     "Step",

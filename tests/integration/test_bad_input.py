@@ -181,7 +181,7 @@ BAD_SUBMISSIONS = [
         "tool-is-a-number",
         submission(task_id="tool-int", steps=[{"tool": 5}]),
         "tool-int",
-        "Expected `str`, got `int` - at `$.steps[0].tool`",
+        "got `int` - at `$.steps[0].tool`",
     ),
     Bad(
         "step-is-a-number",

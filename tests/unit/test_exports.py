@@ -17,6 +17,7 @@ TETHER_ALL = [
     "NatsUnavailableError",
     "NeedsInput",
     "NextSteps",
+    "Parallel",
     "RetryPolicy",
     "RetryableError",
     "Step",

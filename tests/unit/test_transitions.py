@@ -251,7 +251,7 @@ def test_plan_after_without_next_steps_is_the_same_plan() -> None:
 
 def test_next_work_passes_the_previous_output_when_input_is_omitted() -> None:
     record = _record(status=TaskStatus.RUNNING, current_step=1)
-    work = rules.next_work(record, 0, {"hits": [1, 2]})
+    (work,) = rules.next_work(record, 0, {"hits": [1, 2]})
     assert work == WorkMessage(
         task_id="report-42", step=1, tool="summarize", input={"hits": [1, 2]}, generation=1
     )
@@ -260,8 +260,7 @@ def test_next_work_passes_the_previous_output_when_input_is_omitted() -> None:
 def test_next_work_keeps_an_explicit_input() -> None:
     steps = [StepSpec(tool="a"), StepSpec(tool="b", input={"fixed": True})]
     record = _record(steps=steps, status=TaskStatus.RUNNING, current_step=1)
-    work = rules.next_work(record, 0, "previous output")
-    assert work is not None
+    (work,) = rules.next_work(record, 0, "previous output")
     assert work.input == {"fixed": True}
     assert work.tool == "b"
 
@@ -270,22 +269,20 @@ def test_next_work_keeps_an_explicit_input() -> None:
 def test_next_work_keeps_a_falsy_explicit_input(explicit: Any) -> None:
     steps = [StepSpec(tool="a"), StepSpec(tool="b", input=explicit)]
     record = _record(steps=steps)
-    work = rules.next_work(record, 0, "previous output")
-    assert work is not None
+    (work,) = rules.next_work(record, 0, "previous output")
     assert work.input == explicit
 
 
 def test_next_work_carries_the_generation() -> None:
     record = _record(generation=3)
-    work = rules.next_work(record, 0, None)
-    assert work is not None
+    (work,) = rules.next_work(record, 0, None)
     assert work.generation == 3
 
 
-def test_next_work_is_none_after_the_last_step() -> None:
+def test_next_work_is_empty_after_the_last_step() -> None:
     record = _record()
-    assert rules.next_work(record, 2, "final") is None
-    assert rules.next_work(record, 5, "final") is None
+    assert rules.next_work(record, 2, "final") == []
+    assert rules.next_work(record, 5, "final") == []
 
 
 def test_next_work_follows_an_extended_plan() -> None:
@@ -294,13 +291,12 @@ def test_next_work_follows_an_extended_plan() -> None:
         record, 2, _checkpoint("turn", next_steps=[StepSpec(tool="llm")]), T1
     )
     assert done is not None
-    work = rules.next_work(done, 2, "turn")
-    assert work is not None
+    (work,) = rules.next_work(done, 2, "turn")
     assert (work.step, work.tool, work.input) == (3, "llm", "turn")
 
 
 def test_current_work_is_the_current_step_with_its_own_input() -> None:
-    work = rules.current_work(_record(), previous_output="ignored")
+    (work,) = rules.current_work(_record(), previous_output="ignored")
     assert work == WorkMessage(
         task_id="report-42", step=0, tool="search", input={"query": "AI"}, generation=1
     )
@@ -308,7 +304,7 @@ def test_current_work_is_the_current_step_with_its_own_input() -> None:
 
 def test_current_work_without_input_takes_the_previous_output() -> None:
     record = _record(current_step=1)
-    work = rules.current_work(record, previous_output=["hit"])
+    (work,) = rules.current_work(record, previous_output=["hit"])
     assert (work.step, work.input) == (1, ["hit"])
 
 

@@ -82,7 +82,7 @@ def step_position(record: TaskRecord) -> str:
 def current_tool(record: TaskRecord) -> str:
     if not record.steps:
         return "-"
-    return record.steps[min(record.current_step, len(record.steps) - 1)].tool
+    return record.steps[min(record.current_step, len(record.steps) - 1)].label
 
 
 # -- tables -------------------------------------------------------------------

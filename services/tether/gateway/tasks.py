@@ -73,7 +73,7 @@ def status_message(record: TaskRecord, heartbeat: Heartbeat | None = None) -> st
 def _running_message(record: TaskRecord, heartbeat: Heartbeat | None) -> str:
     step = record.current_step
     total = len(record.steps)
-    tool = record.steps[step].tool if step < total else "?"
+    tool = record.steps[step].label if step < total else "?"
     message = f"step {step} ({tool}) of {total} running"
     if heartbeat is not None and heartbeat.step == step:
         if heartbeat.progress is not None:
@@ -164,6 +164,6 @@ def failure_message(record: TaskRecord) -> str:
     step = record.failed_step
     where = ""
     if step is not None and step < len(record.steps):
-        where = f" at step {step} ({record.steps[step].tool})"
+        where = f" at step {step} ({record.steps[step].label})"
     detail = f"{error.type}: {error.message}" if error else "unknown error"
     return f"task {record.task_id!r} failed{where}: {detail}"

@@ -16,7 +16,7 @@ import msgspec
 from tether.errors import InvalidTaskError
 from tether.schemas.tasks import StepSpec, ToolInfo
 from tether.tasks.conformance import mismatch
-from tether.tasks.rules import to_step
+from tether.tasks.rules import to_step, validate_steps
 
 RUN_PLAN = "run_plan"
 """The gateway's own tool: run a whole list of steps as one durable task."""
@@ -139,4 +139,6 @@ def plan_steps(arguments: dict[str, Any] | None) -> list[StepSpec]:
         ) from exc
     if not plan.steps:
         raise InvalidTaskError("run_plan needs at least one step")
-    return [to_step(step) for step in plan.steps]
+    steps = [to_step(step) for step in plan.steps]
+    validate_steps(steps, "run_plan")
+    return steps

@@ -289,19 +289,21 @@ class Store:
         return records
 
     # -- checkpoints ---------------------------------------------------------
-    async def get_checkpoint(self, task_id: str, step: int) -> Checkpoint | None:
-        found = await self.get_memo(self.names.step_key(task_id, step))
+    async def get_checkpoint(
+        self, task_id: str, step: int, branch: int | None = None
+    ) -> Checkpoint | None:
+        found = await self.get_memo(self.names.step_key(task_id, step, branch))
         return None if found is None else checkpoint_decoder.decode(found)
 
     async def create_checkpoint(
-        self, task_id: str, step: int, checkpoint: Checkpoint
+        self, task_id: str, step: int, checkpoint: Checkpoint, branch: int | None = None
     ) -> Checkpoint:
         """Store `checkpoint` unless one exists; return the one that won."""
-        key = self.names.step_key(task_id, step)
+        key = self.names.step_key(task_id, step, branch)
         try:
             await self._write(self._checkpoints_prefix + key, encode(checkpoint), 0)
         except KeyWrongLastSequenceError:
-            existing = await self.get_checkpoint(task_id, step)
+            existing = await self.get_checkpoint(task_id, step, branch)
             if existing is None:  # deleted in between: ours is as good as any
                 raise
             return existing
@@ -337,7 +339,9 @@ class Store:
         events are published without waiting: the stream still stores them, in order,
         and the task record, not the event log, is what the protocol relies on.
         """
-        msg_id = self.names.event_msg_id(event.task_id, event.kind, event.step, generation, n)
+        msg_id = self.names.event_msg_id(
+            event.task_id, event.kind, event.step, generation, n, event.branch
+        )
         subject = self.names.status_subject(event.task_id)
         headers = {MSG_ID: msg_id}
         data = encode(event)

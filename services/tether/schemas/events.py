@@ -16,6 +16,8 @@ class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
     task_id: str
     status: TaskStatus
     step: int | None = None
+    branch: int | None = None
+    """Set on the events of one branch of a parallel step."""
     tool: str | None = None
     attempt: int | None = None
     time: datetime

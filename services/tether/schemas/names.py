@@ -94,19 +94,20 @@ class Names(msgspec.Struct, frozen=True):
 
     # -- keys and message ids ------------------------------------------------
     @staticmethod
-    def step_key(task_id: str, step: int) -> str:
-        """Checkpoint key and idempotency key of one step: `<task_id>.<step>`."""
-        return f"{task_id}.{step}"
+    def step_key(task_id: str, step: int, branch: int | None = None) -> str:
+        """Checkpoint key and idempotency key of one step, `<task_id>.<step>`, or of one
+        branch of a parallel step, `<task_id>.<step>.b<branch>`."""
+        return f"{task_id}.{step}" if branch is None else f"{task_id}.{step}.b{branch}"
 
     @staticmethod
-    def once_key(task_id: str, step: int, name: str) -> str:
-        """Checkpoint key of a memoized side effect inside one step."""
-        return f"{task_id}.{step}.once.{name}"
+    def once_key(task_id: str, step: int, name: str, branch: int | None = None) -> str:
+        """Checkpoint key of a memoized side effect inside one step (or branch)."""
+        return f"{Names.step_key(task_id, step, branch)}.once.{name}"
 
     @staticmethod
-    def step_msg_id(task_id: str, step: int, generation: int = 1) -> str:
+    def step_msg_id(task_id: str, step: int, generation: int = 1, branch: int | None = None) -> str:
         """`Nats-Msg-Id` of a step's work message; re-runs carry their generation."""
-        base = f"{task_id}.{step}"
+        base = Names.step_key(task_id, step, branch)
         return base if generation <= 1 else f"{base}.g{generation}"
 
     @staticmethod
@@ -116,10 +117,15 @@ class Names(msgspec.Struct, frozen=True):
 
     @staticmethod
     def event_msg_id(
-        task_id: str, event: str, step: int | None, generation: int, n: int = 0
+        task_id: str,
+        event: str,
+        step: int | None,
+        generation: int,
+        n: int = 0,
+        branch: int | None = None,
     ) -> str:
         """`Nats-Msg-Id` of a status event, so a replayed step does not repeat its events."""
-        where = "task" if step is None else str(step)
+        where = "task" if step is None else str(step) if branch is None else f"{step}.b{branch}"
         return f"{task_id}.{where}.{event}.g{generation}.{n}"
 
     # -- JetStream's own names for a KV bucket's stream and API -------------------------

@@ -12,6 +12,8 @@ from tether.schemas.ids import TASK_ID_PATTERN, TOOL_NAME_PATTERN
 
 MAX_STEPS = 1000
 """Steps in one submitted plan."""
+MAX_BRANCHES = 1000
+"""Branches in one parallel group."""
 MAX_ATTEMPTS = 1000
 MAX_BACKOFF_MS = 24 * 3600 * 1000
 """One day: the longest delay between two attempts."""
@@ -54,12 +56,36 @@ class RetryOverride(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 
 
 class StepSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One step of a plan. A missing or null `input` means: the previous step's output."""
+    """One step of a plan: a tool, or a parallel group of tool steps (its branches).
 
-    tool: ToolName
+    A missing or null `input` means: the previous step's output (for a branch too).
+    A group's output is the list of its branches' outputs, in branch order; with
+    `collect_errors`, a branch that fails for good puts `{"error": {...}}` in its place
+    instead of failing the task.
+    """
+
+    tool: ToolName | None = None
     input: Any = None
     timeout_ms: DurationMs | None = None
     retry: RetryOverride | None = None
+    parallel: (
+        Annotated[list[StepSpec], msgspec.Meta(min_length=1, max_length=MAX_BRANCHES)] | None
+    ) = None
+    collect_errors: bool = False
+
+    def branch(self, branch: int | None) -> StepSpec:
+        """The spec that runs: this step, or one branch of this group."""
+        if branch is None:
+            return self
+        assert self.parallel is not None, "a branch of a step that is not a group"
+        return self.parallel[branch]
+
+    @property
+    def label(self) -> str:
+        """What to show for the step: its tool, or `parallel(search, fetch)`."""
+        if self.parallel is None:
+            return self.tool or "?"
+        return "parallel(" + ", ".join(spec.label for spec in self.parallel) + ")"
 
 
 Plan = Annotated[
@@ -112,16 +138,20 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     input_request: InputRequest | None = None
     generation: int = 1
     submit_seq: int = 0
+    done_branches: list[int] = msgspec.field(default_factory=list)
+    """Branches of the current step (a parallel group) that are checkpointed."""
 
 
 class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One step to run, on `tether.work.<tool>`; `Nats-Msg-Id` is `<task_id>.<step>`."""
+    """One step (or one branch of a parallel step) to run, on `tether.work.<tool>`;
+    `Nats-Msg-Id` is `<task_id>.<step>` (`<task_id>.<step>.b<branch>` for a branch)."""
 
     task_id: str
     step: Annotated[int, msgspec.Meta(ge=0)]
     tool: str
     input: Any = None
     generation: Annotated[int, msgspec.Meta(ge=1)] = 1
+    branch: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,6 +175,7 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     tool: str
     attempt: int
     worker_id: str
+    branch: int | None = None
     progress: float | None = None
     message: str | None = None
     time: datetime
@@ -160,6 +191,7 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     tool: str
     task_id: str | None = None
     step: int | None = None
+    branch: int | None = None
     attempt: int = 0
     error: ErrorInfo
     subject: str

@@ -18,6 +18,7 @@ from tether.schemas.ids import InvalidNameError, validate_task_id, validate_tool
 from tether.schemas.tasks import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_MS,
+    MAX_BRANCHES,
     MAX_DURATION_MS,
     MAX_STEPS,
     Checkpoint,
@@ -99,34 +100,76 @@ def complete_step(
         status=TaskStatus.COMPLETED if done else TaskStatus.RUNNING,
         result=checkpoint.output if done else None,
         input_request=None,
+        done_branches=[],
         updated_at=now,
     )
 
 
-def next_work(record: TaskRecord, step: int, output: Any) -> WorkMessage | None:
-    """The message that hands off `step + 1` of `record` (the plan already extended)."""
+def complete_branch(record: TaskRecord, step: int, branch: int, now: datetime) -> TaskRecord | None:
+    """Count one checkpointed branch of the current (parallel) step; None if counted."""
+    if record.status.is_terminal or record.current_step != step or branch in record.done_branches:
+        return None
+    done = sorted([*record.done_branches, branch])
+    status = TaskStatus.RUNNING if record.status is TaskStatus.PENDING else record.status
+    return msgspec.structs.replace(record, done_branches=done, status=status, updated_at=now)
+
+
+def all_branches_done(record: TaskRecord, step: int) -> bool:
+    """True when every branch of `step` is checkpointed and the step is not yet complete:
+    the fan-in is due (whoever sees this may do it; doing it twice is harmless)."""
+    if record.status.is_terminal or record.current_step != step:
+        return False
+    branches = record.steps[step].parallel
+    return branches is not None and len(record.done_branches) == len(branches)
+
+
+def fan_in(branches: Sequence[Checkpoint], now: datetime) -> Checkpoint:
+    """A parallel step's checkpoint: its branches' outputs as a list, in branch order."""
+    return Checkpoint(output=[branch.output for branch in branches], time=now)
+
+
+def branch_error(error: ErrorInfo) -> dict[str, Any]:
+    """What a branch that failed for good leaves in a group that collects errors."""
+    return {"error": {"type": error.type, "message": error.message}}
+
+
+def next_work(record: TaskRecord, step: int, output: Any) -> list[WorkMessage]:
+    """The messages that hand off `step + 1` of `record` (the plan already extended)."""
     following = step + 1
     if following >= len(record.steps):
-        return None
-    spec = record.steps[following]
-    return WorkMessage(
-        task_id=record.task_id,
-        step=following,
-        tool=spec.tool,
-        input=output if spec.input is None else spec.input,
-        generation=record.generation,
-    )
+        return []
+    return step_work(record, following, output)
 
 
-def current_work(record: TaskRecord, previous_output: Any = None) -> WorkMessage:
-    """The message for the record's current step (first step, resume, retry)."""
-    spec = record.steps[record.current_step]
+def current_work(record: TaskRecord, previous_output: Any = None) -> list[WorkMessage]:
+    """The messages of the record's current step (first step, resume, retry)."""
+    return step_work(record, record.current_step, previous_output)
+
+
+def step_work(record: TaskRecord, step: int, previous_output: Any) -> list[WorkMessage]:
+    """One message for a tool step, one per branch not yet done for a parallel step."""
+    spec = record.steps[step]
+    if spec.parallel is None:
+        return [_work(record, step, spec, None, previous_output)]
+    done = set(record.done_branches) if step == record.current_step else set()
+    return [
+        _work(record, step, branch, index, previous_output)
+        for index, branch in enumerate(spec.parallel)
+        if index not in done
+    ]
+
+
+def _work(
+    record: TaskRecord, step: int, spec: StepSpec, branch: int | None, previous_output: Any
+) -> WorkMessage:
+    assert spec.tool is not None
     return WorkMessage(
         task_id=record.task_id,
-        step=record.current_step,
+        step=step,
         tool=spec.tool,
         input=previous_output if spec.input is None else spec.input,
         generation=record.generation,
+        branch=branch,
     )
 
 
@@ -203,13 +246,45 @@ def validate_submit(submit: TaskSubmit) -> None:
 def validate_steps(steps: Sequence[StepSpec], where: str, first: int = 0) -> None:
     """Check each step's tool name and overrides; `where` prefixes the error message."""
     for index, spec in enumerate(steps, start=first):
-        try:
-            validate_tool_name(spec.tool)
-        except InvalidNameError as exc:
-            raise InvalidTaskError(f"{where}, step {index}: {exc}") from exc
-        problem = _override_problem(spec)
-        if problem:
-            raise InvalidTaskError(f"{where}, step {index} ({spec.tool}): {problem}")
+        if spec.parallel is None:
+            _validate_tool_step(spec, f"{where}, step {index}")
+            continue
+        if spec.tool is not None or spec.input is not None or spec.timeout_ms or spec.retry:
+            raise InvalidTaskError(
+                f"{where}, step {index}: a parallel group takes only 'parallel' and "
+                "'collect_errors'; put tool, input, timeout_ms and retry on its branches"
+            )
+        if not 1 <= len(spec.parallel) <= MAX_BRANCHES:
+            raise InvalidTaskError(
+                f"{where}, step {index}: a parallel group has 1 to {MAX_BRANCHES} branches"
+            )
+        for branch, branch_spec in enumerate(spec.parallel):
+            if branch_spec.parallel is not None:
+                raise InvalidTaskError(
+                    f"{where}, step {index}, branch {branch}: groups do not nest; "
+                    "run the inner group as a step of its own"
+                )
+            _validate_tool_step(branch_spec, f"{where}, step {index}, branch {branch}")
+
+
+def tools_of(steps: Sequence[StepSpec]) -> set[str]:
+    """Every tool a plan names, its branches' included."""
+    specs = [branch for spec in steps for branch in (spec.parallel or [spec])]
+    return {spec.tool for spec in specs if spec.tool is not None}
+
+
+def _validate_tool_step(spec: StepSpec, where: str) -> None:
+    if spec.tool is None:
+        raise InvalidTaskError(f"{where}: give a 'tool' (or 'parallel': a list of steps)")
+    if spec.collect_errors:
+        raise InvalidTaskError(f"{where}: 'collect_errors' belongs on a parallel group")
+    try:
+        validate_tool_name(spec.tool)
+    except InvalidNameError as exc:
+        raise InvalidTaskError(f"{where}: {exc}") from exc
+    problem = _override_problem(spec)
+    if problem:
+        raise InvalidTaskError(f"{where} ({spec.tool}): {problem}")
 
 
 def _override_problem(spec: StepSpec) -> str | None:
@@ -237,9 +312,21 @@ def to_step(step: StepSpec | dict[str, Any] | str) -> StepSpec:
     if isinstance(step, str):
         return StepSpec(tool=step)
     try:
-        return msgspec.convert(step, StepSpec)
+        spec = msgspec.convert(step, StepSpec)
     except msgspec.ValidationError as exc:
         raise InvalidTaskError(f"invalid step {step!r}: {exc}") from exc
+    if spec.tool is None and spec.parallel is None:
+        raise InvalidTaskError(f"invalid step {step!r}: give a 'tool' (or 'parallel': steps)")
+    return spec
+
+
+def Parallel(*branches: StepSpec | dict[str, Any] | str, collect_errors: bool = False) -> StepSpec:
+    """A parallel step: its branches run at once, on any workers, and the next step gets
+    their outputs as a list in branch order (`collect_errors`: a branch that fails for
+    good leaves `{"error": {...}}` in its place instead of failing the task)."""
+    return StepSpec(
+        parallel=[to_step(branch) for branch in branches], collect_errors=collect_errors
+    )
 
 
 def task_id_of(data: bytes) -> str | None:

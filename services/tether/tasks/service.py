@@ -42,6 +42,7 @@ from tether.schemas.tasks import (
     InputRequest,
     TaskRecord,
     TaskStatus,
+    WorkMessage,
 )
 from tether.tasks import rules
 from tether.tasks.conformance import check_answer
@@ -157,17 +158,93 @@ class TaskService:
             await self._emit(Completed, record, time=now, output=event_output(record.result))
 
     async def hand_off_next(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
-        work = rules.next_work(record, step, checkpoint.output)
-        if work is not None:
-            msg_id = self.store.names.step_msg_id(work.task_id, work.step, work.generation)
-            await self.store.publish_work(work, msg_id)
+        await self._publish(rules.next_work(record, step, checkpoint.output))
 
     async def hand_off_first(self, record: TaskRecord) -> None:
         """Emit `submitted` and publish the first step (both idempotent on a replay)."""
-        work = rules.current_work(record)
         await self._emit(Submitted, record, status=TaskStatus.PENDING, time=record.created_at)
-        msg_id = self.store.names.step_msg_id(work.task_id, work.step, work.generation)
-        await self.store.publish_work(work, msg_id)
+        await self._publish(rules.current_work(record))
+
+    async def _publish(self, works: list[WorkMessage]) -> None:
+        """Hand off a step, or every branch of a parallel step at once."""
+        names = self.store.names
+
+        async def publish(work: WorkMessage) -> None:
+            msg_id = names.step_msg_id(work.task_id, work.step, work.generation, work.branch)
+            await self.store.publish_work(work, msg_id)
+
+        if len(works) == 1:
+            await publish(works[0])
+        else:
+            await asyncio.gather(*(publish(work) for work in works))
+
+    # -- parallel steps: count branches, fan in ----------------------------------------
+    async def record_branch(
+        self, current: Versioned, step: int, branch: int, checkpoint: Checkpoint, *, attempt: int
+    ) -> TaskRecord | None:
+        """Checkpoint one branch of a parallel step, count it, and fan in if it was the
+        last. The checkpoint is create-only: when two holders of a branch race, the
+        first output stored is the branch's, and both count that one."""
+        task_id = current.record.task_id
+        winner = await self.store.create_checkpoint(task_id, step, checkpoint, branch)
+        return await self.count_branch(current, step, branch, winner, attempt=attempt)
+
+    async def count_branch(
+        self,
+        current: Versioned,
+        step: int,
+        branch: int,
+        checkpoint: Checkpoint,
+        *,
+        attempt: int | None = None,
+        skipped: bool = False,
+    ) -> TaskRecord | None:
+        """Add a checkpointed branch to the record's `done_branches`; the holder whose
+        write completes the set (or any later holder of a branch, after a crash) fans in."""
+        stored, changed = await self.store.update_record(
+            current.record.task_id,
+            lambda record: rules.complete_branch(record, step, branch, utcnow()),
+            current,
+        )
+        if changed:
+            output = event_output(checkpoint.output)
+            await self._emit(
+                StepCompleted,
+                stored.record,
+                step,
+                branch=branch,
+                attempt=attempt,
+                output=output,
+                skipped=skipped,
+            )
+        if rules.all_branches_done(stored.record, step):
+            return await self._fan_in(stored, step)
+        return stored.record if changed else None
+
+    async def _fan_in(self, stored: Versioned, step: int) -> TaskRecord | None:
+        """Store the group's checkpoint (its branches' outputs as a list), then complete
+        the step as any other: record, then hand off, exactly once by compare-and-set."""
+        record = stored.record
+        count = len(record.steps[step].parallel or ())
+        branches = await asyncio.gather(
+            *(self.store.get_checkpoint(record.task_id, step, b) for b in range(count))
+        )
+        if any(branch is None for branch in branches):  # counted only once checkpointed
+            raise RuntimeError(
+                f"task {record.task_id!r}, step {step}: a branch checkpoint is missing"
+            )
+        group = rules.fan_in([b for b in branches if b is not None], utcnow())
+        winner = await self.store.create_checkpoint(record.task_id, step, group)
+        return await self.complete_step(stored, step, winner)
+
+    async def replay_fan_in(self, record: TaskRecord, step: int) -> None:
+        """A branch's message after its group completed: replay the hand-off (its holder
+        may have died after the record moved and before the next step was published)."""
+        group = await self.store.get_checkpoint(record.task_id, step)
+        if group is None and record.status is TaskStatus.COMPLETED:
+            group = Checkpoint(output=record.result, time=record.updated_at)
+        if group is not None:
+            await self.replay_hand_off(record, step, group)
 
     # -- ending and pausing ---------------------------------------------------------------
     async def fail(
@@ -176,16 +253,20 @@ class TaskService:
         error: ErrorInfo,
         *,
         step: int | None = None,
+        branch: int | None = None,
         attempt: int | None = None,
         current: Versioned | None = None,
     ) -> TaskRecord:
-        """Mark the task failed (unless it already ended) and emit `failed`."""
+        """Mark the task failed (unless it already ended) and emit `failed`; a failed
+        branch also stops its running siblings (the notice a cancel sends)."""
         stored, changed = await self.store.update_record(
             task_id, lambda record: rules.fail(record, step, error, utcnow()), current
         )
         record = stored.record
         if changed:
-            await self._emit(Failed, record, step, attempt=attempt, error=error)
+            await self._emit(Failed, record, step, branch=branch, attempt=attempt, error=error)
+            if branch is not None:
+                await self.store.notify_cancelled(task_id)
         return record
 
     async def dead_letter(
@@ -197,6 +278,7 @@ class TaskService:
         error: ErrorInfo,
         task_id: str | None = None,
         step: int | None = None,
+        branch: int | None = None,
         attempt: int = 0,
     ) -> None:
         """Keep what Tether gave up on (the first 64 KiB of it) on `<prefix>.dead.<tool>`."""
@@ -205,6 +287,7 @@ class TaskService:
                 tool=tool,
                 task_id=task_id,
                 step=step,
+                branch=branch,
                 attempt=attempt,
                 error=error,
                 subject=subject,
@@ -261,7 +344,7 @@ class TaskService:
         stored = await self.store.create_checkpoint(task_id, step, answer)
         if stored != answer and stored.output != data:
             raise TaskConflictError(task_id, f"task {task_id!r} has already been answered")
-        work = rules.current_work(record)
+        (work,) = rules.current_work(record)
         msg_id = self.store.names.resume_msg_id(task_id, step, record.generation)
         await self.store.publish_work(work, msg_id)
         return record
@@ -275,10 +358,8 @@ class TaskService:
         )
         step = record.current_step
         previous = await self.store.get_checkpoint(task_id, step - 1) if step > 0 else None
-        work = rules.current_work(record, previous.output if previous else None)
         await self._emit(StepRetrying, record, step)
-        msg_id = self.store.names.step_msg_id(task_id, step, record.generation)
-        await self.store.publish_work(work, msg_id)
+        await self._publish(rules.current_work(record, previous.output if previous else None))
         return record
 
     async def _emit(
@@ -289,7 +370,8 @@ class TaskService:
         in_plan = step is not None and step < len(record.steps)
         fields.setdefault("status", record.status)
         fields.setdefault("time", record.updated_at)
-        tool = record.steps[step].tool if in_plan and step is not None else None
+        branch = fields.get("branch")
+        tool = record.steps[step].branch(branch).tool if in_plan and step is not None else None
         event = kind(task_id=record.task_id, step=step, tool=tool, **fields)
         await self.store.emit(event, record.generation)
 

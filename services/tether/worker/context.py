@@ -29,12 +29,15 @@ class StepContext:
         step: int,
         attempt: int,
         worker_id: str,
+        branch: int | None = None,
     ) -> None:
         self._store = store
         self._record = record
         self.task_id = record.task_id
         self.step = step
-        self.tool = record.steps[step].tool
+        self.branch = branch
+        """Which branch of a parallel step this is (None: a step of its own)."""
+        self.tool = record.steps[step].branch(branch).tool or ""
         self.attempt = attempt
         self.worker_id = worker_id
         self.progress_fraction: float | None = None
@@ -42,8 +45,9 @@ class StepContext:
 
     @property
     def idempotency_key(self) -> str:
-        """`<task_id>.<step>`: the same on every attempt; pass it to APIs that dedupe."""
-        return self._store.names.step_key(self.task_id, self.step)
+        """`<task_id>.<step>` (`.b<branch>` in a parallel step): the same on every
+        attempt; pass it to APIs that dedupe."""
+        return self._store.names.step_key(self.task_id, self.step, self.branch)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -64,6 +68,7 @@ class StepContext:
         return Heartbeat(
             task_id=self.task_id,
             step=self.step,
+            branch=self.branch,
             tool=self.tool,
             attempt=self.attempt,
             worker_id=self.worker_id,
@@ -92,7 +97,7 @@ class StepContext:
         `idempotency_key` where the other side supports that.
         """
         validate_tool_name(name)
-        key = self._store.names.once_key(self.task_id, self.step, name)
+        key = self._store.names.once_key(self.task_id, self.step, name, self.branch)
         stored = await self._store.get_memo(key)
         if stored is None:
             result = fn()

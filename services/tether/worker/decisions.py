@@ -40,6 +40,11 @@ class RepublishHandoff:
 
 
 @dataclass(frozen=True)
+class ReplayFanIn:
+    """A branch of a parallel step whose group was recorded: replay the group's hand-off."""
+
+
+@dataclass(frozen=True)
 class FromCheckpoint:
     """The step ran (or was answered) already: complete it from its checkpoint."""
 
@@ -56,7 +61,7 @@ class Execute:
     """Run the tool."""
 
 
-Decision = Reject | Drop | RepublishHandoff | FromCheckpoint | Wait | Execute
+Decision = Reject | Drop | RepublishHandoff | ReplayFanIn | FromCheckpoint | Wait | Execute
 
 
 def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkMessage) -> Decision:
@@ -65,7 +70,12 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
         return Reject(f"no task {work.task_id!r} exists")
     if rules.is_stale(record, work.step, work.generation):
         return Drop()
+    mismatch = _branch_mismatch(record, work)
+    if mismatch:
+        return Reject(mismatch)
     if record.current_step == work.step + 1:
+        if work.branch is not None:
+            return ReplayFanIn()
         stored = checkpoint or _result_as_checkpoint(record, work.step)
         if stored is not None:
             return RepublishHandoff(stored)
@@ -75,6 +85,16 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
     if record.status is TaskStatus.WAITING:
         return Wait()
     return Execute()
+
+
+def _branch_mismatch(record: TaskRecord, work: WorkMessage) -> str | None:
+    """Why a message's `branch` does not fit the step it names (None: it fits)."""
+    branches = record.steps[work.step].parallel
+    if work.branch is None:
+        return None if branches is None else f"step {work.step} is parallel: give a branch"
+    if branches is None or work.branch >= len(branches):
+        return f"step {work.step} has no branch {work.branch}"
+    return None
 
 
 def _result_as_checkpoint(record: TaskRecord, step: int) -> Checkpoint | None:

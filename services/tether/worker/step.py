@@ -112,6 +112,14 @@ class StepRunner:
                 assert found is not None
                 await self.tasks.replay_hand_off(found.record, work.step, stored)
                 await delivery.done()
+            case decisions.ReplayFanIn():
+                assert found is not None
+                await self.tasks.replay_fan_in(found.record, work.step)
+                await delivery.done()
+            case decisions.FromCheckpoint(stored) if work.branch is not None:
+                assert found is not None
+                await self.tasks.count_branch(found, work.step, work.branch, stored, skipped=True)
+                await delivery.done()
             case decisions.FromCheckpoint(stored):
                 assert found is not None
                 await self.tasks.complete_step(found, work.step, stored, skipped=True)
@@ -137,7 +145,7 @@ class StepRunner:
                 return found, None
         return await asyncio.gather(
             self.store.get_record(work.task_id),
-            self.store.get_checkpoint(work.task_id, work.step),
+            self.store.get_checkpoint(work.task_id, work.step, work.branch),
         )
 
     async def _decode(self, delivery: Delivery) -> WorkMessage | None:
@@ -165,10 +173,11 @@ class StepRunner:
             error=error,
             task_id=work.task_id if work else None,
             step=work.step if work else None,
+            branch=work.branch if work else None,
             attempt=delivery.attempt,
         )
         if work is not None and await self.store.get_record(work.task_id) is not None:
-            await self.tasks.fail(work.task_id, error, step=work.step)
+            await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
         await delivery.give_up()
 
     async def _execute(
@@ -180,7 +189,7 @@ class StepRunner:
         found: Versioned,
     ) -> None:
         attempt = delivery.attempt
-        spec = found.record.steps[work.step]
+        spec = found.record.steps[work.step].branch(work.branch)
         policy = tool.retry.overridden(spec.retry)
         try:
             early = decisions.before_attempt(found.record, attempt, policy, utcnow())
@@ -199,7 +208,7 @@ class StepRunner:
         except _TaskEnded:
             pass
         except _Failed as failed:
-            await self._settle_failure(delivery, tool, work, policy, failed.failure)
+            await self._settle_failure(delivery, tool, work, found, policy, failed.failure)
             return
         await delivery.done()
 
@@ -215,6 +224,7 @@ class StepRunner:
             task_id=work.task_id,
             status=TaskStatus.RUNNING,
             step=work.step,
+            branch=work.branch,
             tool=work.tool,
             attempt=attempt,
             time=utcnow(),
@@ -247,6 +257,7 @@ class StepRunner:
             step=work.step,
             attempt=attempt,
             worker_id=self.worker_id,
+            branch=work.branch,
         )
         try:
             data = tool.convert_input(work.input)
@@ -278,6 +289,14 @@ class StepRunner:
             heartbeat.detach()
 
     async def _finish(self, found: Versioned, work: WorkMessage, attempt: int, result: Any) -> None:
+        if work.branch is not None:
+            if isinstance(result, NeedsInput | NextSteps):
+                raise _give_up(_NOT_IN_A_BRANCH)
+            checkpoint = _checkpoint(result, attempt)
+            await self.tasks.record_branch(
+                found, work.step, work.branch, checkpoint, attempt=attempt
+            )
+            return
         if isinstance(result, NeedsInput):
             await self.tasks.wait_for_input(found, work.step, result.request(), attempt)
             return
@@ -289,11 +308,13 @@ class StepRunner:
         delivery: Delivery,
         tool: Tool,
         work: WorkMessage,
+        found: Versioned,
         policy: RetryPolicy,
         failure: Failure,
     ) -> None:
         """Retry later (`step_retrying`, nak with the delay) or give up (dead letter,
-        failed task, term), as `decisions.outcome` says."""
+        failed task, term), as `decisions.outcome` says; a branch of a group that
+        collects errors records its error as its output instead."""
         attempt = delivery.attempt
         match decisions.outcome(failure, policy, attempt, self.rng):
             case Retry(delay):
@@ -302,6 +323,14 @@ class StepRunner:
                     StepRetrying, work, attempt, error=failure.error, retry_in_ms=retry_in_ms
                 )
                 await delivery.retry(delay)
+            case GiveUp(error) if work.branch is not None and _collects(found, work):
+                checkpoint = Checkpoint(
+                    output=rules.branch_error(error), attempt=attempt, time=utcnow()
+                )
+                await self.tasks.record_branch(
+                    found, work.step, work.branch, checkpoint, attempt=attempt
+                )
+                await delivery.done()
             case GiveUp(error):
                 await self.tasks.dead_letter(
                     tool=tool.name,
@@ -310,9 +339,12 @@ class StepRunner:
                     error=error,
                     task_id=work.task_id,
                     step=work.step,
+                    branch=work.branch,
                     attempt=attempt,
                 )
-                await self.tasks.fail(work.task_id, error, step=work.step, attempt=attempt)
+                await self.tasks.fail(
+                    work.task_id, error, step=work.step, branch=work.branch, attempt=attempt
+                )
                 await delivery.give_up()
 
 
@@ -345,6 +377,17 @@ class _RecordStart:
         """The record to finish the step from: as read, or as the start write left it."""
         self._timer.cancel()
         return self._found if self._write is None else await self._write
+
+
+_NOT_IN_A_BRANCH = ErrorInfo(
+    type="InvalidOutput",
+    message="a branch of a parallel step returned NeedsInput or NextSteps: ask for input "
+    "or extend the plan in the step after the group",
+)
+
+
+def _collects(found: Versioned, work: WorkMessage) -> bool:
+    return found.record.steps[work.step].collect_errors
 
 
 def _tool_of(delivery: Delivery) -> str:
