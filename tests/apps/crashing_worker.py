@@ -1,9 +1,10 @@
 """`tether worker` that kills itself with SIGKILL at one point of the step protocol.
 
-TETHER_CRASH_AT=POINT:TASK_ID:STEP, POINT one of
-  checkpointed  right after the step's checkpoint is written
+TETHER_CRASH_AT=POINT:TASK_ID:STEP (STEP as `<step>.b<branch>` for a branch), POINT one of
+  checkpointed  right after the step's (or branch's, or group's) checkpoint is written
   recorded      right after the task record moved past the step
-  handed-off    right after the next step's message was published (before the ack)
+  counted       right after the record counted the branch as done
+  handed-off    right after a message of the next step was published (before the ack)
   memo-stored   right after a `ctx.once` result of the task was stored
 """
 
@@ -21,7 +22,9 @@ from tether.nats.store import Store
 from tether.schemas.events import StepCompleted
 
 POINT, TASK_ID, STEP = os.environ["TETHER_CRASH_AT"].split(":")
-STEP_NO = int(STEP)
+_step, _, _branch = STEP.partition(".b")
+STEP_NO = int(_step)
+BRANCH = int(_branch) if _branch else None
 
 
 def die() -> None:
@@ -53,16 +56,22 @@ def before(name: str, hit: Callable[..., bool]) -> None:
     setattr(Store, name, wrapper)
 
 
-if POINT == "checkpointed":
-    after("create_checkpoint", lambda task_id, step, *_: task_id == TASK_ID and step == STEP_NO)
-elif POINT == "recorded":
-    # The record moves (compare-and-set), then `step_completed` is emitted: die in between.
-    before(
-        "emit",
-        lambda event, *_: (
-            isinstance(event, StepCompleted) and event.task_id == TASK_ID and event.step == STEP_NO
-        ),
+def completed(event: Any, *_: Any) -> bool:
+    """The record moves (compare-and-set), then `step_completed` is emitted."""
+    return isinstance(event, StepCompleted) and (event.task_id, event.step, event.branch) == (
+        TASK_ID,
+        STEP_NO,
+        BRANCH,
     )
+
+
+if POINT == "checkpointed":
+    after(
+        "create_checkpoint",
+        lambda task_id, step, _, branch=None: (task_id, step, branch) == (TASK_ID, STEP_NO, BRANCH),
+    )
+elif POINT in ("recorded", "counted"):
+    before("emit", completed)
 elif POINT == "handed-off":
     after("publish_work", lambda work, *_: work.task_id == TASK_ID and work.step == STEP_NO + 1)
 elif POINT == "memo-stored":

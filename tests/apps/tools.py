@@ -32,10 +32,12 @@ BEAT = 0.5  # heartbeat (s): a killed worker's steps come back after 5 x BEAT
 
 
 def record(ctx: StepContext, tag: str = "") -> None:
-    """One line per execution: task, step, attempt, pid (one O_APPEND write: atomic)."""
+    """One line per execution: task, step (`<step>.b<branch>` for a branch of a parallel
+    step), attempt, pid (one O_APPEND write: atomic)."""
     path = os.environ.get("TETHER_TEST_EXECUTIONS")
     if path:
-        line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {os.getpid()} {tag}\n".encode()
+        where = str(ctx.step) if ctx.branch is None else f"{ctx.step}.b{ctx.branch}"
+        line = f"{ctx.task_id} {where} {ctx.attempt} {os.getpid()} {tag}\n".encode()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line)
@@ -44,11 +46,23 @@ def record(ctx: StepContext, tag: str = "") -> None:
 
 
 def read_executions(path: Path) -> Counter[tuple[str, int]]:
-    """How many times each (task, step) started executing."""
+    """How many times each (task, step) started executing (branches: see below)."""
     counts: Counter[tuple[str, int]] = Counter()
     for line in path.read_text().splitlines():
-        task_id, step, *_ = line.split()
-        counts[(task_id, int(step))] += 1
+        task_id, where, *_ = line.split()
+        if ".b" not in where:
+            counts[(task_id, int(where))] += 1
+    return counts
+
+
+def read_branch_executions(path: Path) -> Counter[tuple[str, int, int]]:
+    """How many times each (task, step, branch) of a parallel step started executing."""
+    counts: Counter[tuple[str, int, int]] = Counter()
+    for line in path.read_text().splitlines():
+        task_id, where, *_ = line.split()
+        if ".b" in where:
+            step, branch = where.split(".b")
+            counts[(task_id, int(step), int(branch))] += 1
     return counts
 
 

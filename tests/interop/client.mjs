@@ -3,7 +3,7 @@
 //   node client.mjs <nats-url> [prefix] [--no-api]
 //
 // Submits the seed task on <prefix>.submit, follows its status events, reads its record
-// from KV, then (unless --no-api) uses the request/reply API: get, cancel a running task,
+// from KV, runs a parallel group (fan-out, fan-in), then (unless --no-api) uses the request/reply API: get, cancel a running task,
 // get an unknown id. Prints one JSON summary line and exits 0, or exits 1 naming the
 // first thing that did not match the protocol (schemas/README.md).
 
@@ -23,7 +23,9 @@ const upper = prefix.toUpperCase().replaceAll("-", "_");
 const SUBMIT_STREAM = `${upper}_SUBMIT`;
 const STATUS_STREAM = `${upper}_STATUS`;
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
-const EVENT_FIELDS = ["event", "task_id", "status", "step", "tool", "attempt", "time", "output", "error"];
+const EVENT_FIELDS = [
+  "event", "task_id", "status", "step", "branch", "tool", "attempt", "time", "output", "error",
+];
 const RECORD_FIELDS = [
   "task_id", "status", "steps", "current_step", "result", "error", "metadata", "created_at", "updated_at",
 ];
@@ -129,6 +131,31 @@ async function seedTask(nc, js) {
   return summary;
 }
 
+// Two branches fan out from one step and fan in to the next, which gets their outputs
+// as a list in branch order (schemas/README.md, "Parallel steps").
+async function parallelTask(js) {
+  const taskId = newTaskId();
+  const events = await watch(js, taskId);
+  const queries = ["AI trends 2026", "MCP tasks"];
+  await submit(js, taskId, [
+    { parallel: queries.map((query) => ({ tool: "search", input: { query } })) },
+    { tool: "fast" },
+  ]);
+  const completed = await events.until("completed");
+  events.stop();
+  const branchEvents = events.seen.filter((e) => e.branch !== null);
+  check(branchEvents.every((e) => e.step === 0 && e.tool === "search"), "branch events", branchEvents);
+  const fanIn = events.seen.find((e) => e.event === "step_completed" && e.step === 0 && e.branch === null);
+  check(fanIn !== undefined && Array.isArray(fanIn.output) && fanIn.output.length === 2,
+    "the group's step_completed carries the list of outputs", fanIn);
+  check(isDeepStrictEqual(completed.output.payload, fanIn.output), "the next step got the list", completed);
+  return {
+    parallel_task_id: taskId,
+    parallel_branches: [...new Set(branchEvents.map((e) => e.branch))].sort(),
+    parallel_result: completed.output.payload,
+  };
+}
+
 async function cancelledTask(nc, js) {
   const taskId = newTaskId();
   const events = await watch(js, taskId);
@@ -156,6 +183,7 @@ const watchdog = setTimeout(() => fail("timed out after 60s"), 60_000);
 try {
   const js = jetstream(nc);
   const summary = await seedTask(nc, js);
+  Object.assign(summary, await parallelTask(js));
   if (useApi) Object.assign(summary, await cancelledTask(nc, js));
   console.log(JSON.stringify(summary));
 } catch (error) {

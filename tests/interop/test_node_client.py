@@ -90,6 +90,9 @@ async def run_client(node: str, config: NatsConfig, *flags: str) -> dict[str, An
 
 def assert_seed_task(summary: dict[str, Any]) -> None:
     assert summary["task_id"].startswith("node-")
+    assert summary["parallel_branches"] == [0, 1]
+    assert len(summary["parallel_result"]) == 2  # one list entry per branch, in order
+    assert summary["parallel_result"][0] != summary["parallel_result"][1]
     assert summary["events"] == SEED_EVENTS
     assert summary["result"] == {"report": f"# Report\n\n{SUMMARY}\n", "sources": 3}
     assert summary["record_status"] == "completed"

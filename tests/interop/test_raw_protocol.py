@@ -30,7 +30,18 @@ SEED = [
 HITS = ["agents run for hours", "durable execution matters", "MCP tasks"]
 REPORT = {"report": f"# Report\n\n{'; '.join(HITS)}\n", "sources": 3}
 # Field names are a contract (DESIGN.md); some events carry one field of their own.
-EVENT_FIELDS = {"event", "task_id", "status", "step", "tool", "attempt", "time", "output", "error"}
+EVENT_FIELDS = {
+    "event",
+    "task_id",
+    "status",
+    "step",
+    "branch",
+    "tool",
+    "attempt",
+    "time",
+    "output",
+    "error",
+}
 EVENT_EXTRAS = {
     "step_completed": {"skipped"},
     "step_retrying": {"retry_in_ms"},

@@ -181,12 +181,21 @@ def _progress(heartbeat: Heartbeat) -> str:
 # -- following a task -----------------------------------------------------------
 
 
+MAX_LANES = 8
+"""Branches past this share the last lane's indent, so wide groups stay on screen."""
+
+
 def event_line(event: AnyStatusEvent) -> Text:
-    """`12:00:01  step_started  step 0 search  attempt 1`, plus what the event says."""
+    """`12:00:01  step_started  step 0 search  attempt 1`, plus what the event says; a
+    branch of a parallel step shows as `step 1[2]`, indented by its lane."""
     tag = str(type(event).__struct_config__.tag)
     line = Text(f"{format_time(event.time)}  ")
     line.append(f"{tag:<15}", style=STATUS_STYLES[event.status])
-    if event.step is not None:
+    if event.step is not None and event.branch is not None:
+        line.append(
+            " " + "  " * min(event.branch, MAX_LANES) + f"step {event.step}[{event.branch}]"
+        )
+    elif event.step is not None:
         line.append(f" step {event.step}")
     if event.tool:
         line.append(f" {event.tool}")
