@@ -37,6 +37,8 @@ from tether.schemas.tasks import StepSpec, TaskSubmit
 from tether.testing.progress import stored_steps
 
 ROOT = Path(__file__).resolve().parents[2]
+FAN_OUT_SLEEP = 0.05
+"""W4's branch time: the ideal wall time of the whole fan-out, with no overhead."""
 
 
 @dataclass
@@ -217,6 +219,22 @@ class Bench:
         await nc.close()
         return elapsed
 
+    async def fan_out(self, branches: int, sleep: float) -> float:
+        """W4: one task whose first step is `branches` parallel branches of a `sleep` s
+        tool, then one step: seconds from submit to completed."""
+        nc, completions = await self._connect("tether")
+        task_id = f"w4-{uuid.uuid4().hex[:8]}"
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        completions.waiters[task_id] = waiter
+        group = [StepSpec(tool="second", input={"n": b, "sleep": sleep}) for b in range(branches)]
+        steps = [StepSpec(parallel=group), StepSpec(tool="third")]
+        body = msgspec.json.encode(TaskSubmit(task_id=task_id, steps=steps))
+        started = time.perf_counter()
+        await nc.jetstream().publish(NAMES.submit_subject, body, headers={Header.MSG_ID: task_id})
+        finished = await asyncio.wait_for(waiter, timeout=120)
+        await nc.close()
+        return finished - started
+
     async def latency(self, system: str, tasks: int) -> list[float]:
         """W2: submit-to-completed seen by the client, one task at a time (ms)."""
         nc, completions = await self._connect(system)
@@ -316,6 +334,15 @@ async def main(args: argparse.Namespace) -> list[Result]:
                 results.append(w1)
                 print(f"  {w1.workload}: {w1.median('tasks_per_s'):.0f} tasks/s", flush=True)
 
+        w4 = Result(f"W4 fan-out ({args.branches} branches of 50 ms, 1 worker)", "tether")
+        node = Node("worker", url, max(args.concurrency, args.branches))
+        for _ in range(args.runs):
+            seconds = await bench.fan_out(args.branches, FAN_OUT_SLEEP)
+            overhead_ms = (seconds - FAN_OUT_SLEEP) * 1000
+            w4.add(wall_ms=seconds * 1000, overhead_per_branch_ms=overhead_ms / args.branches)
+        node.stop()
+        results.append(w4)
+
         w3 = Result("W3 crash recovery", "tether")
         for run in range(args.runs):
             w3.add(
@@ -406,6 +433,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--concurrency", type=int, default=64, help="in-flight steps per tool and process"
     )
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--branches", type=int, default=100, help="W4 parallel branches")
     parser.add_argument(
         "--out", type=Path, default=None, help="directory for bench.md and bench.jsonl"
     )

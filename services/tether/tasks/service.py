@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -59,11 +60,21 @@ def event_output(output: Any) -> Any:
     return output if size <= EVENT_OUTPUT_LIMIT else None
 
 
+@dataclass
+class _GroupWrites:
+    """This process's writes to one parallel step's record: one at a time, from the last."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    latest: Versioned | None = None
+    users: int = 0
+
+
 class TaskService:
     """The task flows of every role (worker, dispatcher, client, API, gateway)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._groups: dict[tuple[str, int, int], _GroupWrites] = {}
 
     # -- steps: record, complete, hand off -------------------------------------------------
     async def record_step(
@@ -200,12 +211,30 @@ class TaskService:
         skipped: bool = False,
     ) -> TaskRecord | None:
         """Add a checkpointed branch to the record's `done_branches`; the holder whose
-        write completes the set (or any later holder of a branch, after a crash) fans in."""
-        stored, changed = await self.store.update_record(
-            current.record.task_id,
-            lambda record: rules.complete_branch(record, step, branch, utcnow()),
-            current,
-        )
+        write completes the set (or any later holder of a branch, after a crash) fans in.
+
+        Branches that finish together in one process take turns, each starting from the
+        record the one before wrote: a hundred compare-and-sets on one key would
+        otherwise conflict with each other and retry about n²/2 times.
+        """
+        record = current.record
+        key = (record.task_id, step, record.generation)
+        group = self._groups.setdefault(key, _GroupWrites())
+        group.users += 1
+        try:
+            async with group.lock:
+                latest = group.latest
+                start = latest if latest and latest.revision > current.revision else current
+                stored, changed = await self.store.update_record(
+                    record.task_id,
+                    lambda record: rules.complete_branch(record, step, branch, utcnow()),
+                    start,
+                )
+                group.latest = stored
+        finally:
+            group.users -= 1
+            if not group.users:
+                del self._groups[key]
         if changed:
             output = event_output(checkpoint.output)
             await self._emit(
