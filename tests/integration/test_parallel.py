@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -93,6 +94,18 @@ async def fans_out_nested(ctx: StepContext, data: Any) -> Any:
     """Asks for a group inside a group, which a plan may not have."""
     record(ctx)
     return NextSteps(output=1, steps=[Parallel(Parallel("fast"), "fast")])
+
+
+@parallel_app.tool(heartbeat=600)
+async def stubborn(ctx: StepContext, data: Any) -> Any:
+    """Ignores a cancel: when stopped it returns anyway, so its output is checkpointed
+    after its task has ended (as a worker that missed the notice would)."""
+    record(ctx)
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        STOPPED.append((ctx.task_id, ctx.step, ctx.branch, ctx.attempt))
+    return {"stubborn": data}
 
 
 APPS = [app, parallel_app]
@@ -476,14 +489,17 @@ INVALID_STEPS: list[tuple[str, Any, str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("step", "message"), [(s, m) for _, s, m in INVALID_STEPS], ids=[i for i, _, _ in INVALID_STEPS]
-)
 async def test_an_invalid_group_is_refused_at_submit(
-    step: Any, message: str, client: Client, raw: Raw, worker: Worker
+    client: Client, raw: Raw, registered: None
 ) -> None:
-    with pytest.raises(InvalidTaskError, match=message):
-        await client.submit([step])
+    """Every case in one test: a worker per case would cost a second of teardown each."""
+    for case, step, message in INVALID_STEPS:
+        try:
+            await client.submit([step])
+        except InvalidTaskError as exc:
+            assert re.search(message, str(exc)), f"{case}: {exc}"
+        else:
+            pytest.fail(f"{case}: accepted")
 
     info = await raw.js.stream_info(client.store.names.submit_stream)
     assert info.state.messages == 0, "an invalid task must not be published"
@@ -494,7 +510,9 @@ async def test_an_invalid_group_is_refused_at_submit(
     reason="validate_steps tests `spec.timeout_ms` for truthiness, so a group with "
     "timeout_ms=0 passes (and a tool step's timeout_ms=0 is refused as not positive)",
 )
-async def test_a_group_with_a_zero_timeout_is_refused(client: Client, worker: Worker) -> None:
+async def test_a_group_with_a_zero_timeout_is_refused(
+    client: Client, dispatcher: object, registered: None
+) -> None:
     with pytest.raises(InvalidTaskError, match="takes only 'parallel'"):
         await client.submit([{"parallel": ONE, "timeout_ms": 0}])
 
@@ -546,6 +564,64 @@ async def test_retry_reruns_only_the_branches_that_were_not_checkpointed(
     assert (steps[(tid, 0)], steps[(tid, 2)]) == (1, 1)
     done = await handle.get()
     assert done.generation == 2 and done.status is TaskStatus.COMPLETED
+
+
+async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_running_it(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    """A branch that finished after its task failed is checkpointed but not counted in
+    `done_branches`; the retry sends it again, and the checkpoint answers for it."""
+    tid = f"late-{uuid.uuid4().hex[:8]}"
+    handle = await client.submit(
+        [Parallel(Step(tool="stubborn", input="late"), Step(tool="held", input=2))], task_id=tid
+    )
+    await eventually(lambda: branch_ran(executions, tid, 0, 0))
+    release(tid, 1)
+    with pytest.raises(TaskFailedError, match="held closed"):
+        await handle.wait(timeout=10)
+
+    async def late_checkpoint() -> None:
+        assert await client.store.get_checkpoint(tid, 0, 0) is not None
+
+    await eventually(late_checkpoint, timeout=5)
+    assert (await handle.get()).done_branches == []
+    OPEN.add(tid)
+
+    await client.retry(tid)
+
+    result = await handle.wait(timeout=15)
+    assert result == [{"stubborn": "late"}, {"input": 2, "attempt": 1}]
+    branches = read_branch_executions(executions)
+    assert (branches[(tid, 0, 0)], branches[(tid, 0, 1)]) == (1, 2)
+    events = await all_events(client, tid)
+    skipped = [e for e in completions(events) if e.branch == 0 and e.skipped]
+    assert len(skipped) == 1, "the retry's branch 0 came from its checkpoint"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a group that failed at its fan-in has every branch in done_branches, so "
+    "retry publishes no message (step_work skips done branches) and nobody fans in: "
+    "the task stays running for ever",
+)
+async def test_retry_of_a_group_that_failed_at_its_fan_in_does_not_hang(
+    client: Client, dispatcher: object, worker: Worker, executions: Path
+) -> None:
+    """Each branch's output fits, their list does not: the last branch fails the task
+    (OutputTooLarge) after every branch was counted. A retry must end the task again."""
+    size = client.max_payload * 6 // 10
+    handle = await client.submit(
+        [Parallel(Step(tool="sized", input=size), Step(tool="sized", input=size)), "fast"]
+    )
+    with pytest.raises(TaskFailedError, match="OutputTooLarge"):
+        await handle.wait(timeout=10)
+    failed = await handle.get()
+    assert failed.failed_step == 0 and failed.done_branches == [0, 1]
+
+    await client.retry(handle.task_id)
+
+    record_ = await handle.wait_until_done(timeout=3)  # TaskTimeoutError: still running
+    assert record_.status is TaskStatus.FAILED
 
 
 # -- raw JSON ---------------------------------------------------------------------------

@@ -249,7 +249,8 @@ def validate_steps(steps: Sequence[StepSpec], where: str, first: int = 0) -> Non
         if spec.parallel is None:
             _validate_tool_step(spec, f"{where}, step {index}")
             continue
-        if spec.tool or spec.input is not None or spec.timeout_ms is not None or spec.retry:
+        own = (spec.tool, spec.input, spec.timeout_ms, spec.retry)
+        if any(value is not None for value in own):
             raise InvalidTaskError(
                 f"{where}, step {index}: a parallel group takes only 'parallel' and "
                 "'collect_errors'; put tool, input, timeout_ms and retry on its branches"
