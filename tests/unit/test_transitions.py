@@ -184,7 +184,8 @@ def test_complete_last_step_completes_with_the_result() -> None:
     assert done is not None
     assert done.status is TaskStatus.COMPLETED
     assert done.result == {"report": "ok"}
-    assert done.current_step == 3 == len(done.steps)
+    assert done.current_step == 3 == done.plan_length
+    assert (done.done_steps, [s.tool for s in done.steps]) == (2, ["write_report"])
 
 
 def test_complete_step_inserts_next_steps_right_after_it() -> None:
@@ -208,8 +209,25 @@ def test_next_steps_on_the_last_step_keep_the_task_running() -> None:
     assert done is not None
     assert done.status is TaskStatus.RUNNING
     assert done.result is None
-    assert [s.tool for s in done.steps] == ["search", "summarize", "write_report", "llm"]
-    assert done.current_step == 3
+    assert [s.tool for s in done.steps] == ["write_report", "llm"]
+    assert (done.done_steps, done.current_step, done.plan_length) == (2, 3, 4)
+    assert done.spec(3).tool == "llm"
+
+
+def test_a_growing_plan_keeps_the_record_the_same_size() -> None:
+    """An agent that appends its next turn at every step: the record holds the last
+    completed step and the next, never the history (that is in the checkpoints)."""
+    record = _record(steps=[StepSpec(tool="llm")], status=TaskStatus.RUNNING)
+    sizes = {}
+    for turn in range(500):
+        next_turn = _checkpoint("turn", next_steps=[StepSpec(tool="llm", input={"turn": turn})])
+        done = rules.complete_step(record, turn, next_turn, T1)
+        assert done is not None
+        record = done
+        sizes[turn] = len(msgspec.json.encode(record))
+    assert record.current_step == 500 and record.plan_length == 501
+    assert record.spec(500).input == {"turn": 499}
+    assert sizes[499] <= sizes[10] + 8  # a few more digits in the counters, no more
 
 
 def test_empty_next_steps_change_nothing() -> None:

@@ -19,7 +19,7 @@ from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.feeds import record_update, task_events
 from tether.nats.store import Store
 from tether.schemas.events import TERMINAL_EVENTS, AnyStatusEvent
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
 from tether.tasks.service import TaskService
 
 RECHECK_INTERVAL = 5.0
@@ -35,6 +35,10 @@ class TaskHandle:
 
     async def get(self) -> TaskRecord:
         return (await self._store.require_record(self.task_id)).record
+
+    async def plan(self) -> list[StepSpec]:
+        """Every step of the task, finished ones too (the record keeps only the rest)."""
+        return await TaskService(self._store).plan(await self.get())
 
     async def wait(self, timeout: float | timedelta | None = None) -> Any:
         """The task's result once it completes.

@@ -72,8 +72,8 @@ def status_message(record: TaskRecord, heartbeat: Heartbeat | None = None) -> st
 
 def _running_message(record: TaskRecord, heartbeat: Heartbeat | None) -> str:
     step = record.current_step
-    total = len(record.steps)
-    tool = record.steps[step].label if step < total else "?"
+    total = record.plan_length
+    tool = record.spec(step).label if record.has_step(step) else "?"
     message = f"step {step} ({tool}) of {total} running"
     if heartbeat is not None and heartbeat.step == step:
         if heartbeat.progress is not None:
@@ -163,7 +163,7 @@ def failure_message(record: TaskRecord) -> str:
     error = record.error
     step = record.failed_step
     where = ""
-    if step is not None and step < len(record.steps):
-        where = f" at step {step} ({record.steps[step].label})"
+    if step is not None and record.has_step(step):
+        where = f" at step {step} ({record.spec(step).label})"
     detail = f"{error.type}: {error.message}" if error else "unknown error"
     return f"task {record.task_id!r} failed{where}: {detail}"

@@ -120,13 +120,18 @@ class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True):
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The value under `<task_id>` in `tether-tasks`; changed only by compare-and-set.
 
-    `current_step` is the step running or next to run; it equals `len(steps)` once
-    every step has completed.
+    `current_step` is the step running or next to run; it equals `plan_length` once
+    every step has completed. The record keeps only the plan from the last completed
+    step on (`steps[0]` is step `done_steps`): an agent that runs 500 turns writes as
+    many bytes per turn at turn 500 as at turn 1. Finished steps live on in their
+    checkpoints (each holds the step it ran) and in the events.
     """
 
     task_id: str
     status: TaskStatus
     steps: list[StepSpec]
+    done_steps: int = 0
+    """How many steps left the front of `steps`."""
     current_step: int = 0
     result: Any = None
     error: ErrorInfo | None = None
@@ -140,6 +145,21 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     submit_seq: int = 0
     done_branches: list[int] = msgspec.field(default_factory=list)
     """Branches of the current step (a parallel group) that are checkpointed."""
+
+    @property
+    def plan_length(self) -> int:
+        """Steps in the whole plan, finished ones included."""
+        return self.done_steps + len(self.steps)
+
+    def has_step(self, step: int) -> bool:
+        """Whether the record still holds step `step` (0-based, absolute)."""
+        return self.done_steps <= step < self.plan_length
+
+    def spec(self, step: int) -> StepSpec:
+        """Step `step` of the plan (absolute index); it must be one the record holds."""
+        if not self.has_step(step):
+            raise IndexError(f"step {step} is not in the record (it holds {self.done_steps}..)")
+        return self.steps[step - self.done_steps]
 
 
 class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,6 +185,9 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     next_steps: list[StepSpec] | None = None
     attempt: int = 1
     time: datetime
+    spec: StepSpec | None = None
+    """The step that produced this output: the task's history, once the record has
+    let go of the step (and what `fork` re-runs)."""
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):

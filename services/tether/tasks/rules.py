@@ -83,7 +83,8 @@ def plan_after(record: TaskRecord, step: int, checkpoint: Checkpoint) -> list[St
     """The plan once `step` completed: steps the tool added run right after it."""
     if not checkpoint.next_steps:
         return record.steps
-    return record.steps[: step + 1] + list(checkpoint.next_steps) + record.steps[step + 1 :]
+    after = step - record.done_steps + 1
+    return record.steps[:after] + list(checkpoint.next_steps) + record.steps[after:]
 
 
 def complete_step(
@@ -91,11 +92,13 @@ def complete_step(
 ) -> TaskRecord | None:
     if record.status.is_terminal or record.current_step != step:
         return None
-    steps = plan_after(record, step, checkpoint)
-    done = step + 1 >= len(steps)
+    # Keep the plan from this step on: a replayed hand-off still names its tool.
+    steps = plan_after(record, step, checkpoint)[step - record.done_steps :]
+    done = len(steps) == 1
     return msgspec.structs.replace(
         record,
         steps=steps,
+        done_steps=step,
         current_step=step + 1,
         status=TaskStatus.COMPLETED if done else TaskStatus.RUNNING,
         result=checkpoint.output if done else None,
@@ -119,13 +122,13 @@ def all_branches_done(record: TaskRecord, step: int) -> bool:
     the fan-in is due (whoever sees this may do it; doing it twice is harmless)."""
     if record.status.is_terminal or record.current_step != step:
         return False
-    branches = record.steps[step].parallel
+    branches = record.spec(step).parallel
     return branches is not None and len(record.done_branches) == len(branches)
 
 
-def fan_in(branches: Sequence[Checkpoint], now: datetime) -> Checkpoint:
+def fan_in(branches: Sequence[Checkpoint], group: StepSpec, now: datetime) -> Checkpoint:
     """A parallel step's checkpoint: its branches' outputs as a list, in branch order."""
-    return Checkpoint(output=[branch.output for branch in branches], time=now)
+    return Checkpoint(output=[branch.output for branch in branches], time=now, spec=group)
 
 
 def branch_error(error: ErrorInfo) -> dict[str, Any]:
@@ -136,7 +139,7 @@ def branch_error(error: ErrorInfo) -> dict[str, Any]:
 def next_work(record: TaskRecord, step: int, output: Any) -> list[WorkMessage]:
     """The messages that hand off `step + 1` of `record` (the plan already extended)."""
     following = step + 1
-    if following >= len(record.steps):
+    if following >= record.plan_length:
         return []
     return step_work(record, following, output)
 
@@ -148,7 +151,7 @@ def current_work(record: TaskRecord, previous_output: Any = None) -> list[WorkMe
 
 def step_work(record: TaskRecord, step: int, previous_output: Any) -> list[WorkMessage]:
     """One message for a tool step, one per branch not yet done for a parallel step."""
-    spec = record.steps[step]
+    spec = record.spec(step)
     if spec.parallel is None:
         return [_work(record, step, spec, None, previous_output)]
     done = set(record.done_branches) if step == record.current_step else set()

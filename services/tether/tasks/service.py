@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from tether.errors import TaskConflictError
+from tether.errors import MessageTooLargeError, TaskConflictError
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.codec import encode
@@ -41,6 +41,7 @@ from tether.schemas.tasks import (
     DeadLetter,
     ErrorInfo,
     InputRequest,
+    StepSpec,
     TaskRecord,
     TaskStatus,
     WorkMessage,
@@ -86,7 +87,8 @@ class TaskService:
         completes the task stores its output as `result`, which stands in for it.
         """
         task_id = current.record.task_id
-        if step + 1 == len(current.record.steps) and not checkpoint.next_steps:
+        checkpoint = msgspec.structs.replace(checkpoint, spec=current.record.spec(step))
+        if step + 1 == current.record.plan_length and not checkpoint.next_steps:
             stored, changed = await self._advance(current, step, checkpoint)
             if not changed and stored.record.status is TaskStatus.COMPLETED:
                 checkpoint = msgspec.structs.replace(checkpoint, output=stored.record.result)
@@ -197,6 +199,8 @@ class TaskService:
         last. The checkpoint is create-only: when two holders of a branch race, the
         first output stored is the branch's, and both count that one."""
         task_id = current.record.task_id
+        spec = current.record.spec(step).branch(branch)
+        checkpoint = msgspec.structs.replace(checkpoint, spec=spec)
         winner = await self.store.create_checkpoint(task_id, step, checkpoint, branch)
         return await self.count_branch(current, step, branch, winner, attempt=attempt)
 
@@ -254,7 +258,7 @@ class TaskService:
         """Store the group's checkpoint (its branches' outputs as a list), then complete
         the step as any other: record, then hand off, exactly once by compare-and-set."""
         record = stored.record
-        count = len(record.steps[step].parallel or ())
+        count = len(record.spec(step).parallel or ())
         branches = await asyncio.gather(
             *(self.store.get_checkpoint(record.task_id, step, b) for b in range(count))
         )
@@ -262,8 +266,14 @@ class TaskService:
             raise RuntimeError(
                 f"task {record.task_id!r}, step {step}: a branch checkpoint is missing"
             )
-        group = rules.fan_in([b for b in branches if b is not None], utcnow())
-        winner = await self.store.create_checkpoint(record.task_id, step, group)
+        group = rules.fan_in([b for b in branches if b is not None], record.spec(step), utcnow())
+        try:
+            winner = await self.store.create_checkpoint(record.task_id, step, group)
+        except MessageTooLargeError as exc:
+            message = f"the outputs of step {step}'s branches do not fit together: {exc}"
+            error = ErrorInfo(type="OutputTooLarge", message=message)
+            await self.fail(record.task_id, error, step=step, current=stored)
+            return None
         return await self.complete_step(stored, step, winner)
 
     async def replay_fan_in(self, record: TaskRecord, step: int) -> None:
@@ -274,6 +284,15 @@ class TaskService:
             group = Checkpoint(output=record.result, time=record.updated_at)
         if group is not None:
             await self.replay_hand_off(record, step, group)
+
+    async def plan(self, record: TaskRecord) -> list[StepSpec]:
+        """The whole plan: the steps the record let go of, from their checkpoints, then
+        the record's own."""
+        finished = await asyncio.gather(
+            *(self.store.get_checkpoint(record.task_id, step) for step in range(record.done_steps))
+        )
+        history = [found.spec if found and found.spec else StepSpec(tool="?") for found in finished]
+        return history + record.steps
 
     # -- ending and pausing ---------------------------------------------------------------
     async def fail(
@@ -369,7 +388,7 @@ class TaskService:
         if record.input_request is not None:
             check_answer(task_id, record.input_request, data)
         step = record.current_step
-        answer = Checkpoint(output=data, time=utcnow())
+        answer = Checkpoint(output=data, time=utcnow(), spec=record.spec(step))
         stored = await self.store.create_checkpoint(task_id, step, answer)
         if stored != answer and stored.output != data:
             raise TaskConflictError(task_id, f"task {task_id!r} has already been answered")
@@ -389,6 +408,8 @@ class TaskService:
         previous = await self.store.get_checkpoint(task_id, step - 1) if step > 0 else None
         await self._emit(StepRetrying, record, step)
         await self._publish(rules.current_work(record, previous.output if previous else None))
+        if rules.all_branches_done(record, step):  # the group failed at its fan-in
+            await self._fan_in(await self.store.require_record(task_id), step)
         return record
 
     async def _emit(
@@ -396,11 +417,11 @@ class TaskService:
     ) -> None:
         """Every event of a task flow is built here: the record's status and time, the
         step's tool, unless `fields` say otherwise."""
-        in_plan = step is not None and step < len(record.steps)
         fields.setdefault("status", record.status)
         fields.setdefault("time", record.updated_at)
         branch = fields.get("branch")
-        tool = record.steps[step].branch(branch).tool if in_plan and step is not None else None
+        in_plan = step is not None and record.has_step(step)
+        tool = record.spec(step).branch(branch).tool if in_plan and step is not None else None
         event = kind(task_id=record.task_id, step=step, tool=tool, **fields)
         await self.store.emit(event, record.generation)
 

@@ -23,5 +23,5 @@ async def stored_steps(store: Store, task_ids: list[str] | None = None) -> set[t
         records = [f.record for f in found if f is not None]
     for record in records:
         if record.status is TaskStatus.COMPLETED:
-            steps.add((record.task_id, len(record.steps) - 1))
+            steps.add((record.task_id, record.plan_length - 1))
     return steps

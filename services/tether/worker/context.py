@@ -37,7 +37,7 @@ class StepContext:
         self.step = step
         self.branch = branch
         """Which branch of a parallel step this is (None: a step of its own)."""
-        self.tool = record.steps[step].branch(branch).tool or ""
+        self.tool = record.spec(step).branch(branch).tool or ""
         self.attempt = attempt
         self.worker_id = worker_id
         self.progress_fraction: float | None = None

@@ -89,7 +89,7 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
 
 def _branch_mismatch(record: TaskRecord, work: WorkMessage) -> str | None:
     """Why a message's `branch` does not fit the step it names (None: it fits)."""
-    branches = record.steps[work.step].parallel
+    branches = record.spec(work.step).parallel
     if work.branch is None:
         return None if branches is None else f"step {work.step} is parallel: give a branch"
     if branches is None or work.branch >= len(branches):
@@ -99,7 +99,7 @@ def _branch_mismatch(record: TaskRecord, work: WorkMessage) -> str | None:
 
 def _result_as_checkpoint(record: TaskRecord, step: int) -> Checkpoint | None:
     """The last step of a completed task is not checkpointed: its result stands in."""
-    if record.status is TaskStatus.COMPLETED and step + 1 == len(record.steps):
+    if record.status is TaskStatus.COMPLETED and step + 1 == record.plan_length:
         return Checkpoint(output=record.result, time=record.updated_at)
     return None
 

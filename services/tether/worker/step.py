@@ -189,7 +189,7 @@ class StepRunner:
         found: Versioned,
     ) -> None:
         attempt = delivery.attempt
-        spec = found.record.steps[work.step].branch(work.branch)
+        spec = found.record.spec(work.step).branch(work.branch)
         policy = tool.retry.overridden(spec.retry)
         try:
             early = decisions.before_attempt(found.record, attempt, policy, utcnow())
@@ -387,7 +387,7 @@ _NOT_IN_A_BRANCH = ErrorInfo(
 
 
 def _collects(found: Versioned, work: WorkMessage) -> bool:
-    return found.record.steps[work.step].collect_errors
+    return found.record.spec(work.step).collect_errors
 
 
 def _tool_of(delivery: Delivery) -> str:
