@@ -27,6 +27,7 @@ from tether.errors import TaskTimeoutError
 from tether.schemas.api import (
     MAX_LIST,
     ErrorReply,
+    ForkRequest,
     InputAnswer,
     ListReply,
     ListRequest,
@@ -136,6 +137,16 @@ def build_broker(
         records = await client().list(request.status)
         return _page(records, request, client().max_payload - REPLY_MARGIN)
 
+    _control_routes(route, client)
+    discovery.subscribe(broker)
+    return broker
+
+
+def _control_routes(
+    route: Callable[[str], Callable[[Any], Any]], client: Callable[[], Client]
+) -> None:
+    """The verbs that change a task: cancel, answer, retry, fork."""
+
     @route("cancel")
     async def cancel(request: TaskRequest) -> TaskRecord:
         return _fits(client(), await client().cancel(request.task_id))
@@ -150,8 +161,15 @@ def build_broker(
         await client().retry(request.task_id)
         return _fits(client(), await client().get(request.task_id))
 
-    discovery.subscribe(broker)
-    return broker
+    @route("fork")
+    async def fork(request: ForkRequest) -> TaskRecord:
+        handle = await client().fork(
+            request.task_id,
+            request.from_step,
+            input=request.input,
+            new_task_id=request.new_task_id,
+        )
+        return _fits(client(), await handle.get())
 
 
 def _ms(value: int) -> timedelta:

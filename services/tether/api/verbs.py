@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.schemas.api import (
+    ForkRequest,
     InputAnswer,
     ListReply,
     ListRequest,
@@ -36,5 +37,6 @@ VERBS = {
         Verb("cancel", TaskRequest, TaskRecord, "Cancel an unfinished task."),
         Verb("input", InputAnswer, TaskRecord, "Answer a task that is waiting for input."),
         Verb("retry", TaskRequest, TaskRecord, "Run a failed task again from its failed step."),
+        Verb("fork", ForkRequest, TaskRecord, "A new task that runs a task again from a step."),
     ]
 }

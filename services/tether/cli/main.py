@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tether.cli import dev, dlq, gateway, processes, tasks
+from tether.cli import dev, dlq, fork, gateway, processes, tasks
 
 app = typer.Typer(
     name="tether",
@@ -41,6 +41,7 @@ processes.register(app)
 dev.register(app)
 tasks.register(app)
 dlq.register(app)
+fork.register(app)
 gateway.register(app)
 
 

@@ -145,6 +145,22 @@ class Client(Service):
         await TaskService(self.store).retry(task_id)
         return handle
 
+    async def fork(
+        self,
+        task_id: str,
+        from_step: int,
+        *,
+        input: Any = None,
+        new_task_id: str | None = None,
+    ) -> TaskHandle:
+        """A new task that reuses `task_id`'s outputs before `from_step` and runs from
+        there, optionally with a new `input` for that step ("what if the prompt had been
+        different"). The original task is not touched."""
+        new_id = uuid.uuid4().hex if new_task_id is None else new_task_id
+        handle = self.handle(new_id)
+        await TaskService(self.store).fork(self.handle(task_id).task_id, from_step, new_id, input)
+        return handle
+
     async def send_input(self, task_id: str, data: Any) -> None:
         """Answer a task that is waiting for input; it resumes at its next step."""
         await self.handle(task_id).send_input(data)

@@ -53,6 +53,16 @@ class TaskRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
 
 
+class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`fork`: a new task that reuses `task_id`'s checkpoints before `from_step` and runs
+    from there; `input` (if not null) replaces that step's input."""
+
+    task_id: str
+    from_step: Annotated[int, msgspec.Meta(ge=0)]
+    input: Any = None
+    new_task_id: TaskId | None = None
+
+
 class ResultRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     timeout_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_RESULT_WAIT_MS)] = 0

@@ -52,6 +52,45 @@ def new_record(submit: TaskSubmit, now: datetime, submit_seq: int = 0) -> TaskRe
     )
 
 
+def forked(
+    source: TaskRecord,
+    plan: list[StepSpec],
+    from_step: int,
+    task_id: str,
+    now: datetime,
+    new_input: Any = None,
+) -> TaskRecord:
+    """A new task that runs `plan` from `from_step`, the steps before it already done
+    (their checkpoints are copied); `new_input` replaces that step's input."""
+    ran = source.current_step  # every step before it has its checkpoint
+    if source.status is TaskStatus.COMPLETED:
+        ran = source.plan_length
+    elif source.status is TaskStatus.FAILED and source.failed_step is not None:
+        ran = source.failed_step
+    if not 0 <= from_step < len(plan) or from_step > ran:
+        raise InvalidTaskError(
+            f"task {source.task_id!r} cannot be forked from step {from_step}: pick a step "
+            f"between 0 and {min(ran, len(plan) - 1)} (the steps before it must have run)"
+        )
+    steps = list(plan)
+    if new_input is not None:
+        if steps[from_step].parallel is not None:
+            raise InvalidTaskError("a parallel step takes no input: give its branches inputs")
+        steps[from_step] = msgspec.structs.replace(steps[from_step], input=new_input)
+    kept = max(0, from_step - 1)
+    metadata = {**source.metadata, "forked_from": {"task_id": source.task_id, "step": from_step}}
+    return TaskRecord(
+        task_id=task_id,
+        status=TaskStatus.PENDING,
+        steps=steps[kept:],
+        done_steps=kept,
+        current_step=from_step,
+        metadata=metadata,
+        created_at=now,
+        updated_at=now,
+    )
+
+
 def is_stale(record: TaskRecord, step: int, generation: int) -> bool:
     """True when a work message for `step` has nothing left to do.
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from tether.errors import MessageTooLargeError, TaskConflictError
+from tether.errors import MessageTooLargeError, TaskConflictError, TaskExistsError
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.codec import encode
@@ -293,6 +293,37 @@ class TaskService:
         )
         history = [found.spec if found and found.spec else StepSpec(tool="?") for found in finished]
         return history + record.steps
+
+    async def fork(
+        self, task_id: str, from_step: int, new_task_id: str, new_input: Any = None
+    ) -> TaskRecord:
+        """Start `new_task_id` as a copy of `task_id` that runs again from `from_step`:
+        the checkpoints before it are copied (those steps do not run), the rest runs."""
+        source = (await self.store.require_record(task_id)).record
+        plan = await self.plan(source)
+        record = rules.forked(source, plan, from_step, new_task_id, utcnow(), new_input)
+        if await self.store.get_record(new_task_id) is not None:
+            raise TaskExistsError(new_task_id)
+        earlier = await asyncio.gather(
+            *(self.store.get_checkpoint(task_id, step) for step in range(from_step))
+        )
+        if any(checkpoint is None for checkpoint in earlier):
+            raise TaskConflictError(
+                task_id, f"task {task_id!r} lacks a checkpoint before step {from_step}"
+            )
+        await asyncio.gather(
+            *(
+                self.store.create_checkpoint(new_task_id, step, checkpoint)
+                for step, checkpoint in enumerate(earlier)
+                if checkpoint is not None
+            )
+        )
+        if await self.store.create_record(record) is None:
+            raise TaskExistsError(new_task_id)
+        previous = earlier[-1].output if earlier and earlier[-1] else None
+        await self._emit(Submitted, record)
+        await self._publish(rules.current_work(record, previous))
+        return record
 
     # -- ending and pausing ---------------------------------------------------------------
     async def fail(
