@@ -48,6 +48,7 @@ SCHEMAS_ALL = [
     "ErrorCode",
     "ErrorInfo",
     "ErrorReply",
+    "ForkRequest",
     "Failed",
     "Heartbeat",
     "InputAnswer",
