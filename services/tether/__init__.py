@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tether.schemas.tasks import StepSpec as Step
     from tether.schemas.tasks import TaskRecord, TaskStatus
     from tether.tasks.rules import Parallel
-    from tether.worker import App, NeedsInput, NextSteps, RetryPolicy, StepContext, Worker
+    from tether.worker import App, NeedsInput, NextSteps, RetryPolicy, Sleep, StepContext, Worker
 
 _HOMES = {
     "tether.client": ["Client", "TaskHandle"],
@@ -58,7 +58,15 @@ _HOMES = {
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
     "tether.schemas.tasks": ["TaskRecord", "TaskStatus"],
     "tether.tasks.rules": ["Parallel"],
-    "tether.worker": ["App", "NeedsInput", "NextSteps", "RetryPolicy", "StepContext", "Worker"],
+    "tether.worker": [
+        "App",
+        "NeedsInput",
+        "NextSteps",
+        "RetryPolicy",
+        "Sleep",
+        "StepContext",
+        "Worker",
+    ],
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 _RENAMED = {"Step": ("tether.schemas.tasks", "StepSpec")}
@@ -78,6 +86,7 @@ __all__ = [
     "Parallel",
     "RetryPolicy",
     "RetryableError",
+    "Sleep",
     "Step",
     "StepContext",
     "TaskCancelledError",

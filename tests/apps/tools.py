@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from tether import (
     NextSteps,
     RetryableError,
     RetryPolicy,
+    Sleep,
     Step,
     StepContext,
     TerminalError,
@@ -137,6 +139,20 @@ async def refuses(ctx: StepContext, data: Any) -> Any:
 async def hangs(ctx: StepContext, data: Any) -> Any:
     record(ctx)
     await asyncio.sleep(60)
+
+
+@app.tool(heartbeat=BEAT)
+async def naps(ctx: StepContext, data: Any) -> Any:
+    """Sleeps durably for `data["seconds"]` between this step and the next."""
+    record(ctx)
+    return Sleep(data["seconds"], output={"napped": data["seconds"], "at": time.time()})
+
+
+@app.tool(heartbeat=BEAT)
+async def clock(ctx: StepContext, data: Any) -> Any:
+    """Returns when it ran, next to what it was given."""
+    record(ctx)
+    return {"given": data, "at": time.time()}
 
 
 @app.tool(heartbeat=BEAT)

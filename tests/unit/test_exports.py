@@ -20,6 +20,7 @@ TETHER_ALL = [
     "Parallel",
     "RetryPolicy",
     "RetryableError",
+    "Sleep",
     "Step",
     "StepContext",
     "TaskCancelledError",

@@ -70,9 +70,10 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
         ),
         StreamConfig(
             name=names.work_stream,
-            subjects=[names.work_subjects],
+            subjects=[names.work_subjects, names.timer_subjects],
             retention=RetentionPolicy.WORK_QUEUE,
             duplicate_window=_seconds(layout.duplicate_window),
+            allow_msg_schedules=True,  # durable sleep (nats-server 2.12+)
         ),
         StreamConfig(
             name=names.status_stream,

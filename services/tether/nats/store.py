@@ -8,6 +8,7 @@ in one place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from nats.aio.client import Client as NatsClient
@@ -64,6 +65,16 @@ _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 
 
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_TARGET = "Nats-Schedule-Target"
+
+
+def schedule_time(at: datetime) -> str:
+    """RFC 3339 in whole seconds, rounded up: a timer may fire late, never early."""
+    whole = at.astimezone(UTC).replace(microsecond=0)
+    if whole < at:
+        whole += timedelta(seconds=1)
+    return whole.strftime("%Y-%m-%dT%H:%M:%SZ")
 PUBLISH_TIMEOUT = 5.0
 
 
@@ -325,11 +336,22 @@ class Store:
         return value
 
     # -- streams -------------------------------------------------------------
-    async def publish_work(self, work: WorkMessage, msg_id: str) -> bool:
-        """Hand a step to its tool's consumer; False when the server saw `msg_id` already."""
-        ack = await self._publish(
-            self.names.work_subject(work.tool), encode(work), {MSG_ID: msg_id}
-        )
+    async def publish_work(
+        self, work: WorkMessage, msg_id: str, at: datetime | None = None
+    ) -> bool:
+        """Hand a step to its tool's consumer; False when the server saw `msg_id` already.
+
+        `at`: not before then. The message waits on the task's timer subject as a
+        message schedule, which the server stores like any message (so it survives a
+        restart) and delivers to the work subject on time; a replayed hand-off replaces
+        the schedule of the same message, so it cannot wake the task twice.
+        """
+        target = self.names.work_subject(work.tool)
+        if at is None:
+            ack = await self._publish(target, encode(work), {MSG_ID: msg_id})
+            return not ack.duplicate
+        headers = {MSG_ID: msg_id, SCHEDULE: f"@at {schedule_time(at)}", SCHEDULE_TARGET: target}
+        ack = await self._publish(self.names.timer_subject(msg_id), encode(work), headers)
         return not ack.duplicate
 
     async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:

@@ -40,6 +40,8 @@ class StepStarted(StatusEvent, frozen=True, kw_only=True, tag="step_started"):
 
 class StepCompleted(StatusEvent, frozen=True, kw_only=True, tag="step_completed"):
     skipped: bool = False
+    wake_at: datetime | None = None
+    """Set when the step asked to sleep: the next step starts then."""
     """True when the output came from a checkpoint and the tool did not run again."""
 
 

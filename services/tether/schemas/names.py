@@ -63,6 +63,16 @@ class Names(msgspec.Struct, frozen=True):
     def work_subjects(self) -> str:
         return f"{self.prefix}.work.>"
 
+    def timer_subject(self, msg_id: str) -> str:
+        """Where a sleeping task's next message (named by its `Nats-Msg-Id`) waits as a
+        message schedule: in the work stream, since a schedule fires onto a subject of
+        its own stream; one subject per message, since a schedule replaces the last."""
+        return f"{self.prefix}.timers.{msg_id}"
+
+    @property
+    def timer_subjects(self) -> str:
+        return f"{self.prefix}.timers.>"
+
     def status_subject(self, task_id: str) -> str:
         return f"{self.prefix}.status.{task_id}"
 

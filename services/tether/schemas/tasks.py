@@ -145,6 +145,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     submit_seq: int = 0
     done_branches: list[int] = msgspec.field(default_factory=list)
     """Branches of the current step (a parallel group) that are checkpointed."""
+    wake_at: datetime | None = None
+    """The task sleeps: `current_step` starts at this time (a scheduled message)."""
 
     @property
     def plan_length(self) -> int:
@@ -188,6 +190,8 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     spec: StepSpec | None = None
     """The step that produced this output: the task's history, once the record has
     let go of the step (and what `fork` re-runs)."""
+    wake_at: datetime | None = None
+    """The tool asked to sleep: the next step starts at this time."""
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):

@@ -143,6 +143,7 @@ def complete_step(
         result=checkpoint.output if done else None,
         input_request=None,
         done_branches=[],
+        wake_at=None if done else checkpoint.wake_at,
         updated_at=now,
     )
 

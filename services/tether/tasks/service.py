@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -165,26 +166,36 @@ class TaskService:
         now = utcnow()
         output = event_output(checkpoint.output)
         await self._emit(
-            StepCompleted, record, step, attempt=attempt, time=now, output=output, skipped=skipped
+            StepCompleted,
+            record,
+            step,
+            attempt=attempt,
+            time=now,
+            output=output,
+            skipped=skipped,
+            wake_at=record.wake_at,
         )
         if record.status is TaskStatus.COMPLETED:
             await self._emit(Completed, record, time=now, output=event_output(record.result))
 
     async def hand_off_next(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
-        await self._publish(rules.next_work(record, step, checkpoint.output))
+        """Publish what follows `step`: now, or when the task wakes from a sleep."""
+        wake_at = checkpoint.wake_at
+        at = wake_at if wake_at is not None and wake_at > utcnow() else None
+        await self._publish(rules.next_work(record, step, checkpoint.output), at)
 
     async def hand_off_first(self, record: TaskRecord) -> None:
         """Emit `submitted` and publish the first step (both idempotent on a replay)."""
         await self._emit(Submitted, record, status=TaskStatus.PENDING, time=record.created_at)
         await self._publish(rules.current_work(record))
 
-    async def _publish(self, works: list[WorkMessage]) -> None:
+    async def _publish(self, works: list[WorkMessage], at: datetime | None = None) -> None:
         """Hand off a step, or every branch of a parallel step at once."""
         names = self.store.names
 
         async def publish(work: WorkMessage) -> None:
             msg_id = names.step_msg_id(work.task_id, work.step, work.generation, work.branch)
-            await self.store.publish_work(work, msg_id)
+            await self.store.publish_work(work, msg_id, at)
 
         if len(works) == 1:
             await publish(works[0])

@@ -2,8 +2,17 @@
 
 from tether.worker.app import App, Tool
 from tether.worker.context import StepContext
-from tether.worker.results import NeedsInput, NextSteps
+from tether.worker.results import NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 from tether.worker.worker import Worker
 
-__all__ = ["App", "NeedsInput", "NextSteps", "RetryPolicy", "StepContext", "Tool", "Worker"]
+__all__ = [
+    "App",
+    "NeedsInput",
+    "NextSteps",
+    "RetryPolicy",
+    "Sleep",
+    "StepContext",
+    "Tool",
+    "Worker",
+]

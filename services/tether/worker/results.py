@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import msgspec
 
+from tether.durations import as_timedelta
 from tether.schemas.tasks import InputRequest, StepSpec
 
 
@@ -15,6 +17,22 @@ class NextSteps(msgspec.Struct, frozen=True, kw_only=True):
 
     steps: Sequence[StepSpec]
     output: Any = None
+
+
+class Sleep:
+    """Finish this step with `output` and start the next one `duration` from now.
+
+    The task parks in JetStream (a scheduled message), holding no worker slot and no
+    unacknowledged message, and wakes on time even if every process and the server
+    restarted in between. On the last step there is nothing to wake: the task completes.
+    """
+
+    def __init__(self, duration: timedelta | float, output: Any = None) -> None:
+        self.duration = as_timedelta(duration)
+        self.output = output
+
+    def __repr__(self) -> str:
+        return f"Sleep({self.duration!r}, output={self.output!r})"
 
 
 class NeedsInput(msgspec.Struct, frozen=True, kw_only=True):

@@ -33,7 +33,7 @@ from tether.worker.app import Tool
 from tether.worker.context import StepContext
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
-from tether.worker.results import NeedsInput, NextSteps
+from tether.worker.results import NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
@@ -290,7 +290,7 @@ class StepRunner:
 
     async def _finish(self, found: Versioned, work: WorkMessage, attempt: int, result: Any) -> None:
         if work.branch is not None:
-            if isinstance(result, NeedsInput | NextSteps):
+            if isinstance(result, NeedsInput | NextSteps | Sleep):
                 raise _give_up(_NOT_IN_A_BRANCH)
             checkpoint = _checkpoint(result, attempt)
             await self.tasks.record_branch(
@@ -381,8 +381,8 @@ class _RecordStart:
 
 _NOT_IN_A_BRANCH = ErrorInfo(
     type="InvalidOutput",
-    message="a branch of a parallel step returned NeedsInput or NextSteps: ask for input "
-    "or extend the plan in the step after the group",
+    message="a branch of a parallel step returned NeedsInput, NextSteps or Sleep: ask for "
+    "input, extend the plan or sleep in the step after the group",
 )
 
 
@@ -397,7 +397,9 @@ def _tool_of(delivery: Delivery) -> str:
 def _checkpoint(result: Any, attempt: int) -> Checkpoint:
     """The step's checkpoint, its output encoded once: the checkpoint, the record, the
     next step's message and the event all embed those bytes (`msgspec.Raw`)."""
-    output, next_steps = result, None
+    output, next_steps, wake_at = result, None, None
+    if isinstance(result, Sleep):
+        output, wake_at = result.output, utcnow() + result.duration
     if isinstance(result, NextSteps):
         try:
             validate_steps(result.steps, "next steps")
@@ -412,7 +414,9 @@ def _checkpoint(result: Any, attempt: int) -> Checkpoint:
                 type="InvalidOutput", message=f"the step's output cannot be stored as JSON: {exc}"
             )
         ) from exc
-    return Checkpoint(output=raw, next_steps=next_steps, attempt=attempt, time=utcnow())
+    return Checkpoint(
+        output=raw, next_steps=next_steps, attempt=attempt, time=utcnow(), wake_at=wake_at
+    )
 
 
 def _timeout(tool: Tool, spec: StepSpec, found: Versioned) -> float | None:
