@@ -156,6 +156,13 @@ async def clock(ctx: StepContext, data: Any) -> Any:
 
 
 @app.tool(heartbeat=BEAT)
+async def asks_briefly(ctx: StepContext, data: Any) -> Any:
+    """An approval that expires after `data["timeout"]` seconds."""
+    record(ctx)
+    return NeedsInput(prompt="Approve within the hour?", schema=APPROVAL, timeout=data["timeout"])
+
+
+@app.tool(heartbeat=BEAT)
 async def asks(ctx: StepContext, data: Any) -> Any:
     record(ctx)
     return NeedsInput(prompt="Approve the draft?", schema=APPROVAL)

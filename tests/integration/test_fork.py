@@ -41,6 +41,14 @@ CLI_TIMEOUT = 30.0
 
 
 @pytest.fixture
+def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the `gated` tool needs to pass (absent: it fails for good)."""
+    path = tmp_path / "gate"
+    monkeypatch.setenv("TETHER_TEST_GATE", str(path))
+    return path
+
+
+@pytest.fixture
 async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
     async with Worker(app, config) as w:
         yield w
@@ -102,6 +110,16 @@ async def test_fork_of_a_completed_task_reuses_the_steps_before_and_leaves_the_s
     assert await checkpoint_keys(client, "src") == source_keys
     assert (await client.get("src")).metadata == {"user": "alice"}
 
+    # A fork of the fork: step 0 is a copy of a copy, still not run again.
+    second = await client.fork("copy", 2, input="last", new_task_id="copy-2")
+    assert await second.wait(timeout=10) == {"step": 2, "payload": "last"}
+    assert counts_of(executions, "copy-2", 3) == [0, 0, 1]
+    assert (await second.get()).metadata == {
+        "user": "alice",
+        "forked_from": {"task_id": "copy", "step": 2},
+    }
+    assert [s.tool for s in await second.plan()] == ["fast", "fast", "fast"]
+
 
 async def test_fork_with_a_new_input_hands_it_to_the_step_and_later_steps_see_old_outputs(
     client: Client, dispatcher: object, worker: Worker, executions: Path
@@ -139,40 +157,48 @@ async def test_fork_from_step_zero_runs_every_step_again(
     assert (await handle.get()).metadata == {"forked_from": {"task_id": "zero-src", "step": 0}}
 
 
-async def test_fork_of_a_failed_task_from_its_failed_step_with_an_input_that_works(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+async def test_fork_of_a_failed_task_from_its_failed_step_after_the_fix(
+    client: Client, dispatcher: object, worker: Worker, executions: Path, gate: Path
 ) -> None:
-    plan = [{"tool": "fast", "input": "kept"}, {"tool": "flaky", "input": {"succeed_on": 9}}]
-    source = await client.submit(plan, task_id="failing")
+    source = await client.submit([{"tool": "fast", "input": "kept"}, "gated"], task_id="failing")
     with pytest.raises(TaskFailedError):
         await source.wait(timeout=10)
     failed = await source.get()
     assert (failed.status, failed.failed_step) == (TaskStatus.FAILED, 1)
     with pytest.raises(InvalidTaskError):  # step 1 is the last step that ran
         await client.fork("failing", 2, new_task_id="too-far")
-
-    handle = await client.fork("failing", 1, input={"succeed_on": 1}, new_task_id="fixed")
-
-    assert await handle.wait(timeout=10) == {"attempt": 1}
-    assert counts_of(executions, "fixed", 2) == [0, 1]
-    assert (await source.get()).status is TaskStatus.FAILED  # the source is not retried
-    assert counts_of(executions, "failing", 2) == [1, 3]
     await assert_not_created(client, "too-far")
+    early = await client.fork("failing", 1, new_task_id="early")  # the gate is still closed
+    with pytest.raises(TaskFailedError):
+        await early.wait(timeout=10)
+
+    gate.touch()  # the fix
+    handle = await client.fork("failing", 1, input="new", new_task_id="fixed")
+    await client.retry("early")  # a failed fork retries from its failed step too
+
+    assert await handle.wait(timeout=10) == {"passed": True, "input": "new"}
+    assert await early.wait(timeout=10) == {"passed": True, "input": {"step": 0, "payload": "kept"}}
+    assert counts_of(executions, "fixed", 2) == [0, 1]
+    assert counts_of(executions, "early", 2) == [0, 2]
+    assert counts_of(executions, "failing", 2) == [1, 1]
+    assert (await source.get()) == failed  # the source is neither retried nor changed
 
 
 # -- refusals -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("from_step", [-1, 3, 4])
 async def test_a_step_outside_the_plan_is_refused_and_creates_nothing(
-    client: Client, dispatcher: object, worker: Worker, executions: Path, from_step: int
+    client: Client, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
     await completed(client, THREE, "done")
+    before = await client.get("done")
 
-    with pytest.raises(InvalidTaskError):
-        await client.fork("done", from_step, new_task_id="nope")
+    for from_step in (-1, 3, 4):
+        with pytest.raises(InvalidTaskError):
+            await client.fork("done", from_step, new_task_id="nope")
 
     await assert_not_created(client, "nope")
+    assert await client.get("done") == before
     assert counts_of(executions, "done", 3) == [1, 1, 1]
 
 
@@ -210,10 +236,13 @@ async def test_an_existing_new_id_and_an_unknown_source_are_refused(
         await client.fork("a", 1, new_task_id="a")
     with pytest.raises(TaskNotFoundError):
         await client.fork("missing", 0, new_task_id="c")
+    with pytest.raises(InvalidTaskError):
+        await client.fork("a", 1, new_task_id="bad.id")
 
     assert await client.get("b") == b_before
     assert await checkpoint_keys(client, "b") == b_keys
     await assert_not_created(client, "c")
+    assert [key for key in await _all_checkpoint_keys(client) if key.startswith("bad")] == []
     assert counts_of(executions, "b", 1) == [1]
 
 
@@ -264,11 +293,6 @@ async def test_fork_from_a_step_a_tool_added_keeps_the_extended_plan(
     assert [s.input for s in plan] == [{}, {"call": 1}, {"call": 20}, ["a", "b"], "end"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a fork from the step that extended the plan runs it again and it adds its "
-    "steps a second time: the copied plan already holds them",
-)
 async def test_fork_from_the_step_that_extended_the_plan_does_not_repeat_its_steps(
     client: Client, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
@@ -333,11 +357,15 @@ async def test_the_cli_forks_and_waits_for_the_new_task(
     assert (record["task_id"], record["current_step"]) == ("cli-new", 1)
     assert record["metadata"] == {"forked_from": {"task_id": "cli-src", "step": 1}}
     assert events[-1]["event"] == "completed", events
-    print(events); assert events[-1]["result"] == {"step": 2, "payload": {"step": 1, "payload": {"n": 5}}}
+    assert events[-1]["output"] == {"step": 2, "payload": {"step": 1, "payload": {"n": 5}}}
     assert counts_of(executions, "cli-new", 3) == [0, 1, 1]
 
 
 # -- small helpers ---------------------------------------------------------------------------
+
+
+async def _all_checkpoint_keys(client: Client) -> list[str]:
+    return await client.store.keys(client.store.names.checkpoints_bucket)
 
 
 async def _executed(executions: Path, task_id: str, step: int) -> None:

@@ -1,9 +1,11 @@
-"""The dispatcher: turns submissions on `tether.submit` into task records and first steps."""
+"""The dispatcher: turns submissions on `tether.submit` into task records and first steps,
+and fails tasks whose timers fired (a deadline, an input wait that expired)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -14,7 +16,7 @@ from tether.nats.provision import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import NESTED, submit_decoder
 from tether.schemas.names import SUBMIT_DEAD_LETTER
-from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit
+from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit, Timer
 from tether.service import Service
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools
@@ -22,6 +24,7 @@ from tether.tasks.rules import task_id_of, utcnow, validate_submit
 from tether.tasks.service import TaskService
 
 log = logging.getLogger("tether.dispatcher")
+_timer_decoder = msgspec.json.Decoder(Timer)
 
 FETCH_TIMEOUT = 1.0
 
@@ -38,7 +41,7 @@ class Dispatcher(Service):
         self._nc: Connection | None = None
         self._store: Store | None = None
         self._stopping = asyncio.Event()
-        self._loop: asyncio.Task[None] | None = None
+        self._loops: list[asyncio.Task[None]] = []
         self._known_tools: KnownTools | None = None
         self._tasks: TaskService  # set by start(), with the store
 
@@ -47,34 +50,50 @@ class Dispatcher(Service):
         self._store = await Store.open(self._nc, self.layout)
         self._known_tools = KnownTools(self._store)
         self._tasks = TaskService(self._store)
-        consumer = await self._store.submit_consumer()
-        self._loop = asyncio.create_task(self._serve(self._store, consumer))
+        store = self._store
+        submissions, timers = await store.submit_consumer(), await store.timers_consumer()
+        self._loops = [
+            asyncio.create_task(self._serve(submissions, lambda d: self._accept(store, d))),
+            asyncio.create_task(self._serve(timers, self._fire)),
+        ]
         log.info("dispatcher consuming %s", self.layout.names.submit_subject)
 
     async def stop(self) -> None:
         self._stopping.set()
-        if self._loop is not None:
-            await asyncio.gather(self._loop, return_exceptions=True)
-            self._loop = None
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops = []
         if self._nc is not None:
             await close(self._nc)
             self._nc = None
 
-    async def _serve(self, store: Store, consumer: Consumer) -> None:
+    async def _serve(
+        self, consumer: Consumer, handle: Callable[[Delivery], Awaitable[None]]
+    ) -> None:
+        async def settle(delivery: Delivery) -> None:
+            try:
+                await handle(delivery)
+            except Exception:
+                log.exception("message on %s failed; it will be redelivered", delivery.subject)
+
         while not (self._stopping.is_set() or self.is_lost):
             try:
                 deliveries = await consumer.fetch(self.batch, timeout=FETCH_TIMEOUT)
             except Exception as exc:
-                log.warning("fetch of submissions failed: %s", exc)
+                log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(FETCH_TIMEOUT / 4)
                 continue
-            await asyncio.gather(*(self._handle(store, delivery) for delivery in deliveries))
+            await asyncio.gather(*(settle(delivery) for delivery in deliveries))
 
-    async def _handle(self, store: Store, delivery: Delivery) -> None:
+    async def _fire(self, delivery: Delivery) -> None:
+        """A timer fired: the task service decides whether it still fails the task."""
         try:
-            await self._accept(store, delivery)
-        except Exception:
-            log.exception("submission on %s failed; it will be redelivered", delivery.subject)
+            timer = _timer_decoder.decode(delivery.data)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            log.warning("undecodable timer on %s dropped: %s", delivery.subject, exc)
+            await delivery.give_up()
+            return
+        await self._tasks.expire(timer)
+        await delivery.done()
 
     async def _accept(self, store: Store, delivery: Delivery) -> None:
         try:

@@ -187,6 +187,21 @@ async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerCo
         await js.add_consumer(stream, config)
 
 
+async def ensure_timers_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
+    """The dispatchers' consumer of fired timers (deadlines, input expiries)."""
+    config = ConsumerConfig(
+        durable_name=names.timers_consumer,
+        filter_subject=names.timers_work_subject,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=10.0,
+        max_deliver=-1,
+        max_ack_pending=1000,
+        max_waiting=512,
+    )
+    await _ensure_consumer(js, names.work_stream, config)
+
+
 async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
     config = ConsumerConfig(
         durable_name=names.dispatcher_consumer,

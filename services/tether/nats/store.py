@@ -33,6 +33,7 @@ from tether.nats.provision import (
     ConsumerOptions,
     Layout,
     ensure_dispatcher_consumer,
+    ensure_timers_consumer,
     ensure_tool_consumer,
     provision,
 )
@@ -54,6 +55,7 @@ from tether.schemas.tasks import (
     Heartbeat,
     TaskRecord,
     TaskSubmit,
+    Timer,
     ToolInfo,
     WorkMessage,
 )
@@ -75,6 +77,8 @@ def schedule_time(at: datetime) -> str:
     if whole < at:
         whole += timedelta(seconds=1)
     return whole.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 PUBLISH_TIMEOUT = 5.0
 
 
@@ -139,6 +143,12 @@ class Store:
         await ensure_dispatcher_consumer(self.js, self.names)
         names = self.names
         return await Consumer.bind(self.js, names.submit_stream, names.dispatcher_consumer)
+
+    async def timers_consumer(self) -> Consumer:
+        """The dispatchers' shared consumer of fired timers."""
+        await ensure_timers_consumer(self.js, self.names)
+        names = self.names
+        return await Consumer.bind(self.js, names.work_stream, names.timers_consumer)
 
     async def remember_records(self, on_cancel: Callable[[str], None]) -> None:
         """Keep the records this store writes (see `RecentRecords`) and follow the
@@ -350,9 +360,24 @@ class Store:
         if at is None:
             ack = await self._publish(target, encode(work), {MSG_ID: msg_id})
             return not ack.duplicate
-        headers = {MSG_ID: msg_id, SCHEDULE: f"@at {schedule_time(at)}", SCHEDULE_TARGET: target}
-        ack = await self._publish(self.names.timer_subject(msg_id), encode(work), headers)
-        return not ack.duplicate
+        subject = self.names.timer_subject(msg_id)
+        await self._schedule(subject, target, encode(work), at, {MSG_ID: msg_id})
+        return True
+
+    async def set_timer(self, subject: str, timer: Timer, at: datetime) -> None:
+        """Fire `timer` on the timers subject at `at`; setting it again replaces it."""
+        await self._schedule(subject, self.names.timers_work_subject, encode(timer), at)
+
+    async def _schedule(
+        self,
+        subject: str,
+        target: str,
+        data: bytes,
+        at: datetime,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        schedule = {SCHEDULE: f"@at {schedule_time(at)}", SCHEDULE_TARGET: target}
+        await self._publish(subject, data, {**(headers or {}), **schedule})
 
     async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:
         """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops.

@@ -73,6 +73,22 @@ class Names(msgspec.Struct, frozen=True):
     def timer_subjects(self) -> str:
         return f"{self.prefix}.timers.>"
 
+    @property
+    def timers_work_subject(self) -> str:
+        """Where timers fire (a deadline, an input wait's expiry): the dispatchers'
+        `timers` consumer. No tool is named so: tool names cannot start with `_`."""
+        return f"{self.prefix}.work._timers"
+
+    @property
+    def timers_consumer(self) -> str:
+        return "timers"
+
+    def deadline_timer(self, task_id: str) -> str:
+        return self.timer_subject(f"{task_id}.deadline")
+
+    def input_timer(self, task_id: str, step: int, generation: int) -> str:
+        return self.timer_subject(f"{task_id}.{step}.input.g{generation}")
+
     def status_subject(self, task_id: str) -> str:
         return f"{self.prefix}.status.{task_id}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -102,10 +102,12 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class InputRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """What a waiting task asks for: a prompt and a JSON Schema for the answer."""
+    """What a waiting task asks for: a prompt and a JSON Schema for the answer;
+    `expires_at`: unanswered by then, the task fails with `InputExpired`."""
 
     prompt: str
     schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    expires_at: datetime | None = None
 
 
 class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,6 +194,16 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     let go of the step (and what `fork` re-runs)."""
     wake_at: datetime | None = None
     """The tool asked to sleep: the next step starts at this time."""
+
+
+class Timer(msgspec.Struct, frozen=True, kw_only=True):
+    """A timer that fired, on `<prefix>.work._timers`: the task's deadline, or the
+    expiry of the input wait of `step` in `generation`."""
+
+    task_id: str
+    kind: Literal["deadline", "input"]
+    step: int | None = None
+    generation: int = 1
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,6 +28,7 @@ from tether.schemas.tasks import (
     TaskRecord,
     TaskStatus,
     TaskSubmit,
+    Timer,
     WorkMessage,
 )
 
@@ -50,6 +51,15 @@ def new_record(submit: TaskSubmit, now: datetime, submit_seq: int = 0) -> TaskRe
         deadline_at=deadline,
         submit_seq=submit_seq,
     )
+
+
+def plan_before(plan: list[StepSpec], added: dict[int, int]) -> list[StepSpec]:
+    """`plan` without the steps that steps `added` inserted (step -> how many, right
+    after it), latest first, so steps inserted by inserted steps go too."""
+    steps = list(plan)
+    for step in sorted(added, reverse=True):
+        del steps[step + 1 : step + 1 + added[step]]
+    return steps
 
 
 def forked(
@@ -109,6 +119,32 @@ def is_stale(record: TaskRecord, step: int, generation: int) -> bool:
 
 def deadline_passed(record: TaskRecord, now: datetime) -> bool:
     return record.deadline_at is not None and now >= record.deadline_at
+
+
+def expired(record: TaskRecord, timer: Timer, now: datetime) -> ErrorInfo | None:
+    """Why a timer that fired fails the task now, or None when it has nothing to do
+    (the task ended, was answered, was retried, or the deadline moved)."""
+    if record.status.is_terminal:
+        return None
+    if timer.kind == "deadline":
+        if not deadline_passed(record, now):
+            return None
+        assert record.deadline_at is not None
+        at = record.deadline_at.isoformat()
+        return ErrorInfo(type="DeadlineExceeded", message=f"the task's deadline passed at {at}")
+    request = record.input_request
+    if (
+        record.status is not TaskStatus.WAITING
+        or (record.current_step, record.generation) != (timer.step, timer.generation)
+        or request is None
+        or request.expires_at is None
+        or now < request.expires_at
+    ):
+        return None
+    return ErrorInfo(
+        type="InputExpired",
+        message=f"no answer to {request.prompt!r} by {request.expires_at.isoformat()}",
+    )
 
 
 def start_step(record: TaskRecord, step: int, now: datetime) -> TaskRecord | None:

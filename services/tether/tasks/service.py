@@ -45,6 +45,7 @@ from tether.schemas.tasks import (
     StepSpec,
     TaskRecord,
     TaskStatus,
+    Timer,
     WorkMessage,
 )
 from tether.tasks import rules
@@ -185,8 +186,13 @@ class TaskService:
         await self._publish(rules.next_work(record, step, checkpoint.output), at)
 
     async def hand_off_first(self, record: TaskRecord) -> None:
-        """Emit `submitted` and publish the first step (both idempotent on a replay)."""
+        """Emit `submitted`, set the deadline's timer and publish the first step (all
+        idempotent on a replay)."""
         await self._emit(Submitted, record, status=TaskStatus.PENDING, time=record.created_at)
+        if record.deadline_at is not None:
+            timer = Timer(task_id=record.task_id, kind="deadline")
+            subject = self.store.names.deadline_timer(record.task_id)
+            await self.store.set_timer(subject, timer, record.deadline_at)
         await self._publish(rules.current_work(record))
 
     async def _publish(self, works: list[WorkMessage], at: datetime | None = None) -> None:
@@ -312,12 +318,19 @@ class TaskService:
         the checkpoints before it are copied (those steps do not run), the rest runs."""
         source = (await self.store.require_record(task_id)).record
         plan = await self.plan(source)
+        history = await asyncio.gather(
+            *(self.store.get_checkpoint(task_id, step) for step in range(len(plan)))
+        )
+        added = {
+            step: len(found.next_steps)
+            for step, found in enumerate(history)
+            if step >= from_step and found is not None and found.next_steps
+        }
+        plan = rules.plan_before(plan, added)  # the re-run steps will add their own
         record = rules.forked(source, plan, from_step, new_task_id, utcnow(), new_input)
         if await self.store.get_record(new_task_id) is not None:
             raise TaskExistsError(new_task_id)
-        earlier = await asyncio.gather(
-            *(self.store.get_checkpoint(task_id, step) for step in range(from_step))
-        )
+        earlier = history[:from_step]
         if any(checkpoint is None for checkpoint in earlier):
             raise TaskConflictError(
                 task_id, f"task {task_id!r} lacks a checkpoint before step {from_step}"
@@ -410,7 +423,34 @@ class TaskService:
         if not changed:
             return None
         record = stored.record
+        if request.expires_at is not None:
+            timer = Timer(
+                task_id=record.task_id, kind="input", step=step, generation=record.generation
+            )
+            subject = self.store.names.input_timer(record.task_id, step, record.generation)
+            await self.store.set_timer(subject, timer, request.expires_at)
         await self._emit(Waiting, record, step, attempt=attempt, input_request=request)
+        return record
+
+    async def expire(self, timer: Timer) -> TaskRecord | None:
+        """A timer fired: fail the task if its deadline passed or its input wait expired
+        (nothing else has to touch a waiting or sleeping task for that)."""
+        found = await self.store.get_record(timer.task_id)
+        if found is None:
+            return None
+        now = utcnow()
+
+        def fail_if_expired(record: TaskRecord) -> TaskRecord | None:
+            error = rules.expired(record, timer, now)
+            step = record.current_step if record.has_step(record.current_step) else None
+            return None if error is None else rules.fail(record, step, error, now)
+
+        stored, changed = await self.store.update_record(timer.task_id, fail_if_expired, found)
+        if not changed:
+            return None
+        record = stored.record
+        await self._emit(Failed, record, record.failed_step, error=record.error)
+        await self.store.notify_cancelled(timer.task_id)  # a running step stops at once
         return record
 
     # -- resuming ---------------------------------------------------------------------------

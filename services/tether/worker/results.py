@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -36,10 +36,16 @@ class Sleep:
 
 
 class NeedsInput(msgspec.Struct, frozen=True, kw_only=True):
-    """Pause the task until someone answers `prompt`; the answer becomes this step's output."""
+    """Pause the task until someone answers `prompt`; the answer becomes this step's output.
+
+    `timeout` (seconds or a timedelta): unanswered that long, the task fails with
+    `InputExpired` (an approval that expires), by a timer that needs no worker.
+    """
 
     prompt: str
     schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    timeout: timedelta | float | None = None
 
-    def request(self) -> InputRequest:
-        return InputRequest(prompt=self.prompt, schema=self.schema)
+    def request(self, now: datetime) -> InputRequest:
+        expires = None if self.timeout is None else now + as_timedelta(self.timeout)
+        return InputRequest(prompt=self.prompt, schema=self.schema, expires_at=expires)

@@ -298,7 +298,7 @@ class StepRunner:
             )
             return
         if isinstance(result, NeedsInput):
-            await self.tasks.wait_for_input(found, work.step, result.request(), attempt)
+            await self.tasks.wait_for_input(found, work.step, result.request(utcnow()), attempt)
             return
         checkpoint = _checkpoint(result, attempt)
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
