@@ -34,8 +34,8 @@ from tether.schemas.tasks import TaskRecord, TaskStatus
 from tether.testing import eventually, wait_until
 
 T = TypeVar("T")
-VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry"]
-TASK_VERBS = ["get", "result", "cancel", "input", "retry"]
+VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry", "fork"]
+TASK_VERBS = ["get", "result", "cancel", "input", "retry", "fork"]
 """The verbs that name one existing task."""
 STABLE_CODES = {code.value for code in ErrorCode}
 REPLY_TIMEOUT = 5.0
@@ -448,6 +448,7 @@ async def test_deeply_nested_json_is_invalid_not_an_internal_error(
         "cancel": '{"task_id": "x", "extra": %s}',
         "input": '{"task_id": "x", "data": %s}',
         "retry": '{"task_id": "x", "extra": %s}',
+        "fork": '{"task_id": "x", "input": %s}',
     }
     codes = {}
     for verb, body in bodies.items():
@@ -719,6 +720,7 @@ FUZZED = {
     "cancel": TaskRecord,
     "input": TaskRecord,
     "retry": TaskRecord,
+    "fork": TaskRecord,
 }
 """Every verb but `result`, whose timeout_ms would make the fuzzer wait, with its reply."""
 

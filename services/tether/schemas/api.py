@@ -58,7 +58,7 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
     from there; `input` (if not null) replaces that step's input."""
 
     task_id: str
-    from_step: Annotated[int, msgspec.Meta(ge=0)]
+    from_step: Annotated[int, msgspec.Meta(ge=0)] = 0
     input: Any = None
     new_task_id: TaskId | None = None
 
