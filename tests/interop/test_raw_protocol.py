@@ -43,7 +43,7 @@ EVENT_FIELDS = {
     "error",
 }
 EVENT_EXTRAS = {
-    "step_completed": {"skipped"},
+    "step_completed": {"skipped", "wake_at"},
     "step_retrying": {"retry_in_ms"},
     "waiting": {"input_request"},
 }
@@ -60,7 +60,7 @@ RECORD_FIELDS = {
 }
 TERMINAL = {"completed", "failed", "cancelled"}
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
-VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry"]
+VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry", "fork"]
 
 
 @pytest.fixture
@@ -267,7 +267,7 @@ async def test_api_input_resumes_a_waiting_task(
     await submit(nc, prefix, task_id, [{"tool": "asks", "input": "draft"}, {"tool": "fast"}])
     waiting = (await follow(sub, "waiting"))[-1]
     assert waiting["status"] == "waiting" and waiting["step"] == 0
-    request = {"prompt": "Approve the draft?", "schema": APPROVAL}
+    request = {"prompt": "Approve the draft?", "schema": APPROVAL, "expires_at": None}
     assert waiting["input_request"] == request
 
     answered = await call_ok(nc, prefix, "input", {"task_id": task_id, "data": {"approved": True}})

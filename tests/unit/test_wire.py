@@ -204,7 +204,11 @@ def test_event_specific_fields_round_trip() -> None:
         input_request=InputRequest(prompt="Approve?", schema={"type": "boolean"}),
     )
     doc = _as_json(waiting)
-    assert doc["input_request"] == {"prompt": "Approve?", "schema": {"type": "boolean"}}
+    assert doc["input_request"] == {
+        "prompt": "Approve?",
+        "schema": {"type": "boolean"},
+        "expires_at": None,
+    }
     assert codec.event_decoder.decode(codec.encode(waiting)) == waiting
 
     skipped = StepCompleted(task_id="t", status=TaskStatus.RUNNING, time=NOW, skipped=True)
