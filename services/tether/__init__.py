@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     from tether.schemas.tasks import StepSpec as Step
     from tether.schemas.tasks import TaskRecord, TaskStatus
     from tether.tasks.rules import Parallel
-    from tether.worker import App, NeedsInput, NextSteps, RetryPolicy, Sleep, StepContext, Worker
+    from tether.worker import (
+        App,
+        Child,
+        NeedsInput,
+        NextSteps,
+        RetryPolicy,
+        Sleep,
+        StepContext,
+        Worker,
+    )
 
 _HOMES = {
     "tether.client": ["Client", "TaskHandle"],
@@ -60,6 +69,7 @@ _HOMES = {
     "tether.tasks.rules": ["Parallel"],
     "tether.worker": [
         "App",
+        "Child",
         "NeedsInput",
         "NextSteps",
         "RetryPolicy",
@@ -73,6 +83,7 @@ _RENAMED = {"Step": ("tether.schemas.tasks", "StepSpec")}
 
 __all__ = [
     "App",
+    "Child",
     "Client",
     "Dispatcher",
     "InvalidTaskError",

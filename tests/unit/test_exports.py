@@ -7,6 +7,7 @@ import tether.schemas as schemas
 
 TETHER_ALL = [
     "App",
+    "Child",
     "Client",
     "Dispatcher",
     "InvalidTaskError",

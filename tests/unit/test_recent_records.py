@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from tether.nats.recent import RecentRecords, Versioned
@@ -69,4 +70,19 @@ def test_only_small_running_records_are_kept() -> None:
     assert recent.take("t", 1, 1) is None
 
     recent.remember(versioned(), 1_000_000)
+    assert recent.take("t", 1, 1) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"awaiting": "t-s1"}, {"done_branches": [0]}],
+    ids=["a child runs the step", "a branch is done"],
+)
+def test_a_record_whose_step_may_have_a_checkpoint_is_not_kept(change: dict[str, object]) -> None:
+    """The next message of such a step may find a checkpoint (the child's result, a
+    branch's output): it must read it, not start from memory."""
+    recent = RecentRecords(lambda: 0)
+    found = versioned()
+    recent.remember(Versioned(msgspec.structs.replace(found.record, **change), 8), 100)
+
     assert recent.take("t", 1, 1) is None

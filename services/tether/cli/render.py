@@ -153,6 +153,7 @@ def record_table(
             rows.append(("answer with", encode(record.input_request.schema).decode()))
     if record.error is not None:
         rows.append(("error", Text(format_error(record.error), style="red")))
+    rows += _family_rows(record)
     rows += [
         ("created", format_time(record.created_at)),
         ("updated", format_time(record.updated_at)),
@@ -164,6 +165,19 @@ def record_table(
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _family_rows(record: TaskRecord) -> list[tuple[str, str | Text]]:
+    """Sleep, the parent step and the children: where the task sits in the tree."""
+    rows: list[tuple[str, str | Text]] = []
+    if record.wake_at is not None and not record.status.is_terminal:
+        rows.append(("sleeping until", format_time(record.wake_at)))
+    if record.parent is not None:
+        rows.append(("parent", f"{record.parent.task_id} (step {record.parent.step})"))
+    for child in record.children:
+        marker = "  <- step " + str(record.current_step) if child == record.awaiting else ""
+        rows.append(("child", child + marker))
+    return rows
 
 
 def _attempt(heartbeat: Heartbeat | None, last: AnyStatusEvent | None) -> str:

@@ -42,11 +42,15 @@ class RecentRecords:
 
         Only running records are kept, only small ones, only for `MAX_AGE`: an entry
         whose next step went to another process is never taken, so these bounds are
-        what limit the memory it holds.
+        what limit the memory it holds. A record whose current step a child task runs,
+        or whose parallel step has branches done, is not kept: the next message of that
+        step may find a checkpoint (the child's result, a branch's output).
         """
         task_id = found.record.task_id
         self._entries.pop(task_id, None)
-        if found.record.status is not TaskStatus.RUNNING or size > MAX_RECORD_BYTES:
+        record = found.record
+        handed_off = record.awaiting is None and not record.done_branches
+        if record.status is not TaskStatus.RUNNING or size > MAX_RECORD_BYTES or not handed_off:
             return
         now = time.monotonic()
         entries = self._entries

@@ -119,6 +119,14 @@ class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True):
     deadline_ms: DurationMs | None = None
 
 
+class ParentStep(msgspec.Struct, frozen=True, kw_only=True):
+    """The step of another task that started this one and completes with its result."""
+
+    task_id: str
+    step: int
+    generation: int = 1
+
+
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The value under `<task_id>` in `tether-tasks`; changed only by compare-and-set.
 
@@ -149,6 +157,12 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Branches of the current step (a parallel group) that are checkpointed."""
     wake_at: datetime | None = None
     """The task sleeps: `current_step` starts at this time (a scheduled message)."""
+    parent: ParentStep | None = None
+    """Set on a child task: the step its result completes."""
+    children: list[str] = msgspec.field(default_factory=list)
+    """Every child task this task started (cancelling it cancels them)."""
+    awaiting: str | None = None
+    """The child task the current step waits for (no worker holds the step meanwhile)."""
 
     @property
     def plan_length(self) -> int:

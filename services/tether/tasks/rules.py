@@ -7,6 +7,7 @@ client, the API and the gateway.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,12 @@ from typing import Any
 import msgspec
 
 from tether.errors import InvalidTaskError
-from tether.schemas.ids import InvalidNameError, validate_task_id, validate_tool_name
+from tether.schemas.ids import (
+    MAX_TASK_ID_LENGTH,
+    InvalidNameError,
+    validate_task_id,
+    validate_tool_name,
+)
 from tether.schemas.tasks import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_MS,
@@ -24,6 +30,7 @@ from tether.schemas.tasks import (
     Checkpoint,
     ErrorInfo,
     InputRequest,
+    ParentStep,
     StepSpec,
     TaskRecord,
     TaskStatus,
@@ -60,6 +67,68 @@ def plan_before(plan: list[StepSpec], added: dict[int, int]) -> list[StepSpec]:
     for step in sorted(added, reverse=True):
         del steps[step + 1 : step + 1 + added[step]]
     return steps
+
+
+def child_id(parent: str, step: int, generation: int) -> str:
+    """The id of the child task a step starts: the same on every attempt of the step."""
+    task_id = f"{parent}-s{step}" if generation <= 1 else f"{parent}-s{step}-g{generation}"
+    if len(task_id) <= MAX_TASK_ID_LENGTH:
+        return task_id
+    return "child-" + hashlib.sha256(task_id.encode()).hexdigest()[:40]
+
+
+def new_child(
+    parent: TaskRecord,
+    step: int,
+    task_id: str,
+    steps: list[StepSpec],
+    metadata: dict[str, Any],
+    now: datetime,
+) -> TaskRecord:
+    return TaskRecord(
+        task_id=task_id,
+        status=TaskStatus.PENDING,
+        steps=steps,
+        metadata=metadata,
+        created_at=now,
+        updated_at=now,
+        deadline_at=parent.deadline_at,  # a child cannot outlive its parent's deadline
+        parent=ParentStep(task_id=parent.task_id, step=step, generation=parent.generation),
+    )
+
+
+def await_child(record: TaskRecord, step: int, child: str, now: datetime) -> TaskRecord | None:
+    """The step waits for `child` (and the task lists it among its children)."""
+    if record.status.is_terminal or record.current_step != step or record.awaiting == child:
+        return None
+    children = record.children if child in record.children else [*record.children, child]
+    status = TaskStatus.RUNNING if record.status is TaskStatus.PENDING else record.status
+    return msgspec.structs.replace(
+        record, awaiting=child, children=children, status=status, updated_at=now
+    )
+
+
+def awaits(record: TaskRecord, parent: ParentStep) -> bool:
+    """Whether `record` (the parent) still waits at the step `parent` names."""
+    return (
+        not record.status.is_terminal
+        and record.current_step == parent.step
+        and record.generation == parent.generation
+    )
+
+
+def child_failure(child: TaskRecord) -> ErrorInfo | None:
+    """What a child that ended without a result means for its parent's step."""
+    if child.status is TaskStatus.CANCELLED:
+        return ErrorInfo(
+            type="ChildCancelled", message=f"child task {child.task_id!r} was cancelled"
+        )
+    if child.status is TaskStatus.FAILED:
+        detail = f"{child.error.type}: {child.error.message}" if child.error else "unknown error"
+        return ErrorInfo(
+            type="ChildFailed", message=f"child task {child.task_id!r} failed: {detail}"
+        )
+    return None
 
 
 def forked(
@@ -179,6 +248,7 @@ def complete_step(
         result=checkpoint.output if done else None,
         input_request=None,
         done_branches=[],
+        awaiting=None,
         wake_at=None if done else checkpoint.wake_at,
         updated_at=now,
     )

@@ -16,6 +16,7 @@ The other flows end or pause a task (fail, cancel, wait for input) or resume it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +24,12 @@ from typing import Any
 
 import msgspec
 
-from tether.errors import MessageTooLargeError, TaskConflictError, TaskExistsError
+from tether.errors import (
+    MessageTooLargeError,
+    TaskConflictError,
+    TaskExistsError,
+    TaskNotFoundError,
+)
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.codec import encode
@@ -42,6 +48,7 @@ from tether.schemas.tasks import (
     DeadLetter,
     ErrorInfo,
     InputRequest,
+    ParentStep,
     StepSpec,
     TaskRecord,
     TaskStatus,
@@ -178,6 +185,7 @@ class TaskService:
         )
         if record.status is TaskStatus.COMPLETED:
             await self._emit(Completed, record, time=now, output=event_output(record.result))
+            await self.resume_parent(record)
 
     async def hand_off_next(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
         """Publish what follows `step`: now, or when the task wakes from a sleep."""
@@ -370,6 +378,7 @@ class TaskService:
             await self._emit(Failed, record, step, branch=branch, attempt=attempt, error=error)
             if branch is not None:
                 await self.store.notify_cancelled(task_id)
+            await self.resume_parent(record)
         return record
 
     async def dead_letter(
@@ -410,7 +419,84 @@ class TaskService:
         )
         await self.store.notify_cancelled(task_id)
         await self._emit(Cancelled, record)
+        await asyncio.gather(*(self._cancel_child(child) for child in record.children))
+        await self.resume_parent(record)
         return record
+
+    async def _cancel_child(self, task_id: str) -> None:
+        with contextlib.suppress(TaskConflictError, TaskNotFoundError):  # it ended already
+            await self.cancel(task_id)
+
+    # -- child tasks ----------------------------------------------------------------------
+    async def start_child(
+        self,
+        current: Versioned,
+        step: int,
+        steps: list[StepSpec],
+        *,
+        task_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        """Start a child task that runs `steps`; its result will complete `step`.
+
+        The child is created first, then the parent's record names it (`awaiting`): a
+        crash in between re-runs the step, which finds the same child (its id comes from
+        the step) and goes on. A child that already ended resumes the parent at once.
+        """
+        parent = current.record
+        child_id = task_id or rules.child_id(parent.task_id, step, parent.generation)
+        child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow())
+        created = await self.store.create_record(child)
+        if created is not None:
+            await self.hand_off_first(child)
+        else:
+            existing = (await self.store.require_record(child_id)).record
+            if existing.parent != child.parent:
+                raise TaskExistsError(child_id)
+            child = existing
+            if child.status is TaskStatus.PENDING and child.current_step == 0:
+                await self.hand_off_first(child)
+        stored, _ = await self.store.update_record(
+            parent.task_id,
+            lambda record: rules.await_child(record, step, child_id, utcnow()),
+            current,
+        )
+        if child.status.is_terminal:
+            await self.resume_parent(child)
+        return stored.record
+
+    async def resume_parent(self, child: TaskRecord) -> None:
+        """A child task ended: complete its parent's step with the result (as an answer
+        does: checkpoint create-only, then a resume message), or fail the step. Safe to
+        repeat: whoever ends a child, or replays its end, calls it."""
+        link = child.parent
+        if link is None or not child.status.is_terminal:
+            return
+        found = await self.store.get_record(link.task_id)
+        if found is None or not rules.awaits(found.record, link):
+            return
+        failure = rules.child_failure(child)
+        if failure is not None:
+            await self._fail_step_if_waiting(link, failure)
+            return
+        parent = found.record
+        done = Checkpoint(output=child.result, time=utcnow(), spec=parent.spec(link.step))
+        await self.store.create_checkpoint(parent.task_id, link.step, done)
+        (work,) = rules.current_work(parent)
+        msg_id = self.store.names.resume_msg_id(parent.task_id, link.step, parent.generation)
+        await self.store.publish_work(work, msg_id)
+
+    async def _fail_step_if_waiting(self, link: ParentStep, error: ErrorInfo) -> None:
+        now = utcnow()
+
+        def fail(record: TaskRecord) -> TaskRecord | None:
+            waiting = rules.awaits(record, link)
+            return rules.fail(record, link.step, error, now) if waiting else None
+
+        stored, changed = await self.store.update_record(link.task_id, fail)
+        if changed:
+            await self._emit(Failed, stored.record, link.step, error=error)
+            await self.resume_parent(stored.record)
 
     async def wait_for_input(
         self, current: Versioned, step: int, request: InputRequest, attempt: int

@@ -2,12 +2,13 @@
 
 from tether.worker.app import App, Tool
 from tether.worker.context import StepContext
-from tether.worker.results import NeedsInput, NextSteps, Sleep
+from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 from tether.worker.worker import Worker
 
 __all__ = [
     "App",
+    "Child",
     "NeedsInput",
     "NextSteps",
     "RetryPolicy",

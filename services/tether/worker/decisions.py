@@ -53,7 +53,8 @@ class FromCheckpoint:
 
 @dataclass(frozen=True)
 class Wait:
-    """The step asked for input; the answer arrives as a message of its own: ack this one."""
+    """The step asked for input, or a child task runs it; the answer (or the child's end)
+    arrives as a message of its own: ack this one."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
         return FromCheckpoint(checkpoint)
     if record.status is TaskStatus.WAITING:
         return Wait()
+    if record.awaiting is not None and record.current_step == work.step:
+        return Wait()  # a child task runs this step; its end resumes it
     return Execute()
 
 

@@ -10,6 +10,7 @@ import msgspec
 
 from tether.durations import as_timedelta
 from tether.schemas.tasks import InputRequest, StepSpec
+from tether.tasks.rules import to_step
 
 
 class NextSteps(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,6 +34,26 @@ class Sleep:
 
     def __repr__(self) -> str:
         return f"Sleep({self.duration!r}, output={self.output!r})"
+
+
+class Child:
+    """Complete this step with the result of a new task that runs `steps` (a sub-agent).
+
+    No worker slot is held while the child runs; the child's record names this step as
+    its `parent`. If the child fails or is cancelled, this step fails (`ChildFailed`,
+    `ChildCancelled`); cancelling this task cancels the child.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[StepSpec | dict[str, Any] | str],
+        *,
+        task_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self.steps = [to_step(step) for step in steps]
+        self.task_id = task_id
+        self.metadata = dict(metadata or {})
 
 
 class NeedsInput(msgspec.Struct, frozen=True, kw_only=True):

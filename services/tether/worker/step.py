@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from tether.errors import InvalidTaskError, MessageTooLargeError
+from tether.errors import InvalidTaskError, MessageTooLargeError, TaskExistsError
 from tether.nats.delivery import Delivery
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
@@ -26,6 +26,7 @@ from tether.schemas.events import StepRetrying, StepStarted
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
 from tether.tasks import rules
+from tether.tasks.known_tools import KnownTools
 from tether.tasks.rules import utcnow, validate_steps
 from tether.tasks.service import TaskService
 from tether.worker import decisions
@@ -33,7 +34,7 @@ from tether.worker.app import Tool
 from tether.worker.context import StepContext
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
-from tether.worker.results import NeedsInput, NextSteps, Sleep
+from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
@@ -290,7 +291,7 @@ class StepRunner:
 
     async def _finish(self, found: Versioned, work: WorkMessage, attempt: int, result: Any) -> None:
         if work.branch is not None:
-            if isinstance(result, NeedsInput | NextSteps | Sleep):
+            if isinstance(result, NeedsInput | NextSteps | Sleep | Child):
                 raise _give_up(_NOT_IN_A_BRANCH)
             checkpoint = _checkpoint(result, attempt)
             await self.tasks.record_branch(
@@ -300,8 +301,23 @@ class StepRunner:
         if isinstance(result, NeedsInput):
             await self.tasks.wait_for_input(found, work.step, result.request(utcnow()), attempt)
             return
+        if isinstance(result, Child):
+            await self._start_child(found, work, result)
+            return
         checkpoint = _checkpoint(result, attempt)
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
+
+    async def _start_child(self, found: Versioned, work: WorkMessage, child: Child) -> None:
+        try:
+            validate_steps(child.steps, "child task")
+            if child.task_id is not None:
+                validate_task_id(child.task_id)
+            await KnownTools(self.store).check(child.steps)
+            await self.tasks.start_child(
+                found, work.step, child.steps, task_id=child.task_id, metadata=child.metadata
+            )
+        except (InvalidTaskError, InvalidNameError, TaskExistsError) as exc:
+            raise _give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
 
     async def _settle_failure(
         self,
@@ -381,8 +397,8 @@ class _RecordStart:
 
 _NOT_IN_A_BRANCH = ErrorInfo(
     type="InvalidOutput",
-    message="a branch of a parallel step returned NeedsInput, NextSteps or Sleep: ask for "
-    "input, extend the plan or sleep in the step after the group",
+    message="a branch of a parallel step returned NeedsInput, NextSteps, Sleep or Child: "
+    "do that in the step after the group",
 )
 
 
