@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tether.nats import Layout, NatsConfig, NatsServer
     from tether.schemas.tasks import StepSpec as Step
     from tether.schemas.tasks import TaskRecord, TaskStatus
-    from tether.tasks.rules import Parallel
+    from tether.tasks.plans import Parallel
     from tether.worker import (
         App,
         Child,
@@ -66,7 +66,7 @@ _HOMES = {
     ],
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
     "tether.schemas.tasks": ["TaskRecord", "TaskStatus"],
-    "tether.tasks.rules": ["Parallel"],
+    "tether.tasks.plans": ["Parallel"],
     "tether.worker": [
         "App",
         "Child",

@@ -131,4 +131,7 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     assert dev.returncode == 0, dev_log.read_text()
     assert "slack: report report-1.1 is being written" in dev_log.read_text()
     assert "{'report': '# Report" in outputs["follow.py"]
+    shapes = outputs["shapes.py"]
+    assert "hit 0 for durable agents; " in shapes and "hit 0 for MCP tasks" in shapes, shapes
+    assert "a shorter summary" in shapes, shapes  # the fork's own report
     assert "completed" in outputs["raw.py"] and "'status': 'completed'" in outputs["api.py"]

@@ -21,7 +21,7 @@ from tether.schemas.tasks import (
     TaskSubmit,
     WorkMessage,
 )
-from tether.tasks import rules
+from tether.tasks import plans, rules
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=5)
@@ -398,13 +398,13 @@ def test_wait_for_input_of_terminal_task_does_nothing(status: TaskStatus) -> Non
     assert rules.wait_for_input(record, 0, InputRequest(prompt="?"), T1) is None
 
 
-# -- rules.validate_submit ----------------------------------------------------
+# -- plans.validate_submit ----------------------------------------------------
 
 
 def test_valid_submit_passes() -> None:
-    rules.validate_submit(_submit(deadline_ms=600_000))
-    rules.validate_submit(_submit(steps=[StepSpec(tool="a")] * rules.MAX_STEPS))
-    rules.validate_submit(_submit(deadline_ms=rules.MAX_DEADLINE_MS))
+    plans.validate_submit(_submit(deadline_ms=600_000))
+    plans.validate_submit(_submit(steps=[StepSpec(tool="a")] * plans.MAX_STEPS))
+    plans.validate_submit(_submit(deadline_ms=plans.MAX_DEADLINE_MS))
 
 
 def test_invalid_task_error_is_a_value_error() -> None:
@@ -413,22 +413,22 @@ def test_invalid_task_error_is_a_value_error() -> None:
 
 def test_empty_plan_is_rejected() -> None:
     with pytest.raises(InvalidTaskError, match=r"task 'report-42' has no steps: give at least one"):
-        rules.validate_submit(_submit(steps=[]))
+        plans.validate_submit(_submit(steps=[]))
 
 
 def test_too_many_steps_are_rejected() -> None:
-    steps = [StepSpec(tool="a")] * (rules.MAX_STEPS + 1)
+    steps = [StepSpec(tool="a")] * (plans.MAX_STEPS + 1)
     with pytest.raises(InvalidTaskError) as info:
-        rules.validate_submit(_submit(steps=steps))
+        plans.validate_submit(_submit(steps=steps))
     message = str(info.value)
     assert "'report-42'" in message
-    assert f"{rules.MAX_STEPS + 1} steps" in message
-    assert f"limit is {rules.MAX_STEPS}" in message
+    assert f"{plans.MAX_STEPS + 1} steps" in message
+    assert f"limit is {plans.MAX_STEPS}" in message
 
 
 def test_bad_task_id_is_rejected_as_an_invalid_task() -> None:
     with pytest.raises(InvalidTaskError, match=re.escape("no '.', '*', '>' or spaces")) as info:
-        rules.validate_submit(_submit(task_id="a.b"))
+        plans.validate_submit(_submit(task_id="a.b"))
     assert isinstance(info.value.__cause__, InvalidNameError)
 
 
@@ -436,7 +436,7 @@ def test_bad_task_id_is_rejected_as_an_invalid_task() -> None:
 def test_bad_tool_is_rejected_naming_the_step(tool: str) -> None:
     steps = [StepSpec(tool="search"), StepSpec(tool=tool)]
     with pytest.raises(InvalidTaskError) as info:
-        rules.validate_submit(_submit(steps=steps))
+        plans.validate_submit(_submit(steps=steps))
     message = str(info.value)
     assert "task 'report-42', step 1" in message
     assert "tool name" in message
@@ -450,33 +450,33 @@ def test_bad_timeout_is_rejected(timeout_ms: int) -> None:
     with pytest.raises(
         InvalidTaskError, match=r"task 'report-42', step 0 \(search\): timeout_ms must be positive"
     ):
-        rules.validate_submit(_submit(steps=steps))
+        plans.validate_submit(_submit(steps=steps))
 
 
-@pytest.mark.parametrize("deadline_ms", [0, -5, rules.MAX_DEADLINE_MS + 1])
+@pytest.mark.parametrize("deadline_ms", [0, -5, plans.MAX_DEADLINE_MS + 1])
 def test_bad_deadline_is_rejected(deadline_ms: int) -> None:
     with pytest.raises(InvalidTaskError) as info:
-        rules.validate_submit(_submit(deadline_ms=deadline_ms))
+        plans.validate_submit(_submit(deadline_ms=deadline_ms))
     message = str(info.value)
     assert "'report-42'" in message
-    assert f"deadline_ms must be between 1 and {rules.MAX_DEADLINE_MS}" in message
+    assert f"deadline_ms must be between 1 and {plans.MAX_DEADLINE_MS}" in message
 
 
-# -- rules.to_step / task_id_of ----------------------------------------------
+# -- plans.to_step / task_id_of ----------------------------------------------
 
 
 def test_to_step_accepts_a_tool_name() -> None:
-    assert rules.to_step("search") == StepSpec(tool="search")
+    assert plans.to_step("search") == StepSpec(tool="search")
 
 
 def test_to_step_accepts_a_dict() -> None:
-    step = rules.to_step({"tool": "search", "input": {"q": 1}, "timeout_ms": 100})
+    step = plans.to_step({"tool": "search", "input": {"q": 1}, "timeout_ms": 100})
     assert step == StepSpec(tool="search", input={"q": 1}, timeout_ms=100)
 
 
 def test_to_step_returns_a_step_spec_as_is() -> None:
     spec = StepSpec(tool="llm", input=[1])
-    assert rules.to_step(spec) is spec
+    assert plans.to_step(spec) is spec
 
 
 @pytest.mark.parametrize(
@@ -489,7 +489,7 @@ def test_to_step_returns_a_step_spec_as_is() -> None:
 )
 def test_to_step_rejects_a_bad_dict_with_the_field(bad: dict[str, Any], fragment: str) -> None:
     with pytest.raises(InvalidTaskError) as info:
-        rules.to_step(bad)
+        plans.to_step(bad)
     assert "invalid step" in str(info.value)
     assert fragment in str(info.value)
 
@@ -506,4 +506,4 @@ def test_to_step_rejects_a_bad_dict_with_the_field(bad: dict[str, Any], fragment
     ],
 )
 def test_task_id_of_an_undecodable_submission(data: bytes, expected: str | None) -> None:
-    assert rules.task_id_of(data) == expected
+    assert plans.task_id_of(data) == expected

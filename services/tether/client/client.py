@@ -18,7 +18,7 @@ from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
 from tether.tasks.known_tools import KnownTools
-from tether.tasks.rules import to_step, validate_submit
+from tether.tasks.plans import to_step, validate_submit
 from tether.tasks.service import TaskService
 
 StepLike = StepSpec | dict[str, Any] | str
@@ -158,7 +158,9 @@ class Client(Service):
         different"). The original task is not touched."""
         new_id = uuid.uuid4().hex if new_task_id is None else new_task_id
         handle = self.handle(new_id)
-        await TaskService(self.store).fork(self.handle(task_id).task_id, from_step, new_id, input)
+        await TaskService(self.store).forks.fork(
+            self.handle(task_id).task_id, from_step, new_id, input
+        )
         return handle
 
     async def send_input(self, task_id: str, data: Any) -> None:

@@ -38,7 +38,7 @@ class TaskHandle:
 
     async def plan(self) -> list[StepSpec]:
         """Every step of the task, finished ones too (the record keeps only the rest)."""
-        return await TaskService(self._store).plan(await self.get())
+        return await TaskService(self._store).forks.plan(await self.get())
 
     async def wait(self, timeout: float | timedelta | None = None) -> Any:
         """The task's result once it completes.

@@ -20,7 +20,8 @@ from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit, 
 from tether.service import Service
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools
-from tether.tasks.rules import task_id_of, utcnow, validate_submit
+from tether.tasks.plans import task_id_of, validate_submit
+from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
 
 log = logging.getLogger("tether.dispatcher")

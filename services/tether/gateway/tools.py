@@ -16,7 +16,7 @@ import msgspec
 from tether.errors import InvalidTaskError
 from tether.schemas.tasks import StepSpec, ToolInfo
 from tether.tasks.conformance import mismatch
-from tether.tasks.rules import to_step, validate_steps
+from tether.tasks.plans import to_step, validate_steps
 
 RUN_PLAN = "run_plan"
 """The gateway's own tool: run a whole list of steps as one durable task."""

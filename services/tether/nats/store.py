@@ -8,7 +8,7 @@ in one place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import msgspec
 from nats.aio.client import Client as NatsClient
@@ -40,6 +40,7 @@ from tether.nats.provision import (
 from tether.nats.recent import RecentRecords, Versioned
 from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
 from tether.nats.requests import Requester
+from tether.nats.schedules import schedule_headers
 from tether.schemas.codec import checkpoint_decoder, encode, record_decoder
 from tether.schemas.events import (
     AnyStatusEvent,
@@ -67,16 +68,7 @@ _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 
 
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
-SCHEDULE = "Nats-Schedule"
-SCHEDULE_TARGET = "Nats-Schedule-Target"
-
-
-def schedule_time(at: datetime) -> str:
-    """RFC 3339 in whole seconds, rounded up: a timer may fire late, never early."""
-    whole = at.astimezone(UTC).replace(microsecond=0)
-    if whole < at:
-        whole += timedelta(seconds=1)
-    return whole.strftime("%Y-%m-%dT%H:%M:%SZ")
+Headers = dict[str, str] | None
 
 
 PUBLISH_TIMEOUT = 5.0
@@ -147,8 +139,7 @@ class Store:
     async def timers_consumer(self) -> Consumer:
         """The dispatchers' shared consumer of fired timers."""
         await ensure_timers_consumer(self.js, self.names)
-        names = self.names
-        return await Consumer.bind(self.js, names.work_stream, names.timers_consumer)
+        return await Consumer.bind(self.js, self.names.work_stream, self.names.timers_consumer)
 
     async def remember_records(self, on_cancel: Callable[[str], None]) -> None:
         """Keep the records this store writes (see `RecentRecords`) and follow the
@@ -369,15 +360,9 @@ class Store:
         await self._schedule(subject, self.names.timers_work_subject, encode(timer), at)
 
     async def _schedule(
-        self,
-        subject: str,
-        target: str,
-        data: bytes,
-        at: datetime,
-        headers: dict[str, str] | None = None,
+        self, subject: str, target: str, data: bytes, at: datetime, headers: Headers = None
     ) -> None:
-        schedule = {SCHEDULE: f"@at {schedule_time(at)}", SCHEDULE_TARGET: target}
-        await self._publish(subject, data, {**(headers or {}), **schedule})
+        await self._publish(subject, data, {**(headers or {}), **schedule_headers(at, target)})
 
     async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:
         """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops.

@@ -7,7 +7,7 @@ import time
 from tether.errors import InvalidTaskError
 from tether.nats.store import Store
 from tether.schemas.tasks import StepSpec
-from tether.tasks import rules
+from tether.tasks import plans
 
 KNOWN_TOOL_TTL = 30.0
 
@@ -22,7 +22,7 @@ class KnownTools:
     async def check(self, steps: list[StepSpec]) -> None:
         """Raise InvalidTaskError naming the first tool no worker has registered."""
         now = time.monotonic()
-        for tool in rules.tools_of(steps):
+        for tool in plans.tools_of(steps):
             if self._until.get(tool, 0.0) > now:
                 continue
             if await self._store.get_tool(tool) is None:

@@ -16,23 +16,17 @@ The other flows end or pause a task (fail, cancel, wait for input) or resume it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from tether.errors import (
-    MessageTooLargeError,
     TaskConflictError,
-    TaskExistsError,
-    TaskNotFoundError,
 )
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
-from tether.schemas.codec import encode
 from tether.schemas.events import (
     AnyStatusEvent,
     Cancelled,
@@ -48,43 +42,34 @@ from tether.schemas.tasks import (
     DeadLetter,
     ErrorInfo,
     InputRequest,
-    ParentStep,
-    StepSpec,
     TaskRecord,
     TaskStatus,
     Timer,
     WorkMessage,
 )
 from tether.tasks import rules
+from tether.tasks.children import ChildTasks
 from tether.tasks.conformance import check_answer
-from tether.tasks.rules import utcnow
+from tether.tasks.forks import Forks
+from tether.tasks.parallel import ParallelSteps
+from tether.tasks.rules import event_output, utcnow
 
-EVENT_OUTPUT_LIMIT = 4096
 DEAD_LETTER_DATA_LIMIT = 64 * 1024
 Change = Callable[[TaskRecord], TaskRecord | None]
 
 
-def event_output(output: Any) -> Any:
-    """Outputs ride on events only when small; followers read big ones from the record."""
-    size = len(output) if isinstance(output, msgspec.Raw) else len(encode(output))
-    return output if size <= EVENT_OUTPUT_LIMIT else None
-
-
-@dataclass
-class _GroupWrites:
-    """This process's writes to one parallel step's record: one at a time, from the last."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    latest: Versioned | None = None
-    users: int = 0
-
-
 class TaskService:
-    """The task flows of every role (worker, dispatcher, client, API, gateway)."""
+    """The task flows of every role (worker, dispatcher, client, API, gateway).
+
+    Parallel steps (`branches`), child tasks (`children`) and a task's history and
+    forks (`forks`) live in modules of their own, over the same store and events.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._groups: dict[tuple[str, int, int], _GroupWrites] = {}
+        self.branches = ParallelSteps(self)
+        self.children = ChildTasks(self)
+        self.forks = Forks(self)
 
     # -- steps: record, complete, hand off -------------------------------------------------
     async def record_step(
@@ -173,7 +158,7 @@ class TaskService:
     ) -> None:
         now = utcnow()
         output = event_output(checkpoint.output)
-        await self._emit(
+        await self.emit(
             StepCompleted,
             record,
             step,
@@ -184,26 +169,26 @@ class TaskService:
             wake_at=record.wake_at,
         )
         if record.status is TaskStatus.COMPLETED:
-            await self._emit(Completed, record, time=now, output=event_output(record.result))
-            await self.resume_parent(record)
+            await self.emit(Completed, record, time=now, output=event_output(record.result))
+            await self.children.resume_parent(record)
 
     async def hand_off_next(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
         """Publish what follows `step`: now, or when the task wakes from a sleep."""
         wake_at = checkpoint.wake_at
         at = wake_at if wake_at is not None and wake_at > utcnow() else None
-        await self._publish(rules.next_work(record, step, checkpoint.output), at)
+        await self.publish(rules.next_work(record, step, checkpoint.output), at)
 
     async def hand_off_first(self, record: TaskRecord) -> None:
         """Emit `submitted`, set the deadline's timer and publish the first step (all
         idempotent on a replay)."""
-        await self._emit(Submitted, record, status=TaskStatus.PENDING, time=record.created_at)
+        await self.emit(Submitted, record, status=TaskStatus.PENDING, time=record.created_at)
         if record.deadline_at is not None:
             timer = Timer(task_id=record.task_id, kind="deadline")
             subject = self.store.names.deadline_timer(record.task_id)
             await self.store.set_timer(subject, timer, record.deadline_at)
-        await self._publish(rules.current_work(record))
+        await self.publish(rules.current_work(record))
 
-    async def _publish(self, works: list[WorkMessage], at: datetime | None = None) -> None:
+    async def publish(self, works: list[WorkMessage], at: datetime | None = None) -> None:
         """Hand off a step, or every branch of a parallel step at once."""
         names = self.store.names
 
@@ -215,147 +200,6 @@ class TaskService:
             await publish(works[0])
         else:
             await asyncio.gather(*(publish(work) for work in works))
-
-    # -- parallel steps: count branches, fan in ----------------------------------------
-    async def record_branch(
-        self, current: Versioned, step: int, branch: int, checkpoint: Checkpoint, *, attempt: int
-    ) -> TaskRecord | None:
-        """Checkpoint one branch of a parallel step, count it, and fan in if it was the
-        last. The checkpoint is create-only: when two holders of a branch race, the
-        first output stored is the branch's, and both count that one."""
-        task_id = current.record.task_id
-        spec = current.record.spec(step).branch(branch)
-        checkpoint = msgspec.structs.replace(checkpoint, spec=spec)
-        winner = await self.store.create_checkpoint(task_id, step, checkpoint, branch)
-        return await self.count_branch(current, step, branch, winner, attempt=attempt)
-
-    async def count_branch(
-        self,
-        current: Versioned,
-        step: int,
-        branch: int,
-        checkpoint: Checkpoint,
-        *,
-        attempt: int | None = None,
-        skipped: bool = False,
-    ) -> TaskRecord | None:
-        """Add a checkpointed branch to the record's `done_branches`; the holder whose
-        write completes the set (or any later holder of a branch, after a crash) fans in.
-
-        Branches that finish together in one process take turns, each starting from the
-        record the one before wrote: a hundred compare-and-sets on one key would
-        otherwise conflict with each other and retry about n²/2 times.
-        """
-        record = current.record
-        key = (record.task_id, step, record.generation)
-        group = self._groups.setdefault(key, _GroupWrites())
-        group.users += 1
-        try:
-            async with group.lock:
-                latest = group.latest
-                start = latest if latest and latest.revision > current.revision else current
-                stored, changed = await self.store.update_record(
-                    record.task_id,
-                    lambda record: rules.complete_branch(record, step, branch, utcnow()),
-                    start,
-                )
-                group.latest = stored
-        finally:
-            group.users -= 1
-            if not group.users:
-                del self._groups[key]
-        if changed:
-            output = event_output(checkpoint.output)
-            await self._emit(
-                StepCompleted,
-                stored.record,
-                step,
-                branch=branch,
-                attempt=attempt,
-                output=output,
-                skipped=skipped,
-            )
-        if rules.all_branches_done(stored.record, step):
-            return await self._fan_in(stored, step)
-        return stored.record if changed else None
-
-    async def _fan_in(self, stored: Versioned, step: int) -> TaskRecord | None:
-        """Store the group's checkpoint (its branches' outputs as a list), then complete
-        the step as any other: record, then hand off, exactly once by compare-and-set."""
-        record = stored.record
-        count = len(record.spec(step).parallel or ())
-        branches = await asyncio.gather(
-            *(self.store.get_checkpoint(record.task_id, step, b) for b in range(count))
-        )
-        if any(branch is None for branch in branches):  # counted only once checkpointed
-            raise RuntimeError(
-                f"task {record.task_id!r}, step {step}: a branch checkpoint is missing"
-            )
-        group = rules.fan_in([b for b in branches if b is not None], record.spec(step), utcnow())
-        try:
-            winner = await self.store.create_checkpoint(record.task_id, step, group)
-        except MessageTooLargeError as exc:
-            message = f"the outputs of step {step}'s branches do not fit together: {exc}"
-            error = ErrorInfo(type="OutputTooLarge", message=message)
-            await self.fail(record.task_id, error, step=step, current=stored)
-            return None
-        return await self.complete_step(stored, step, winner)
-
-    async def replay_fan_in(self, record: TaskRecord, step: int) -> None:
-        """A branch's message after its group completed: replay the hand-off (its holder
-        may have died after the record moved and before the next step was published)."""
-        group = await self.store.get_checkpoint(record.task_id, step)
-        if group is None and record.status is TaskStatus.COMPLETED:
-            group = Checkpoint(output=record.result, time=record.updated_at)
-        if group is not None:
-            await self.replay_hand_off(record, step, group)
-
-    async def plan(self, record: TaskRecord) -> list[StepSpec]:
-        """The whole plan: the steps the record let go of, from their checkpoints, then
-        the record's own."""
-        finished = await asyncio.gather(
-            *(self.store.get_checkpoint(record.task_id, step) for step in range(record.done_steps))
-        )
-        history = [found.spec if found and found.spec else StepSpec(tool="?") for found in finished]
-        return history + record.steps
-
-    async def fork(
-        self, task_id: str, from_step: int, new_task_id: str, new_input: Any = None
-    ) -> TaskRecord:
-        """Start `new_task_id` as a copy of `task_id` that runs again from `from_step`:
-        the checkpoints before it are copied (those steps do not run), the rest runs."""
-        source = (await self.store.require_record(task_id)).record
-        plan = await self.plan(source)
-        history = await asyncio.gather(
-            *(self.store.get_checkpoint(task_id, step) for step in range(len(plan)))
-        )
-        added = {
-            step: len(found.next_steps)
-            for step, found in enumerate(history)
-            if step >= from_step and found is not None and found.next_steps
-        }
-        plan = rules.plan_before(plan, added)  # the re-run steps will add their own
-        record = rules.forked(source, plan, from_step, new_task_id, utcnow(), new_input)
-        if await self.store.get_record(new_task_id) is not None:
-            raise TaskExistsError(new_task_id)
-        earlier = history[:from_step]
-        if any(checkpoint is None for checkpoint in earlier):
-            raise TaskConflictError(
-                task_id, f"task {task_id!r} lacks a checkpoint before step {from_step}"
-            )
-        await asyncio.gather(
-            *(
-                self.store.create_checkpoint(new_task_id, step, checkpoint)
-                for step, checkpoint in enumerate(earlier)
-                if checkpoint is not None
-            )
-        )
-        if await self.store.create_record(record) is None:
-            raise TaskExistsError(new_task_id)
-        previous = earlier[-1].output if earlier and earlier[-1] else None
-        await self._emit(Submitted, record)
-        await self._publish(rules.current_work(record, previous))
-        return record
 
     # -- ending and pausing ---------------------------------------------------------------
     async def fail(
@@ -375,10 +219,10 @@ class TaskService:
         )
         record = stored.record
         if changed:
-            await self._emit(Failed, record, step, branch=branch, attempt=attempt, error=error)
+            await self.emit(Failed, record, step, branch=branch, attempt=attempt, error=error)
             if branch is not None:
                 await self.store.notify_cancelled(task_id)
-            await self.resume_parent(record)
+            await self.children.resume_parent(record)
         return record
 
     async def dead_letter(
@@ -418,85 +262,10 @@ class TaskService:
             "already {status}: only unfinished tasks can be cancelled",
         )
         await self.store.notify_cancelled(task_id)
-        await self._emit(Cancelled, record)
-        await asyncio.gather(*(self._cancel_child(child) for child in record.children))
-        await self.resume_parent(record)
+        await self.emit(Cancelled, record)
+        await self.children.cancel(record)
+        await self.children.resume_parent(record)
         return record
-
-    async def _cancel_child(self, task_id: str) -> None:
-        with contextlib.suppress(TaskConflictError, TaskNotFoundError):  # it ended already
-            await self.cancel(task_id)
-
-    # -- child tasks ----------------------------------------------------------------------
-    async def start_child(
-        self,
-        current: Versioned,
-        step: int,
-        steps: list[StepSpec],
-        *,
-        task_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> TaskRecord | None:
-        """Start a child task that runs `steps`; its result will complete `step`.
-
-        The child is created first, then the parent's record names it (`awaiting`): a
-        crash in between re-runs the step, which finds the same child (its id comes from
-        the step) and goes on. A child that already ended resumes the parent at once.
-        """
-        parent = current.record
-        child_id = task_id or rules.child_id(parent.task_id, step, parent.generation)
-        child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow())
-        created = await self.store.create_record(child)
-        if created is not None:
-            await self.hand_off_first(child)
-        else:
-            existing = (await self.store.require_record(child_id)).record
-            if existing.parent != child.parent:
-                raise TaskExistsError(child_id)
-            child = existing
-            if child.status is TaskStatus.PENDING and child.current_step == 0:
-                await self.hand_off_first(child)
-        stored, _ = await self.store.update_record(
-            parent.task_id,
-            lambda record: rules.await_child(record, step, child_id, utcnow()),
-            current,
-        )
-        if child.status.is_terminal:
-            await self.resume_parent(child)
-        return stored.record
-
-    async def resume_parent(self, child: TaskRecord) -> None:
-        """A child task ended: complete its parent's step with the result (as an answer
-        does: checkpoint create-only, then a resume message), or fail the step. Safe to
-        repeat: whoever ends a child, or replays its end, calls it."""
-        link = child.parent
-        if link is None or not child.status.is_terminal:
-            return
-        found = await self.store.get_record(link.task_id)
-        if found is None or not rules.awaits(found.record, link):
-            return
-        failure = rules.child_failure(child)
-        if failure is not None:
-            await self._fail_step_if_waiting(link, failure)
-            return
-        parent = found.record
-        done = Checkpoint(output=child.result, time=utcnow(), spec=parent.spec(link.step))
-        await self.store.create_checkpoint(parent.task_id, link.step, done)
-        (work,) = rules.current_work(parent)
-        msg_id = self.store.names.resume_msg_id(parent.task_id, link.step, parent.generation)
-        await self.store.publish_work(work, msg_id)
-
-    async def _fail_step_if_waiting(self, link: ParentStep, error: ErrorInfo) -> None:
-        now = utcnow()
-
-        def fail(record: TaskRecord) -> TaskRecord | None:
-            waiting = rules.awaits(record, link)
-            return rules.fail(record, link.step, error, now) if waiting else None
-
-        stored, changed = await self.store.update_record(link.task_id, fail)
-        if changed:
-            await self._emit(Failed, stored.record, link.step, error=error)
-            await self.resume_parent(stored.record)
 
     async def wait_for_input(
         self, current: Versioned, step: int, request: InputRequest, attempt: int
@@ -515,7 +284,7 @@ class TaskService:
             )
             subject = self.store.names.input_timer(record.task_id, step, record.generation)
             await self.store.set_timer(subject, timer, request.expires_at)
-        await self._emit(Waiting, record, step, attempt=attempt, input_request=request)
+        await self.emit(Waiting, record, step, attempt=attempt, input_request=request)
         return record
 
     async def expire(self, timer: Timer) -> TaskRecord | None:
@@ -535,7 +304,7 @@ class TaskService:
         if not changed:
             return None
         record = stored.record
-        await self._emit(Failed, record, record.failed_step, error=record.error)
+        await self.emit(Failed, record, record.failed_step, error=record.error)
         await self.store.notify_cancelled(timer.task_id)  # a running step stops at once
         return record
 
@@ -574,13 +343,13 @@ class TaskService:
         )
         step = record.current_step
         previous = await self.store.get_checkpoint(task_id, step - 1) if step > 0 else None
-        await self._emit(StepRetrying, record, step)
-        await self._publish(rules.current_work(record, previous.output if previous else None))
+        await self.emit(StepRetrying, record, step)
+        await self.publish(rules.current_work(record, previous.output if previous else None))
         if rules.all_branches_done(record, step):  # the group failed at its fan-in
-            await self._fan_in(await self.store.require_record(task_id), step)
+            await self.branches.fan_in(await self.store.require_record(task_id), step)
         return record
 
-    async def _emit(
+    async def emit(
         self, kind: type[AnyStatusEvent], record: TaskRecord, step: int | None = None, **fields: Any
     ) -> None:
         """Every event of a task flow is built here: the record's status and time, the

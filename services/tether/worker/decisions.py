@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tether.errors import RetryableError, TerminalError
-from tether.schemas.tasks import Checkpoint, ErrorInfo, TaskRecord, TaskStatus, WorkMessage
+from tether.schemas.tasks import (
+    Checkpoint,
+    ErrorInfo,
+    StepSpec,
+    TaskRecord,
+    TaskStatus,
+    WorkMessage,
+)
 from tether.tasks import rules
 from tether.worker.retry import RetryPolicy
 
@@ -105,6 +112,21 @@ def _result_as_checkpoint(record: TaskRecord, step: int) -> Checkpoint | None:
     if record.status is TaskStatus.COMPLETED and step + 1 == record.plan_length:
         return Checkpoint(output=record.result, time=record.updated_at)
     return None
+
+
+def step_timeout(
+    tool_timeout: timedelta | None, spec: StepSpec, deadline_at: datetime | None, now: datetime
+) -> float | None:
+    """Seconds an attempt may run: the step's timeout, else the tool's, capped by the
+    task's deadline; None for no limit."""
+    limits = []
+    if spec.timeout_ms is not None:
+        limits.append(spec.timeout_ms / 1000)
+    elif tool_timeout is not None:
+        limits.append(tool_timeout.total_seconds())
+    if deadline_at is not None:
+        limits.append(max(0.0, (deadline_at - now).total_seconds()))
+    return min(limits) if limits else None
 
 
 @dataclass(frozen=True)

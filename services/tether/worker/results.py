@@ -10,7 +10,7 @@ import msgspec
 
 from tether.durations import as_timedelta
 from tether.schemas.tasks import InputRequest, StepSpec
-from tether.tasks.rules import to_step
+from tether.tasks.plans import to_step
 
 
 class NextSteps(msgspec.Struct, frozen=True, kw_only=True):

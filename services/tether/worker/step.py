@@ -21,24 +21,26 @@ from tether.errors import InvalidTaskError, MessageTooLargeError, TaskExistsErro
 from tether.nats.delivery import Delivery
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
-from tether.schemas.codec import NESTED, encode, work_decoder
+from tether.schemas.codec import NESTED, work_decoder
 from tether.schemas.events import StepRetrying, StepStarted
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools
-from tether.tasks.rules import utcnow, validate_steps
+from tether.tasks.plans import validate_steps
+from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
 from tether.worker import decisions
 from tether.worker.app import Tool
 from tether.worker.context import StepContext
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
+from tether.worker.outputs import UnstorableResult, checkpoint_of
+from tether.worker.record_start import RecordStart
 from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
-START_DELAY = 0.1
 
 
 class _Failed(Exception):
@@ -115,11 +117,11 @@ class StepRunner:
                 await delivery.done()
             case decisions.ReplayFanIn():
                 assert found is not None
-                await self.tasks.replay_fan_in(found.record, work.step)
+                await self.tasks.branches.replay_fan_in(found.record, work.step)
                 await delivery.done()
             case decisions.FromCheckpoint(stored) if work.branch is not None:
                 assert found is not None
-                await self.tasks.count_branch(found, work.step, work.branch, stored, skipped=True)
+                await self.tasks.branches.count(found, work.step, work.branch, stored, skipped=True)
                 await delivery.done()
             case decisions.FromCheckpoint(stored):
                 assert found is not None
@@ -233,15 +235,13 @@ class StepRunner:
         )
         await self.store.emit(event, work.generation, attempt)
 
-    async def _start(
-        self, found: Versioned, work: WorkMessage, attempt: int
-    ) -> _RecordStart | None:
+    async def _start(self, found: Versioned, work: WorkMessage, attempt: int) -> RecordStart | None:
         """Emit `step_started`; on a pending task also move it to running (see
-        `_RecordStart`; the caller settles it before finishing)."""
+        `RecordStart`; the caller settles it before finishing)."""
         await self._emit(StepStarted, work, attempt)
         if found.record.status is not TaskStatus.PENDING:
             return None
-        return _RecordStart(self.store, found, work)
+        return RecordStart(self.store, found, work)
 
     async def _run_tool(
         self,
@@ -266,7 +266,7 @@ class StepRunner:
             raise _give_up(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
         args = (ctx, data) if tool.takes_input else (ctx,)
         call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
-        timeout = _timeout(tool, spec, found)
+        timeout = decisions.step_timeout(tool.timeout, spec, found.record.deadline_at, utcnow())
         heartbeat.attach(ctx, call)
         limit = asyncio.timeout(timeout) if timeout is not None else None
         try:
@@ -293,8 +293,8 @@ class StepRunner:
         if work.branch is not None:
             if isinstance(result, NeedsInput | NextSteps | Sleep | Child):
                 raise _give_up(_NOT_IN_A_BRANCH)
-            checkpoint = _checkpoint(result, attempt)
-            await self.tasks.record_branch(
+            checkpoint = _stored(result, attempt)
+            await self.tasks.branches.record(
                 found, work.step, work.branch, checkpoint, attempt=attempt
             )
             return
@@ -304,7 +304,7 @@ class StepRunner:
         if isinstance(result, Child):
             await self._start_child(found, work, result)
             return
-        checkpoint = _checkpoint(result, attempt)
+        checkpoint = _stored(result, attempt)
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
 
     async def _start_child(self, found: Versioned, work: WorkMessage, child: Child) -> None:
@@ -313,7 +313,7 @@ class StepRunner:
             if child.task_id is not None:
                 validate_task_id(child.task_id)
             await KnownTools(self.store).check(child.steps)
-            await self.tasks.start_child(
+            await self.tasks.children.start(
                 found, work.step, child.steps, task_id=child.task_id, metadata=child.metadata
             )
         except (InvalidTaskError, InvalidNameError, TaskExistsError) as exc:
@@ -343,7 +343,7 @@ class StepRunner:
                 checkpoint = Checkpoint(
                     output=rules.branch_error(error), attempt=attempt, time=utcnow()
                 )
-                await self.tasks.record_branch(
+                await self.tasks.branches.record(
                     found, work.step, work.branch, checkpoint, attempt=attempt
                 )
                 await delivery.done()
@@ -364,37 +364,6 @@ class StepRunner:
                 await delivery.give_up()
 
 
-class _RecordStart:
-    """pending → running, written once the first step has run for `START_DELAY`.
-
-    A first step that ends sooner goes straight from pending to its completion write,
-    which saves one JetStream write per task; a longer one shows `running` within
-    `START_DELAY` of starting (its `step_started` event goes out at once either way).
-    """
-
-    def __init__(self, store: Store, found: Versioned, work: WorkMessage) -> None:
-        self._store = store
-        self._found = found
-        self._work = work
-        self._write: asyncio.Task[Versioned] | None = None
-        self._timer = asyncio.get_running_loop().call_later(START_DELAY, self._fire)
-
-    def _fire(self) -> None:
-        self._write = asyncio.create_task(self._record())
-
-    async def _record(self) -> Versioned:
-        step = self._work.step
-        stored, _ = await self._store.update_record(
-            self._work.task_id, lambda r: rules.start_step(r, step, utcnow()), self._found
-        )
-        return stored
-
-    async def settle(self) -> Versioned:
-        """The record to finish the step from: as read, or as the start write left it."""
-        self._timer.cancel()
-        return self._found if self._write is None else await self._write
-
-
 _NOT_IN_A_BRANCH = ErrorInfo(
     type="InvalidOutput",
     message="a branch of a parallel step returned NeedsInput, NextSteps, Sleep or Child: "
@@ -410,40 +379,11 @@ def _tool_of(delivery: Delivery) -> str:
     return delivery.subject.rsplit(".", 1)[-1]
 
 
-def _checkpoint(result: Any, attempt: int) -> Checkpoint:
-    """The step's checkpoint, its output encoded once: the checkpoint, the record, the
-    next step's message and the event all embed those bytes (`msgspec.Raw`)."""
-    output, next_steps, wake_at = result, None, None
-    if isinstance(result, Sleep):
-        output, wake_at = result.output, utcnow() + result.duration
-    if isinstance(result, NextSteps):
-        try:
-            validate_steps(result.steps, "next steps")
-        except InvalidTaskError as exc:
-            raise _give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
-        output, next_steps = result.output, list(result.steps)
+def _stored(result: Any, attempt: int) -> Checkpoint:
     try:
-        raw = msgspec.Raw(encode(output))
-    except (TypeError, msgspec.EncodeError) as exc:
-        raise _give_up(
-            ErrorInfo(
-                type="InvalidOutput", message=f"the step's output cannot be stored as JSON: {exc}"
-            )
-        ) from exc
-    return Checkpoint(
-        output=raw, next_steps=next_steps, attempt=attempt, time=utcnow(), wake_at=wake_at
-    )
-
-
-def _timeout(tool: Tool, spec: StepSpec, found: Versioned) -> float | None:
-    limits = []
-    if spec.timeout_ms is not None:
-        limits.append(spec.timeout_ms / 1000)
-    elif tool.timeout is not None:
-        limits.append(tool.timeout.total_seconds())
-    if found.record.deadline_at is not None:
-        limits.append(max(0.0, (found.record.deadline_at - utcnow()).total_seconds()))
-    return min(limits) if limits else None
+        return checkpoint_of(result, attempt)
+    except UnstorableResult as exc:
+        raise _give_up(exc.error) from exc
 
 
 def _too_large(exc: MessageTooLargeError) -> ErrorInfo:

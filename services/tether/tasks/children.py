@@ -1,0 +1,103 @@
+"""Child tasks: a step that completes with the result of a task it started."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import TaskConflictError, TaskExistsError, TaskNotFoundError
+from tether.nats.recent import Versioned
+from tether.schemas.events import Failed
+from tether.schemas.tasks import Checkpoint, ErrorInfo, ParentStep, StepSpec, TaskRecord, TaskStatus
+from tether.tasks import rules
+from tether.tasks.rules import utcnow
+
+if TYPE_CHECKING:
+    from tether.tasks.service import TaskService
+
+
+class ChildTasks:
+    """`TaskService.children`: start a child, resume its parent when it ends."""
+
+    def __init__(self, tasks: TaskService) -> None:
+        self.tasks = tasks
+        self.store = tasks.store
+
+    async def start(
+        self,
+        current: Versioned,
+        step: int,
+        steps: list[StepSpec],
+        *,
+        task_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        """Start a child task that runs `steps`; its result will complete `step`.
+
+        The child is created first, then the parent's record names it (`awaiting`): a
+        crash in between re-runs the step, which finds the same child (its id comes from
+        the step) and goes on. A child that already ended resumes the parent at once.
+        """
+        parent = current.record
+        child_id = task_id or rules.child_id(parent.task_id, step, parent.generation)
+        child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow())
+        created = await self.store.create_record(child)
+        if created is not None:
+            await self.tasks.hand_off_first(child)
+        else:
+            existing = (await self.store.require_record(child_id)).record
+            if existing.parent != child.parent:
+                raise TaskExistsError(child_id)
+            child = existing
+            if child.status is TaskStatus.PENDING and child.current_step == 0:
+                await self.tasks.hand_off_first(child)
+        stored, _ = await self.store.update_record(
+            parent.task_id,
+            lambda record: rules.await_child(record, step, child_id, utcnow()),
+            current,
+        )
+        if child.status.is_terminal:
+            await self.resume_parent(child)
+        return stored.record
+
+    async def resume_parent(self, child: TaskRecord) -> None:
+        """A child task ended: complete its parent's step with the result (as an answer
+        does: checkpoint create-only, then a resume message), or fail the step. Safe to
+        repeat: whoever ends a child, or replays its end, calls it."""
+        link = child.parent
+        if link is None or not child.status.is_terminal:
+            return
+        found = await self.store.get_record(link.task_id)
+        if found is None or not rules.awaits(found.record, link):
+            return
+        failure = rules.child_failure(child)
+        if failure is not None:
+            await self._fail_step_if_waiting(link, failure)
+            return
+        parent = found.record
+        done = Checkpoint(output=child.result, time=utcnow(), spec=parent.spec(link.step))
+        await self.store.create_checkpoint(parent.task_id, link.step, done)
+        (work,) = rules.current_work(parent)
+        msg_id = self.store.names.resume_msg_id(parent.task_id, link.step, parent.generation)
+        await self.store.publish_work(work, msg_id)
+
+    async def _fail_step_if_waiting(self, link: ParentStep, error: ErrorInfo) -> None:
+        now = utcnow()
+
+        def fail(record: TaskRecord) -> TaskRecord | None:
+            waiting = rules.awaits(record, link)
+            return rules.fail(record, link.step, error, now) if waiting else None
+
+        stored, changed = await self.store.update_record(link.task_id, fail)
+        if changed:
+            await self.tasks.emit(Failed, stored.record, link.step, error=error)
+            await self.resume_parent(stored.record)
+
+    async def cancel(self, record: TaskRecord) -> None:
+        """Cancel every child of `record` that has not ended."""
+        await asyncio.gather(*(self._cancel(child) for child in record.children))
+
+    async def _cancel(self, task_id: str) -> None:
+        with contextlib.suppress(TaskConflictError, TaskNotFoundError):  # it ended already
+            await self.tasks.cancel(task_id)

@@ -1,0 +1,70 @@
+"""The whole plan of a task, and forks: a task run again from one of its steps."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import TaskConflictError, TaskExistsError
+from tether.schemas.events import Submitted
+from tether.schemas.tasks import StepSpec, TaskRecord
+from tether.tasks import rules
+from tether.tasks.rules import utcnow
+
+if TYPE_CHECKING:
+    from tether.tasks.service import TaskService
+
+
+class Forks:
+    """`TaskService.forks`: read a task's history, start a fork of it."""
+
+    def __init__(self, tasks: TaskService) -> None:
+        self.tasks = tasks
+        self.store = tasks.store
+
+    async def plan(self, record: TaskRecord) -> list[StepSpec]:
+        """The whole plan: the steps the record let go of, from their checkpoints, then
+        the record's own."""
+        finished = await asyncio.gather(
+            *(self.store.get_checkpoint(record.task_id, step) for step in range(record.done_steps))
+        )
+        history = [found.spec if found and found.spec else StepSpec(tool="?") for found in finished]
+        return history + record.steps
+
+    async def fork(
+        self, task_id: str, from_step: int, new_task_id: str, new_input: Any = None
+    ) -> TaskRecord:
+        """Start `new_task_id` as a copy of `task_id` that runs again from `from_step`:
+        the checkpoints before it are copied (those steps do not run), the rest runs."""
+        source = (await self.store.require_record(task_id)).record
+        plan = await self.plan(source)
+        history = await asyncio.gather(
+            *(self.store.get_checkpoint(task_id, step) for step in range(len(plan)))
+        )
+        added = {
+            step: len(found.next_steps)
+            for step, found in enumerate(history)
+            if step >= from_step and found is not None and found.next_steps
+        }
+        plan = rules.plan_before(plan, added)  # the re-run steps will add their own
+        record = rules.forked(source, plan, from_step, new_task_id, utcnow(), new_input)
+        if await self.store.get_record(new_task_id) is not None:
+            raise TaskExistsError(new_task_id)
+        earlier = history[:from_step]
+        if any(checkpoint is None for checkpoint in earlier):
+            raise TaskConflictError(
+                task_id, f"task {task_id!r} lacks a checkpoint before step {from_step}"
+            )
+        await asyncio.gather(
+            *(
+                self.store.create_checkpoint(new_task_id, step, checkpoint)
+                for step, checkpoint in enumerate(earlier)
+                if checkpoint is not None
+            )
+        )
+        if await self.store.create_record(record) is None:
+            raise TaskExistsError(new_task_id)
+        previous = earlier[-1].output if earlier and earlier[-1] else None
+        await self.tasks.emit(Submitted, record)
+        await self.tasks.publish(rules.current_work(record, previous))
+        return record
