@@ -37,6 +37,9 @@ from tether.schemas.tasks import StepSpec, TaskSubmit
 from tether.testing.progress import stored_steps
 
 ROOT = Path(__file__).resolve().parents[2]
+GROWTH_TURNS = 502
+GROWTH_SAMPLES = [10, 100, 500]
+"""W5 samples steps 10, 100 and 500 (not the last step, which writes no checkpoint)."""
 FAN_OUT_SLEEP = 0.05
 """W4's branch time: the ideal wall time of the whole fan-out, with no overhead."""
 
@@ -235,6 +238,45 @@ class Bench:
         await nc.close()
         return finished - started
 
+    async def growth(self, turns: int, at: list[int]) -> dict[str, float]:
+        """W5: one dynamic task of `turns` steps, each appending the next. Every write of
+        the task to JetStream is a publish this client also sees (KV puts, events, work),
+        so the bytes each step writes are counted on the wire, per step."""
+        nc = await nats.connect(self.url)
+        task_id = f"w5-{uuid.uuid4().hex[:8]}"
+        written: Counter[int] = Counter()
+        record_bytes: dict[int, int] = {}
+        done = asyncio.Event()
+
+        async def record_write(msg: Any) -> None:
+            record = msgspec.json.decode(msg.data)
+            step = record["current_step"] - 1  # the write that completed this step
+            written[step] += len(msg.data)
+            record_bytes[step] = len(msg.data)
+            if record["status"] == "completed":
+                done.set()
+
+        async def step_write(msg: Any) -> None:
+            written[msgspec.json.decode(msg.data).get("step") or 0] += len(msg.data)
+
+        async def checkpoint_write(msg: Any) -> None:
+            written[int(msg.subject.rsplit(".", 1)[-1])] += len(msg.data)
+
+        await nc.subscribe(f"$KV.{NAMES.tasks_bucket}.{task_id}", cb=record_write)
+        await nc.subscribe(f"$KV.{NAMES.checkpoints_bucket}.{task_id}.*", cb=checkpoint_write)
+        await nc.subscribe(NAMES.status_subject(task_id), cb=step_write)
+        await nc.subscribe(NAMES.work_subject("grow"), cb=step_write)
+        await nc.flush()
+        spec = StepSpec(tool="grow", input={"turn": 0, "until": turns})
+        body = msgspec.json.encode(TaskSubmit(task_id=task_id, steps=[spec]))
+        await nc.jetstream().publish(NAMES.submit_subject, body, headers={Header.MSG_ID: task_id})
+        await asyncio.wait_for(done.wait(), timeout=300)
+        await nc.close()
+        figures = {f"bytes_at_step_{k}": float(written[k]) for k in at}
+        figures |= {f"record_bytes_at_step_{k}": float(record_bytes[k]) for k in at}
+        figures["step_500_vs_step_10"] = written[at[-1]] / written[at[0]]
+        return figures
+
     async def latency(self, system: str, tasks: int) -> list[float]:
         """W2: submit-to-completed seen by the client, one task at a time (ms)."""
         nc, completions = await self._connect(system)
@@ -342,6 +384,13 @@ async def main(args: argparse.Namespace) -> list[Result]:
             w4.add(wall_ms=seconds * 1000, overhead_per_branch_ms=overhead_ms / args.branches)
         node.stop()
         results.append(w4)
+
+        w5 = Result(f"W5 a {GROWTH_TURNS}-step dynamic task (each step adds the next)", "tether")
+        node = Node("worker", url, args.concurrency)
+        for _ in range(args.runs):
+            w5.add(**await bench.growth(GROWTH_TURNS, GROWTH_SAMPLES))
+        node.stop()
+        results.append(w5)
 
         w3 = Result("W3 crash recovery", "tether")
         for run in range(args.runs):

@@ -23,7 +23,7 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from tether import App, Dispatcher, NatsConfig, StepContext, Worker
+from tether import App, Dispatcher, NatsConfig, NextSteps, Step, StepContext, Worker
 
 BASE_STREAM = "BENCH"
 BASE_STEPS = ["bench.s1", "bench.s2", "bench.s3"]
@@ -59,6 +59,17 @@ async def second(ctx: StepContext, data: Any) -> Any:
 async def third(ctx: StepContext, data: Any) -> Any:
     _record(ctx)
     return data
+
+
+@app.tool(heartbeat=0.2)
+async def grow(ctx: StepContext, data: Any) -> Any:
+    """W5: an agent turn that appends the next turn, until `data["until"]` turns."""
+    turn = data["turn"]
+    output = {"turn": turn, "note": "x" * 100}
+    if turn + 1 >= data["until"]:
+        return output
+    following = Step(tool="grow", input={"turn": turn + 1, "until": data["until"]})
+    return NextSteps(output=output, steps=[following])
 
 
 async def run_worker(url: str, concurrency: int) -> None:
