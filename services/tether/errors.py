@@ -3,6 +3,7 @@
     TetherError
     ├── NatsUnavailableError       NATS could not be reached
     ├── MessageTooLargeError       a message or stored value larger than NATS allows
+    ├── BlobNotFoundError          a `{"$blob": ...}` reference to nothing stored
     ├── TaskError                  something about one task
     │   ├── TaskNotFoundError
     │   ├── TaskExistsError        a submit reused a task id
@@ -58,6 +59,12 @@ class MessageTooLargeError(TetherError, ValueError):
         )
         self.size = size
         self.limit = limit
+
+
+class BlobNotFoundError(TetherError, LookupError):
+    def __init__(self, ref: str) -> None:
+        super().__init__(f"blob {ref!r} not found in the Object Store (deleted, or never stored)")
+        self.ref = ref
 
 
 class TaskError(TetherError):

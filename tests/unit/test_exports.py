@@ -42,6 +42,8 @@ TETHER_ALL = [
 SCHEMAS_ALL = [
     "AnyStatusEvent",
     "ApiError",
+    "BlobReply",
+    "BlobRequest",
     "Cancelled",
     "Checkpoint",
     "Completed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from tether.errors import (
+    BlobNotFoundError,
     InvalidTaskError,
     NatsUnavailableError,
     TaskConflictError,
@@ -16,7 +17,7 @@ from tether.schemas.api import ApiError, ErrorCode, ErrorReply
 from tether.schemas.ids import InvalidNameError
 
 _CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], ErrorCode]] = [
-    (TaskNotFoundError, ErrorCode.NOT_FOUND),
+    ((TaskNotFoundError, BlobNotFoundError), ErrorCode.NOT_FOUND),
     (TaskExistsError, ErrorCode.ALREADY_EXISTS),
     (TaskConflictError, ErrorCode.CONFLICT),
     (TaskTimeoutError, ErrorCode.TIMEOUT),

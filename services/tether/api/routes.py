@@ -26,6 +26,8 @@ from tether.client import Client
 from tether.errors import TaskTimeoutError
 from tether.schemas.api import (
     MAX_LIST,
+    BlobReply,
+    BlobRequest,
     ErrorReply,
     ForkRequest,
     InputAnswer,
@@ -138,6 +140,18 @@ def build_broker(
         return _page(records, request, client().max_payload - REPLY_MARGIN)
 
     _control_routes(route, client)
+
+    @route("blob")
+    async def blob(request: BlobRequest) -> BlobReply:
+        data = await client().store.blobs.load(request.ref)
+        limit = client().max_payload - REPLY_MARGIN
+        if len(data) > limit:
+            raise InvalidRequestError(
+                f"blob {request.ref!r} is {len(data):,} bytes; a reply holds at most "
+                f"{limit:,}: read it from the Object Store (see schemas/README.md)"
+            )
+        return BlobReply(ref=request.ref, data=msgspec.Raw(data))
+
     discovery.subscribe(broker)
     return broker
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.schemas.api import (
+    BlobReply,
+    BlobRequest,
     ForkRequest,
     InputAnswer,
     ListReply,
@@ -38,5 +40,6 @@ VERBS = {
         Verb("input", InputAnswer, TaskRecord, "Answer a task that is waiting for input."),
         Verb("retry", TaskRequest, TaskRecord, "Run a failed task again from its failed step."),
         Verb("fork", ForkRequest, TaskRecord, "A new task that runs a task again from a step."),
+        Verb("blob", BlobRequest, BlobReply, "The value a blob reference names, if it fits."),
     ]
 }

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 from tether.client.handle import TaskHandle
 from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
 from tether.nats.connection import Connection, NatsConfig, close, connect
@@ -78,9 +80,10 @@ class Client(Service):
         deadline: timedelta | None = None,
     ) -> TaskHandle:
         """Start a task and return its handle at once; the task runs whether or not you wait."""
+        specs = [await self._by_reference(to_step(step)) for step in steps]
         submit = TaskSubmit(
             task_id=uuid.uuid4().hex if task_id is None else task_id,
-            steps=[to_step(step) for step in steps],
+            steps=specs,
             metadata=dict(metadata or {}),
             deadline_ms=None if deadline is None else int(deadline.total_seconds() * 1000),
         )
@@ -100,6 +103,22 @@ class Client(Service):
         with contextlib.suppress(TaskTimeoutError):
             await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
         return handle
+
+    async def _by_reference(self, spec: StepSpec) -> StepSpec:
+        """The step with a large input stored once as a blob; the tool gets the value."""
+        if spec.parallel is not None:
+            branches = [await self._by_reference(branch) for branch in spec.parallel]
+            return msgspec.structs.replace(spec, parallel=branches)
+        data = encode(spec.input)
+        if spec.input is None or len(data) <= self.store.blobs.threshold:
+            return spec
+        ref = msgspec.Raw(await self.store.blobs.by_reference(data))
+        replaced: StepSpec = msgspec.structs.replace(spec, input=ref)
+        return replaced
+
+    async def resolve(self, value: Any) -> Any:
+        """A value with its blob references (`{"$blob": ...}`) replaced by what they name."""
+        return await self.store.blobs.resolve(value)
 
     @property
     def max_payload(self) -> int:

@@ -12,6 +12,7 @@ from tether.durations import as_seconds
 from tether.errors import (
     NatsUnavailableError,
     TaskCancelledError,
+    TaskConflictError,
     TaskFailedError,
     TaskTimeoutError,
 )
@@ -36,6 +37,16 @@ class TaskHandle:
     async def get(self) -> TaskRecord:
         return (await self._store.require_record(self.task_id)).record
 
+    async def output(self, step: int) -> Any:
+        """The output of one completed step (from its checkpoint; a blob resolved)."""
+        found = await self._store.get_checkpoint(self.task_id, step)
+        if found is None:
+            record = await self.get()
+            if record.status is TaskStatus.COMPLETED and step == record.plan_length - 1:
+                return await self._store.blobs.resolve(record.result)
+            raise TaskConflictError(self.task_id, f"step {step} of {self.task_id!r} has no output")
+        return await self._store.blobs.resolve(found.output)
+
     async def plan(self) -> list[StepSpec]:
         """Every step of the task, finished ones too (the record keeps only the rest)."""
         return await TaskService(self._store).forks.plan(await self.get())
@@ -48,7 +59,7 @@ class TaskHandle:
         """
         record = await self.wait_until_done(timeout)
         if record.status is TaskStatus.COMPLETED:
-            return record.result
+            return await self._store.blobs.resolve(record.result)  # a large result by reference
         if record.status is TaskStatus.CANCELLED:
             raise TaskCancelledError(self.task_id)
         raise TaskFailedError(self.task_id, record.error)

@@ -122,6 +122,13 @@ async def _noop() -> None:
     pass
 
 
+def unavailable(exc: BaseException) -> NatsUnavailableError:
+    return NatsUnavailableError(
+        f"NATS did not answer ({type(exc).__name__}: {exc or 'no detail'}): check that "
+        "the server is up and reachable (--nats / TETHER_NATS_URL), then try again"
+    )
+
+
 @contextlib.contextmanager
 def failures_translated() -> Iterator[None]:
     """Raise NatsUnavailableError where nats-py raises its own errors, so no caller
@@ -131,17 +138,20 @@ def failures_translated() -> Iterator[None]:
     except TetherError:
         raise
     except _FAILURES as exc:
-        raise NatsUnavailableError(
-            f"NATS did not answer ({type(exc).__name__}: {exc or 'no detail'}): check that "
-            "the server is up and reachable (--nats / TETHER_NATS_URL), then try again"
-        ) from exc
+        raise unavailable(exc) from exc
 
 
 def translated(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """`call` behind `failures_translated`, without a context manager on the hot path."""
+
     @functools.wraps(call)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with failures_translated():
+        try:
             return await call(*args, **kwargs)
+        except TetherError:
+            raise
+        except _FAILURES as exc:
+            raise unavailable(exc) from exc
 
     return wrapper
 

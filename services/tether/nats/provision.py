@@ -39,6 +39,9 @@ class Layout:
     status_per_task: int = 10_000
     dead_letter_max_age: timedelta = timedelta(days=30)
     heartbeat_ttl: timedelta = timedelta(seconds=30)
+    blob_threshold: int = 64 * 1024
+    """Outputs (and submitted inputs) whose JSON is larger go to `tether-blobs`, once,
+    under their content hash, and travel as `{"$blob": "sha256:…", "size": n}`."""
 
     @classmethod
     def for_config(cls, config: NatsConfig) -> Layout:

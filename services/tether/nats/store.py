@@ -26,6 +26,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from tether.errors import NatsUnavailableError, TaskNotFoundError
+from tether.nats.blobs import Blobs
 from tether.nats.connection import translating
 from tether.nats.delivery import Consumer
 from tether.nats.limits import check_message, check_value, max_value
@@ -100,6 +101,7 @@ class Store:
         """Whether the buckets answer direct gets (single server: yes; a cluster: no)."""
         self.recent: RecentRecords | None = None
         """Records written through this store, kept for workers (`remember_records`)."""
+        self.blobs: Blobs  # set by `open`
 
     @classmethod
     async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
@@ -120,6 +122,7 @@ class Store:
             "tools": await js.key_value(names.tools_bucket),
         }
         store = cls(nc, js, names, buckets)
+        store.blobs = Blobs(await js.object_store(names.blobs_bucket), layout.blob_threshold)
         await store._requests.start()
         info = await js.stream_info(names.kv_stream(names.tasks_bucket))
         store.direct_reads = bool(info.config.allow_direct)

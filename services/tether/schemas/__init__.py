@@ -2,6 +2,8 @@
 
 from tether.schemas.api import (
     ApiError,
+    BlobReply,
+    BlobRequest,
     ErrorCode,
     ErrorReply,
     ForkRequest,
@@ -47,6 +49,8 @@ __all__ = [
     "DEFAULT_NAMES",
     "AnyStatusEvent",
     "ApiError",
+    "BlobReply",
+    "BlobRequest",
     "Cancelled",
     "Checkpoint",
     "Completed",

@@ -63,6 +63,17 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
     new_task_id: TaskId | None = None
 
 
+class BlobRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`blob`: the value a reference names (`ref` is its `"$blob"`, `sha256:<hex>`)."""
+
+    ref: str
+
+
+class BlobReply(msgspec.Struct, frozen=True, kw_only=True):
+    ref: str
+    data: Any = None
+
+
 class ResultRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     timeout_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_RESULT_WAIT_MS)] = 0

@@ -58,7 +58,7 @@ class StepContext:
         if not 0 <= step < self.step:
             raise ValueError(f"step {step} is not an earlier step of step {self.step}")
         checkpoint = await self._store.get_checkpoint(self.task_id, step)
-        return None if checkpoint is None else checkpoint.output
+        return None if checkpoint is None else await self._store.blobs.resolve(checkpoint.output)
 
     async def outputs(self) -> list[Any]:
         """The outputs of every earlier step, in order."""

@@ -17,7 +17,12 @@ from typing import Any
 
 import msgspec
 
-from tether.errors import InvalidTaskError, MessageTooLargeError, TaskExistsError
+from tether.errors import (
+    BlobNotFoundError,
+    InvalidTaskError,
+    MessageTooLargeError,
+    TaskExistsError,
+)
 from tether.nats.delivery import Delivery
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
@@ -261,9 +266,11 @@ class StepRunner:
             branch=work.branch,
         )
         try:
-            data = tool.convert_input(work.input)
+            data = tool.convert_input(await self.store.blobs.resolve(work.input))
         except msgspec.ValidationError as exc:
             raise _give_up(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
+        except BlobNotFoundError as exc:
+            raise _give_up(ErrorInfo(type="BlobNotFound", message=str(exc))) from exc
         args = (ctx, data) if tool.takes_input else (ctx,)
         call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
         timeout = decisions.step_timeout(tool.timeout, spec, found.record.deadline_at, utcnow())
@@ -293,7 +300,7 @@ class StepRunner:
         if work.branch is not None:
             if isinstance(result, NeedsInput | NextSteps | Sleep | Child):
                 raise _give_up(_NOT_IN_A_BRANCH)
-            checkpoint = _stored(result, attempt)
+            checkpoint = await self._by_reference(_stored(result, attempt))
             await self.tasks.branches.record(
                 found, work.step, work.branch, checkpoint, attempt=attempt
             )
@@ -304,8 +311,16 @@ class StepRunner:
         if isinstance(result, Child):
             await self._start_child(found, work, result)
             return
-        checkpoint = _stored(result, attempt)
+        checkpoint = await self._by_reference(_stored(result, attempt))
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
+
+    async def _by_reference(self, checkpoint: Checkpoint) -> Checkpoint:
+        """The checkpoint with a large output stored once as a blob (see `nats.blobs`)."""
+        raw = checkpoint.output
+        if not isinstance(raw, msgspec.Raw) or len(raw) <= self.store.blobs.threshold:
+            return checkpoint
+        output = msgspec.Raw(await self.store.blobs.by_reference(bytes(raw)))
+        return msgspec.structs.replace(checkpoint, output=output)
 
     async def _start_child(self, found: Versioned, work: WorkMessage, child: Child) -> None:
         try:

@@ -1,0 +1,73 @@
+"""Large values by reference: stored once in the Object Store under their content hash.
+
+A value whose JSON is over the threshold is put in `<prefix>-blobs` as the object
+`sha256-<hex>` and replaced by `{"$blob": "sha256:<hex>", "size": n}` in work
+messages, checkpoints, records and events; tools and clients get the value back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+from nats.js.errors import ObjectNotFoundError
+from nats.js.object_store import ObjectStore
+
+from tether.errors import BlobNotFoundError
+from tether.nats.connection import translating
+
+REF_KEY = "$blob"
+PREFIX = "sha256:"
+
+
+def is_ref(value: Any) -> bool:
+    """Whether `value` is a blob reference (as decoded JSON)."""
+    return (
+        isinstance(value, dict)
+        and len(value) == 2
+        and isinstance(value.get(REF_KEY), str)
+        and value[REF_KEY].startswith(PREFIX)
+        and isinstance(value.get("size"), int)
+    )
+
+
+def _object_name(ref: str) -> str:
+    return "sha256-" + ref[len(PREFIX) :]
+
+
+@translating
+class Blobs:
+    """The blob store of one Tether prefix; `threshold` in bytes of JSON."""
+
+    def __init__(self, store: ObjectStore, threshold: int) -> None:
+        self._store = store
+        self.threshold = threshold
+
+    async def by_reference(self, data: bytes) -> bytes:
+        """`data` (JSON) as it travels: itself when small, else a reference to it."""
+        if len(data) <= self.threshold:
+            return data
+        ref = PREFIX + hashlib.sha256(data).hexdigest()
+        name = _object_name(ref)
+        try:
+            await self._store.get_info(name)  # the same content is stored once
+        except ObjectNotFoundError:
+            await self._store.put(name, data)
+        return msgspec.json.encode({REF_KEY: ref, "size": len(data)})
+
+    async def load(self, ref: str) -> bytes:
+        try:
+            found = await self._store.get(_object_name(ref))
+        except ObjectNotFoundError:
+            raise BlobNotFoundError(ref) from None
+        return found.data or b""
+
+    async def resolve(self, value: Any) -> Any:
+        """`value` with references replaced by what they name: the value itself, or the
+        items of a list (a parallel step's outputs). Deeper references stay as they are."""
+        if is_ref(value):
+            return msgspec.json.decode(await self.load(value[REF_KEY]))
+        if isinstance(value, list) and any(is_ref(item) for item in value):
+            return [await self.resolve(item) if is_ref(item) else item for item in value]
+        return value

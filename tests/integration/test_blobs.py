@@ -1,0 +1,127 @@
+"""Large values by reference: outputs and submitted inputs over the threshold are stored
+once in the Object Store and travel as {"$blob": "sha256:...", "size": n}."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from tests.apps.tools import app
+from tests.conftest import Raw
+from tether import App, Client, NatsConfig, Parallel, Step, StepContext, Worker
+from tether.schemas import StepCompleted
+
+LARGE = 100 * 1024
+blobby = App("blobby")
+
+
+@blobby.tool
+async def big(ctx: StepContext, size: int) -> dict[str, Any]:
+    """An output over the 64 KiB threshold."""
+    return {"text": "x" * size, "step": ctx.step}
+
+
+@blobby.tool
+async def measure(ctx: StepContext, data: Any) -> dict[str, Any]:
+    """What arrived, and how large (the tool sees values, never references)."""
+    items = data if isinstance(data, list) else [data]
+    return {"sizes": [len(item["text"]) for item in items], "refs": [_is_ref(i) for i in items]}
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, dict) and "$blob" in value
+
+
+@pytest.fixture
+async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
+    async with Worker([app, blobby], config) as w:
+        yield w
+
+
+async def test_a_large_output_travels_by_reference_and_the_next_tool_gets_the_value(
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
+) -> None:
+    handle = await client.submit([Step(tool="big", input=LARGE), "measure"])
+
+    assert await handle.wait(timeout=20) == {"sizes": [LARGE], "refs": [False]}
+
+    checkpoint = await client.store.get_checkpoint(handle.task_id, 0)
+    assert checkpoint is not None and _is_ref(checkpoint.output)
+    encoded = msgspec.json.encode({"text": "x" * LARGE, "step": 0})
+    assert checkpoint.output == {
+        "$blob": "sha256:" + hashlib.sha256(encoded).hexdigest(),
+        "size": len(encoded),
+    }
+    assert (await handle.output(0))["text"] == "x" * LARGE  # resolved for the client
+    events = [e async for e in handle.events(timeout=5)]
+    first = next(e for e in events if isinstance(e, StepCompleted) and e.step == 0)
+    assert first.output == checkpoint.output  # the event carries the reference, not 100 KiB
+    info = await raw.js.stream_info(f"OBJ_{client.store.names.blobs_bucket}")
+    assert LARGE <= info.state.bytes < 2 * LARGE
+
+
+async def test_a_large_result_is_resolved_by_wait_and_kept_by_reference_in_the_record(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    handle = await client.submit([Step(tool="big", input=LARGE)])
+
+    result = await handle.wait(timeout=20)
+
+    assert result == {"text": "x" * LARGE, "step": 0}
+    record = await handle.get()
+    assert _is_ref(record.result)
+    assert await client.resolve(record.result) == result
+
+
+async def test_the_same_content_is_stored_once(
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
+) -> None:
+    for _ in range(3):
+        await (await client.submit([Step(tool="big", input=LARGE)])).wait(timeout=20)
+    info = await raw.js.stream_info(f"OBJ_{client.store.names.blobs_bucket}")
+    assert info.state.bytes < 2 * LARGE  # three tasks, one object
+
+
+async def test_parallel_branch_outputs_are_references_in_the_group_and_values_for_the_tool(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    group = Parallel(Step(tool="big", input=LARGE), Step(tool="big", input=LARGE + 1))
+    handle = await client.submit([group, "measure"])
+
+    assert await handle.wait(timeout=20) == {"sizes": [LARGE, LARGE + 1], "refs": [False, False]}
+    checkpoint = await client.store.get_checkpoint(handle.task_id, 0)
+    assert checkpoint is not None and all(_is_ref(item) for item in checkpoint.output)
+
+
+async def test_a_large_submitted_input_is_stored_once_and_the_tool_gets_the_value(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    value = {"text": "y" * LARGE}
+    handle = await client.submit([Step(tool="measure", input=value)])
+
+    assert await handle.wait(timeout=20) == {"sizes": [LARGE], "refs": [False]}
+    record = await handle.get()
+    assert _is_ref(record.steps[0].input)  # the record holds the reference, not 100 KiB
+
+
+async def test_the_api_resolves_a_reference_in_one_request(
+    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: None
+) -> None:
+    handle = await client.submit([Step(tool="big", input=LARGE)])
+    await handle.wait(timeout=20)
+    ref = (await handle.get()).result["$blob"]
+    subject = client.store.names.api_subject("blob")
+
+    reply = msgspec.json.decode((await raw.nc.request(subject, _ref(ref), timeout=5)).data)
+    missing = msgspec.json.decode((await raw.nc.request(subject, _ref("sha256:0"), timeout=5)).data)
+
+    assert reply == {"ref": ref, "data": {"text": "x" * LARGE, "step": 0}}
+    assert missing["error"]["code"] == "not_found"
+
+
+def _ref(ref: str) -> bytes:
+    return msgspec.json.encode({"ref": ref})
