@@ -16,7 +16,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from tether import Client, Dispatcher, NatsConfig, Worker
+from tether import Client, Dispatcher, Layout, NatsConfig, Worker
 from tether.api import ApiService
 from tether.schemas.names import Names
 from tether.testing import nats_server_url
@@ -40,6 +40,16 @@ def prefix() -> str:
 @pytest.fixture
 def config(nats_url: str, prefix: str) -> NatsConfig:
     return NatsConfig(url=nats_url, names=Names(prefix=prefix))
+
+
+INLINE_ONLY = 2**40
+"""A blob threshold no value reaches: every value travels inline (blobs off)."""
+
+
+def inline_only(config: NatsConfig) -> Layout:
+    """The layout of `config` with blobs off, for the limits of values carried inline
+    (which still bound whatever is not offloaded, and deployments that turn blobs off)."""
+    return Layout(names=config.names, blob_threshold=INLINE_ONLY)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js.api import Header
 
 from tests.apps.tools import app, read_executions
-from tests.conftest import Raw
+from tests.conftest import Raw, inline_only
 from tether import (
     Client,
     InvalidTaskError,
@@ -45,8 +45,14 @@ TASK_ID = r"[A-Za-z0-9_-]{1,128}"
 
 @pytest.fixture
 async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
+    async with Worker(app, config, layout=inline_only(config)) as w:  # limits of inline values
         yield w
+
+
+@pytest.fixture
+async def client(config: NatsConfig) -> AsyncIterator[Client]:
+    async with Client(config, layout=inline_only(config)) as c:
+        yield c
 
 
 # -- helpers -------------------------------------------------------------------

@@ -125,3 +125,14 @@ async def test_the_api_resolves_a_reference_in_one_request(
 
 def _ref(ref: str) -> bytes:
     return msgspec.json.encode({"ref": ref})
+
+
+async def test_values_past_max_payload_run_because_they_travel_by_reference(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    """The same task fails with OutputTooLarge when blobs are off (test_bad_input.py)."""
+    handle = await client.submit([{"tool": "fast", "input": "x" * 700_000}, "fast"])
+
+    result = await handle.wait(timeout=30)
+
+    assert result["payload"]["payload"] == "x" * 700_000

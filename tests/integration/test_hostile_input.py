@@ -29,7 +29,7 @@ from nats.js.api import Header
 from nats.js.errors import NotFoundError
 
 from tests.apps.tools import app, read_executions
-from tests.conftest import APP, Raw, raw_connection, start_worker, stop_worker
+from tests.conftest import APP, Raw, inline_only, raw_connection, start_worker, stop_worker
 from tests.integration.test_bad_input import (
     VALID,
     VALID_RESULT,
@@ -76,8 +76,14 @@ REPLY_TIMEOUT = 5.0
 
 @pytest.fixture
 async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
+    async with Worker(app, config, layout=inline_only(config)) as w:  # limits of inline values
         yield w
+
+
+@pytest.fixture
+async def client(config: NatsConfig) -> AsyncIterator[Client]:
+    async with Client(config, layout=inline_only(config)) as c:
+        yield c
 
 
 # -- helpers -------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from tests.apps.tools import app, read_branch_executions, read_executions, record
-from tests.conftest import Raw
+from tests.conftest import Raw, inline_only
 from tether import (
     App,
     Client,
@@ -611,22 +611,24 @@ async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_r
 
 
 async def test_retry_of_a_group_that_failed_at_its_fan_in_does_not_hang(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    config: NatsConfig, client: Client, dispatcher: object, executions: Path
 ) -> None:
-    """Each branch's output fits, their list does not: the last branch fails the task
-    (OutputTooLarge) after every branch was counted. A retry must end the task again."""
+    """Each branch's output fits, their list does not (blobs off; with blobs each output
+    is a reference): the last branch fails the task (OutputTooLarge) after every branch
+    was counted. A retry must end the task again."""
     size = client.max_payload * 6 // 10
-    handle = await client.submit(
-        [Parallel(Step(tool="sized", input=size), Step(tool="sized", input=size)), "fast"]
-    )
-    with pytest.raises(TaskFailedError, match="OutputTooLarge"):
-        await handle.wait(timeout=10)
-    failed = await handle.get()
-    assert failed.failed_step == 0 and failed.done_branches == [0, 1]
+    async with Worker(APPS, config, layout=inline_only(config)):
+        handle = await client.submit(
+            [Parallel(Step(tool="sized", input=size), Step(tool="sized", input=size)), "fast"]
+        )
+        with pytest.raises(TaskFailedError, match="OutputTooLarge"):
+            await handle.wait(timeout=10)
+        failed = await handle.get()
+        assert failed.failed_step == 0 and failed.done_branches == [0, 1]
 
-    await client.retry(handle.task_id)
+        await client.retry(handle.task_id)
 
-    record_ = await handle.wait_until_done(timeout=3)  # it used to stay running for ever
+        record_ = await handle.wait_until_done(timeout=3)  # it used to stay running for ever
     assert record_.status is TaskStatus.FAILED
     assert record_.error is not None and record_.error.type == "OutputTooLarge"
 

@@ -56,6 +56,12 @@ class Blobs:
             await self._store.put(name, data)
         return msgspec.json.encode({REF_KEY: ref, "size": len(data)})
 
+    async def raw_by_reference(self, output: Any) -> Any:
+        """An encoded output (`msgspec.Raw`) as it travels; anything else as it is."""
+        if not isinstance(output, msgspec.Raw) or len(output) <= self.threshold:
+            return output
+        return msgspec.Raw(await self.by_reference(bytes(output)))
+
     async def load(self, ref: str) -> bytes:
         try:
             found = await self._store.get(_object_name(ref))

@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Any
 from tether.errors import TaskConflictError, TaskExistsError, TaskNotFoundError
 from tether.nats.recent import Versioned
 from tether.schemas.events import Failed
+from tether.schemas.ids import validate_task_id
 from tether.schemas.tasks import Checkpoint, ErrorInfo, ParentStep, StepSpec, TaskRecord, TaskStatus
 from tether.tasks import rules
+from tether.tasks.known_tools import KnownTools
+from tether.tasks.plans import validate_steps
 from tether.tasks.rules import utcnow
 
 if TYPE_CHECKING:
@@ -35,10 +38,15 @@ class ChildTasks:
     ) -> TaskRecord | None:
         """Start a child task that runs `steps`; its result will complete `step`.
 
-        The child is created first, then the parent's record names it (`awaiting`): a
+        Raises InvalidTaskError (or InvalidNameError) for a plan that cannot run. The
+        child is created first, then the parent's record names it (`awaiting`): a
         crash in between re-runs the step, which finds the same child (its id comes from
         the step) and goes on. A child that already ended resumes the parent at once.
         """
+        validate_steps(steps, "child task")
+        if task_id is not None:
+            validate_task_id(task_id)
+        await KnownTools(self.store).check(steps)
         parent = current.record
         child_id = task_id or rules.child_id(parent.task_id, step, parent.generation)
         child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow())

@@ -31,8 +31,6 @@ from tether.schemas.events import StepRetrying, StepStarted
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
 from tether.tasks import rules
-from tether.tasks.known_tools import KnownTools
-from tether.tasks.plans import validate_steps
 from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
 from tether.worker import decisions
@@ -131,6 +129,9 @@ class StepRunner:
             case decisions.FromCheckpoint(stored):
                 assert found is not None
                 await self.tasks.complete_step(found, work.step, stored, skipped=True)
+                await delivery.done()
+            case decisions.Drop() if found is not None and found.record.parent is not None:
+                await self.tasks.children.resume_parent(found.record)  # again: harmless
                 await delivery.done()
             case decisions.Drop() | decisions.Wait():
                 await delivery.done()
@@ -316,18 +317,11 @@ class StepRunner:
 
     async def _by_reference(self, checkpoint: Checkpoint) -> Checkpoint:
         """The checkpoint with a large output stored once as a blob (see `nats.blobs`)."""
-        raw = checkpoint.output
-        if not isinstance(raw, msgspec.Raw) or len(raw) <= self.store.blobs.threshold:
-            return checkpoint
-        output = msgspec.Raw(await self.store.blobs.by_reference(bytes(raw)))
+        output = await self.store.blobs.raw_by_reference(checkpoint.output)
         return msgspec.structs.replace(checkpoint, output=output)
 
     async def _start_child(self, found: Versioned, work: WorkMessage, child: Child) -> None:
         try:
-            validate_steps(child.steps, "child task")
-            if child.task_id is not None:
-                validate_task_id(child.task_id)
-            await KnownTools(self.store).check(child.steps)
             await self.tasks.children.start(
                 found, work.step, child.steps, task_id=child.task_id, metadata=child.metadata
             )
