@@ -15,13 +15,13 @@ from tests.conftest import Raw
 from tether import App, Client, NatsConfig, Parallel, Step, StepContext, Worker
 from tether.schemas import StepCompleted
 
-LARGE = 100 * 1024
+LARGE = 300 * 1024
 blobby = App("blobby")
 
 
 @blobby.tool
 async def big(ctx: StepContext, size: int) -> dict[str, Any]:
-    """An output over the 64 KiB threshold."""
+    """An output over the 256 KiB threshold."""
     return {"text": "x" * size, "step": ctx.step}
 
 
@@ -59,7 +59,7 @@ async def test_a_large_output_travels_by_reference_and_the_next_tool_gets_the_va
     assert (await handle.output(0))["text"] == "x" * LARGE  # resolved for the client
     events = [e async for e in handle.events(timeout=5)]
     first = next(e for e in events if isinstance(e, StepCompleted) and e.step == 0)
-    assert first.output == checkpoint.output  # the event carries the reference, not 100 KiB
+    assert first.output == checkpoint.output  # the event carries the reference, not 300 KiB
     info = await raw.js.stream_info(f"OBJ_{client.store.names.blobs_bucket}")
     assert LARGE <= info.state.bytes < 2 * LARGE
 
@@ -105,7 +105,7 @@ async def test_a_large_submitted_input_is_stored_once_and_the_tool_gets_the_valu
 
     assert await handle.wait(timeout=20) == {"sizes": [LARGE], "refs": [False]}
     record = await handle.get()
-    assert _is_ref(record.steps[0].input)  # the record holds the reference, not 100 KiB
+    assert _is_ref(record.steps[0].input)  # the record holds the reference, not 300 KiB
 
 
 async def test_the_api_resolves_a_reference_in_one_request(

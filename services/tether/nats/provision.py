@@ -39,9 +39,10 @@ class Layout:
     status_per_task: int = 10_000
     dead_letter_max_age: timedelta = timedelta(days=30)
     heartbeat_ttl: timedelta = timedelta(seconds=30)
-    blob_threshold: int = 64 * 1024
+    blob_threshold: int = 256 * 1024
     """Outputs (and submitted inputs) whose JSON is larger go to `tether-blobs`, once,
-    under their content hash, and travel as `{"$blob": "sha256:…", "size": n}`."""
+    under their content hash, and travel as `{"$blob": "sha256:…", "size": n}`. Below
+    this, carrying a value inline is cheaper than an Object Store put and get."""
 
     @classmethod
     def for_config(cls, config: NatsConfig) -> Layout:
