@@ -1,8 +1,8 @@
-"""Task rules (pure, no I/O): how a record changes, what runs next, what a plan may be.
+"""Task rules (pure, no I/O): how a record changes and what runs next.
 
 Every change to a task is one of these functions applied by compare-and-set
-(`TaskService`); the checks of a submitted plan are shared by the dispatcher, the
-client, the API and the gateway.
+(`TaskService` and its parallel, children and forks parts); the checks of a submitted
+plan are in `tasks.plans`.
 """
 
 from __future__ import annotations
