@@ -13,6 +13,7 @@ import msgspec
 
 from tether import (
     App,
+    Child,
     NeedsInput,
     NextSteps,
     RetryableError,
@@ -153,6 +154,13 @@ async def clock(ctx: StepContext, data: Any) -> Any:
     """Returns when it ran, next to what it was given."""
     record(ctx)
     return {"given": data, "at": time.time()}
+
+
+@app.tool(heartbeat=BEAT)
+async def delegates(ctx: StepContext, data: Any) -> Any:
+    """Hands `data["steps"]` to a child task; the child's result is this step's output."""
+    record(ctx)
+    return Child(data["steps"], metadata=data.get("metadata"))
 
 
 @app.tool(heartbeat=BEAT)

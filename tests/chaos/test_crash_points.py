@@ -95,3 +95,40 @@ async def test_a_side_effect_in_once_does_not_repeat_after_a_crash(
     assert result == {"receipt": "sent-1"}
     sends = [line for line in executions.read_text().splitlines() if line.endswith(" send")]
     assert len(sends) == 1, sends
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "handed-off:-1",  # the child's first step published, the parent not yet waiting on it
+        "recorded:0",  # the child completed, its parent not yet told
+    ],
+)
+async def test_a_crash_around_a_child_task_loses_neither(
+    point: str,
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    where, _, step = point.partition(":")
+    parent_id = f"family-{where}"
+    child_id = f"{parent_id}-s0"
+    child_plan = [{"tool": "fast", "input": "from the child"}]
+    handle = await client.submit(
+        [{"tool": "delegates", "input": {"steps": child_plan}}, "fast"], task_id=parent_id
+    )
+
+    result = await crash_then_survive(
+        config, f"{where}:{child_id}:{step}", handle, tmp_path, monkeypatch
+    )
+
+    assert result == {"step": 1, "payload": {"step": 0, "payload": "from the child"}}
+    counts = read_executions(executions)
+    assert counts[(child_id, 0)] == 1  # the child's step is never run twice
+    assert counts[(parent_id, 1)] == 1
+    assert counts[(parent_id, 0)] <= 2  # not checkpointed before the crash: may run again
+    assert (await client.get(parent_id)).children == [child_id]

@@ -5,35 +5,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.apps.tools import app, read_executions
 from tether import (
-    App,
-    Child,
     Client,
     NatsConfig,
-    StepContext,
     TaskFailedError,
     Worker,
 )
 from tether.schemas import TaskStatus
 from tether.testing import eventually
 
-family = App("family")
-
-
-@family.tool(heartbeat=0.5)
-async def delegates(ctx: StepContext, data: Any) -> Any:
-    """Hands `data["steps"]` to a child task; the child's result is this step's output."""
-    return Child(data["steps"], metadata={"why": "sub-agent"})
-
 
 @pytest.fixture
 async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker([app, family], config, concurrency=1) as w:  # one slot for both
+    async with Worker(app, config, concurrency=1) as w:  # one slot for parent and child
         yield w
 
 
@@ -41,7 +29,8 @@ async def test_a_step_completes_with_its_childs_result(
     client: Client, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
     steps = [{"tool": "fast", "input": "child"}, {"tool": "slow", "input": {"sleep": 0.2}}]
-    handle = await client.submit([{"tool": "delegates", "input": {"steps": steps}}, "fast"])
+    given = {"steps": steps, "metadata": {"why": "sub-agent"}}
+    handle = await client.submit([{"tool": "delegates", "input": given}, "fast"])
 
     result = await handle.wait(timeout=20)
 
