@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.apps.tools import read_executions
-from tests.conftest import APP, start_worker, stop_worker
+from tests.chaos.crashes import crash, survive
 from tether import Client, NatsConfig, TaskHandle
-from tether.testing import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -23,24 +21,9 @@ async def crash_then_survive(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Any:
-    """A worker that SIGKILLs itself at `crash_at` (see tests/apps/crashing_worker.py), then
-    a fresh worker; the task's result once the survivor has finished it."""
-    monkeypatch.setenv("TETHER_CRASH_AT", crash_at)
-    doomed_log = tmp_path / "doomed.log"
-    doomed = start_worker(
-        config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
-    )
-    await wait_until(
-        lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself"
-    )
-    assert doomed.returncode == -9, doomed_log.read_text()
-    monkeypatch.delenv("TETHER_CRASH_AT")
-
-    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
-    try:
-        return await handle.wait(timeout=30)
-    finally:
-        stop_worker(survivor)
+    """A worker killed at `crash_at`, then a fresh one; the task's result."""
+    await crash(config, crash_at, tmp_path, monkeypatch)
+    return await survive(config, handle, tmp_path)
 
 
 @pytest.mark.parametrize(

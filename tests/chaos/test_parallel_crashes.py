@@ -3,15 +3,13 @@ branches running, and at the fan-in point. A checkpointed branch never runs agai
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.apps.tools import read_branch_executions, read_executions
-from tests.conftest import APP, start_worker, stop_worker
+from tests.chaos.crashes import crash, survive
 from tether import Client, NatsConfig, Parallel, Step
-from tether.testing import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -56,23 +54,10 @@ async def test_a_crash_in_a_parallel_step_reruns_at_most_the_running_branches(
     where, _, step = point.partition(":")
     task_id = f"fan-{where}-{step.replace('.', '-')}"
     handle = await client.submit(plan(), task_id=task_id)
-    monkeypatch.setenv("TETHER_CRASH_AT", f"{where}:{task_id}:{step}")
-    doomed_log = tmp_path / "doomed.log"
-    doomed = start_worker(
-        config, APP, log=doomed_log, entry=[sys.executable, "-m", "tests.apps.crashing_worker"]
-    )
-    await wait_until(
-        lambda: doomed.poll() is not None, timeout=20, message="the worker to kill itself"
-    )
-    assert doomed.returncode == -9, doomed_log.read_text()
-    monkeypatch.delenv("TETHER_CRASH_AT")
+    await crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch)
     stored_at_crash = await checkpointed_branches(client, task_id)
 
-    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
-    try:
-        result = await handle.wait(timeout=30)
-    finally:
-        stop_worker(survivor)
+    result = await survive(config, handle, tmp_path)
 
     assert result["step"] == 2
     assert [out["slept"] for out in result["payload"]] == SLEEPS  # branch order, not end order

@@ -8,10 +8,7 @@ step that did not run (or is not in the plan) creates nothing.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,8 @@ from typing import Any
 import pytest
 
 from tests.apps.tools import app, read_branch_executions, read_executions
-from tests.conftest import ROOT, Raw
+from tests.conftest import Raw
+from tests.e2e.test_cli_ops import tether
 from tether import (
     Client,
     InvalidTaskError,
@@ -37,7 +35,6 @@ from tether.testing import eventually
 
 THREE = [{"tool": "fast", "input": 1}, {"tool": "fast"}, {"tool": "fast"}]
 THREE_RESULT = {"step": 2, "payload": {"step": 1, "payload": {"step": 0, "payload": 1}}}
-CLI_TIMEOUT = 30.0
 
 
 @pytest.fixture
@@ -348,9 +345,8 @@ async def test_the_cli_forks_and_waits_for_the_new_task(
 ) -> None:
     await completed(client, THREE, "cli-src")
 
-    run = await _tether(
-        config, "fork", "cli-src", "--from-step", "1", "--input", '{"n": 5}', "--id", "cli-new"
-    )
+    args = ["fork", "cli-src", "--from-step", "1", "--input", '{"n": 5}', "--id", "cli-new"]
+    run = await tether(config, *args, "--wait", "--json")
 
     assert run[0] == 0, run
     record, *events = [json.loads(line) for line in run[1].splitlines()]
@@ -370,24 +366,3 @@ async def _all_checkpoint_keys(client: Client) -> list[str]:
 
 async def _executed(executions: Path, task_id: str, step: int) -> None:
     assert read_executions(executions)[(task_id, step)] >= 1
-
-
-async def _tether(config: NatsConfig, *args: str) -> tuple[int, str, str]:
-    """`tether ARGS --wait --json` as a subprocess against the test's server."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    process = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "tether.cli", *args, "--wait", "--json"],
-        *["--nats", config.url, "--prefix", config.names.prefix],
-        env=env,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), CLI_TIMEOUT)
-    except TimeoutError:
-        process.kill()
-        out, err = await process.communicate()
-        raise AssertionError(f"tether did not exit in {CLI_TIMEOUT}s: {out!r} {err!r}") from None
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()

@@ -193,23 +193,20 @@ async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerCo
 
 async def ensure_timers_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
     """The dispatchers' consumer of fired timers (deadlines, input expiries)."""
-    config = ConsumerConfig(
-        durable_name=names.timers_consumer,
-        filter_subject=names.timers_work_subject,
-        ack_policy=AckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=10.0,
-        max_deliver=-1,
-        max_ack_pending=1000,
-        max_waiting=512,
-    )
+    config = _dispatchers_consumer(names.timers_consumer, names.timers_work_subject)
     await _ensure_consumer(js, names.work_stream, config)
 
 
 async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
-    config = ConsumerConfig(
-        durable_name=names.dispatcher_consumer,
-        filter_subject=names.submit_subject,
+    config = _dispatchers_consumer(names.dispatcher_consumer, names.submit_subject)
+    await _ensure_consumer(js, names.submit_stream, config)
+
+
+def _dispatchers_consumer(durable: str, subject: str) -> ConsumerConfig:
+    """A consumer every dispatcher shares; its handling is quick, so a short ack wait."""
+    return ConsumerConfig(
+        durable_name=durable,
+        filter_subject=subject,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=10.0,
@@ -217,4 +214,3 @@ async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAUL
         max_ack_pending=1000,
         max_waiting=512,
     )
-    await _ensure_consumer(js, names.submit_stream, config)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.errors import TaskConflictError, TaskExistsError
 from tether.schemas.events import Submitted
-from tether.schemas.tasks import StepSpec, TaskRecord
+from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord
 from tether.tasks import rules
 from tether.tasks.rules import utcnow
 
@@ -25,11 +25,12 @@ class Forks:
     async def plan(self, record: TaskRecord) -> list[StepSpec]:
         """The whole plan: the steps the record let go of, from their checkpoints, then
         the record's own."""
-        finished = await asyncio.gather(
-            *(self.store.get_checkpoint(record.task_id, step) for step in range(record.done_steps))
+        return _plan(record, await self._checkpoints(record.task_id, record.done_steps))
+
+    async def _checkpoints(self, task_id: str, steps: int) -> list[Checkpoint | None]:
+        return list(
+            await asyncio.gather(*(self.store.get_checkpoint(task_id, i) for i in range(steps)))
         )
-        history = [found.spec if found and found.spec else StepSpec(tool="?") for found in finished]
-        return history + record.steps
 
     async def fork(
         self, task_id: str, from_step: int, new_task_id: str, new_input: Any = None
@@ -37,10 +38,8 @@ class Forks:
         """Start `new_task_id` as a copy of `task_id` that runs again from `from_step`:
         the checkpoints before it are copied (those steps do not run), the rest runs."""
         source = (await self.store.require_record(task_id)).record
-        plan = await self.plan(source)
-        history = await asyncio.gather(
-            *(self.store.get_checkpoint(task_id, step) for step in range(len(plan)))
-        )
+        history = await self._checkpoints(task_id, source.plan_length)  # read once
+        plan = _plan(source, history[: source.done_steps])
         added = {
             step: len(found.next_steps)
             for step, found in enumerate(history)
@@ -68,3 +67,9 @@ class Forks:
         await self.tasks.emit(Submitted, record)
         await self.tasks.publish(rules.current_work(record, previous))
         return record
+
+
+def _plan(record: TaskRecord, finished: list[Checkpoint | None]) -> list[StepSpec]:
+    """The steps the record let go of (from their checkpoints), then its own."""
+    history = [found.spec if found and found.spec else StepSpec(tool="?") for found in finished]
+    return history + record.steps

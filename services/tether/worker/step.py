@@ -318,7 +318,8 @@ class StepRunner:
     async def _by_reference(self, checkpoint: Checkpoint) -> Checkpoint:
         """The checkpoint with a large output stored once as a blob (see `nats.blobs`)."""
         output = await self.store.blobs.raw_by_reference(checkpoint.output)
-        return msgspec.structs.replace(checkpoint, output=output)
+        inline = output is checkpoint.output  # most outputs: small enough to travel as is
+        return checkpoint if inline else msgspec.structs.replace(checkpoint, output=output)
 
     async def _start_child(self, found: Versioned, work: WorkMessage, child: Child) -> None:
         try:
