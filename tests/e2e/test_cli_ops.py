@@ -252,6 +252,27 @@ async def test_ls_lists_tasks_and_filters_by_status(
     await slow.cancel()
 
 
+async def test_gc_removes_finished_tasks_and_never_a_running_one(
+    config: NatsConfig, client: Client, worker: object
+) -> None:
+    done = await client.submit(["fast"], task_id="gc-done")
+    await done.wait(timeout=20)
+    slow = await client.submit([{"tool": "slow", "input": {"sleep": 30}}], task_id="gc-slow")
+    await running(client, slow.task_id)
+
+    dry = await tether(config, "gc", "--older-than", "0", "--dry-run", "--json")
+    assert dry.code == 0, dry
+    assert dry.json()["tasks"] == ["gc-done"] and dry.json()["dry_run"] is True
+    assert await client.store.get_record("gc-done") is not None
+
+    swept = await tether(config, "gc", "--older-than", "0")
+    assert swept.code == 0, swept
+    assert swept.out.splitlines()[0] == "removed 1 task(s) finished over 0:00:00 ago (1 kept)"
+    assert await client.store.get_record("gc-done") is None
+    assert (await slow.get()).status is TaskStatus.RUNNING
+    await slow.cancel()
+
+
 async def test_dlq_ls_shows_a_dead_letter_and_dlq_retry_reruns_the_task(
     config: NatsConfig, client: Client, worker: object, gate: Path
 ) -> None:

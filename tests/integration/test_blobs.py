@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -13,6 +14,8 @@ import pytest
 from tests.apps.tools import app
 from tests.conftest import Raw
 from tether import App, Client, NatsConfig, Parallel, Step, StepContext, Worker
+from tether.nats.feeds import last_event
+from tether.nats.sweep import Sweeper
 from tether.schemas import StepCompleted
 
 LARGE = 300 * 1024
@@ -136,3 +139,46 @@ async def test_values_past_max_payload_run_because_they_travel_by_reference(
     result = await handle.wait(timeout=30)
 
     assert result["payload"]["payload"] == "x" * 700_000
+
+
+# -- retention: `tether gc` ------------------------------------------------------------
+
+
+async def test_gc_removes_a_finished_task_past_retention_and_the_blob_only_it_used(
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
+) -> None:
+    old = await client.submit([Step(tool="big", input=LARGE), "measure"])
+    await old.wait(timeout=20)
+    shared = [await client.submit([Step(tool="big", input=LARGE + n)]) for n in (1, 1)]
+    for handle in shared:
+        await handle.wait(timeout=20)
+    waiting = await client.submit([Step(tool="big", input=LARGE + 2), "asks"])
+    await waiting.wait_for(lambda r: r.status.value == "waiting", timeout=20)
+    sweeper = Sweeper(client.store)
+    later = datetime.now(UTC) + timedelta(hours=2)  # past the blob grace
+
+    report = await sweeper.sweep(retention=timedelta(hours=1), now=later, dry_run=True)
+    assert sorted(report.tasks) == sorted([old.task_id, *(h.task_id for h in shared)])
+    assert await client.store.get_record(old.task_id) is not None  # a dry run removes nothing
+
+    report = await sweeper.sweep(retention=timedelta(hours=1), now=later)
+    assert await client.store.get_record(old.task_id) is None
+    assert await client.store.get_checkpoint(old.task_id, 0) is None
+    assert await last_event(client.store, old.task_id) is None
+    assert len(report.blobs) == 2  # the old task's and the shared one
+    still = await waiting.get()  # a waiting task is never swept, nor what it refers to
+    assert still.status.value == "waiting"
+    assert (await waiting.output(0))["text"] == "x" * (LARGE + 2)
+    assert report.kept_blobs == 1
+
+
+async def test_gc_keeps_a_blob_younger_than_the_grace_even_with_no_reference(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    handle = await client.submit([Step(tool="big", input=LARGE + 3)])
+    await handle.wait(timeout=20)
+
+    report = await Sweeper(client.store).sweep(retention=timedelta(0))
+
+    assert handle.task_id in report.tasks  # finished, so past a zero retention
+    assert report.blobs == [] and report.kept_blobs >= 1  # stored seconds ago

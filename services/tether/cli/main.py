@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tether.cli import dev, dlq, fork, gateway, processes, tasks
+from tether.cli import dev, dlq, fork, gateway, gc, processes, tasks
 
 app = typer.Typer(
     name="tether",
@@ -42,6 +42,7 @@ dev.register(app)
 tasks.register(app)
 dlq.register(app)
 fork.register(app)
+gc.register(app)
 gateway.register(app)
 
 

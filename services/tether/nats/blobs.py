@@ -7,18 +7,22 @@ messages, checkpoints, records and events; tools and clients get the value back.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from nats.js.errors import ObjectNotFoundError
+from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
 from tether.nats.connection import translating
+from tether.tasks.retention import BLOB_GRACE
 
 REF_KEY = "$blob"
 PREFIX = "sha256:"
+OBJECT_PREFIX = "sha256-"
 
 
 def is_ref(value: Any) -> bool:
@@ -33,7 +37,16 @@ def is_ref(value: Any) -> bool:
 
 
 def _object_name(ref: str) -> str:
-    return "sha256-" + ref[len(PREFIX) :]
+    return OBJECT_PREFIX + ref[len(PREFIX) :]
+
+
+def _stored_at(mtime: str | None) -> datetime:
+    """When an object was stored; an unreadable time counts as now (never collected)."""
+    try:
+        stored = datetime.fromisoformat((mtime or "").replace("Z", "+00:00")[:26])
+    except ValueError:
+        return datetime.now(UTC)
+    return stored if stored.tzinfo else stored.replace(tzinfo=UTC)
 
 
 @translating
@@ -51,9 +64,11 @@ class Blobs:
         ref = PREFIX + hashlib.sha256(data).hexdigest()
         name = _object_name(ref)
         try:
-            await self._store.get_info(name)  # the same content is stored once
+            info = await self._store.get_info(name)  # the same content is stored once
         except ObjectNotFoundError:
-            await self._store.put(name, data)
+            info = None
+        if info is None or _stored_at(info.mtime) < _now() - BLOB_GRACE / 2:
+            await self._store.put(name, data)  # again when old: see `BLOB_GRACE`
         return msgspec.json.encode({REF_KEY: ref, "size": len(data)})
 
     async def raw_by_reference(self, output: Any) -> Any:
@@ -69,6 +84,22 @@ class Blobs:
             raise BlobNotFoundError(ref) from None
         return found.data or b""
 
+    async def stored(self) -> list[tuple[str, datetime]]:
+        """Every blob's digest (hex) and when it was stored."""
+        try:
+            infos = await self._store.list(ignore_deletes=True)
+        except NotFoundError:  # nats-py: an empty store has no objects to list
+            return []
+        return [
+            (info.name[len(OBJECT_PREFIX) :], _stored_at(info.mtime))
+            for info in infos
+            if info.name.startswith(OBJECT_PREFIX)
+        ]
+
+    async def remove(self, digest: str) -> None:
+        with contextlib.suppress(ObjectNotFoundError):
+            await self._store.delete(OBJECT_PREFIX + digest)
+
     async def resolve(self, value: Any) -> Any:
         """`value` with references replaced by what they name: the value itself, or the
         items of a list (a parallel step's outputs). Deeper references stay as they are."""
@@ -77,3 +108,7 @@ class Blobs:
         if isinstance(value, list) and any(is_ref(item) for item in value):
             return [await self.resolve(item) if is_ref(item) else item for item in value]
         return value
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,60 @@
+"""`tether gc`: remove finished tasks past their retention and blobs nothing refers to."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+
+from tether.cli import render
+from tether.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, JsonOption, NatsOption, PrefixOption
+from tether.cli.running import ExitCode, connected, run
+from tether.nats.sweep import Sweeper
+from tether.tasks.retention import BLOB_GRACE, DEFAULT_RETENTION
+
+
+async def _gc(
+    nats: str, prefix: str, retention: timedelta, dry_run: bool, as_json: bool
+) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        report = await Sweeper(client.store).sweep(retention, BLOB_GRACE, dry_run)
+    if as_json:
+        render.print_json({**report.__dict__, "dry_run": dry_run})
+        return ExitCode.OK
+    verb = "would remove" if dry_run else "removed"
+    render.print_lines(
+        [
+            f"{verb} {len(report.tasks)} task(s) finished over {retention} ago"
+            f" ({report.kept_tasks} kept)",
+            f"{verb} {len(report.blobs)} blob(s) nothing refers to ({report.kept_blobs} kept)",
+        ]
+    )
+    return ExitCode.OK
+
+
+def gc(
+    older_than: Annotated[
+        float,
+        typer.Option(
+            "--older-than",
+            min=0,
+            metavar="DAYS",
+            help="Remove tasks that finished more than DAYS days ago.",
+        ),
+    ] = DEFAULT_RETENTION.days,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove finished tasks (record, checkpoints, events) older than --older-than, then
+    every blob no kept task refers to. Running tasks are never touched; safe to run
+    from cron while workers run."""
+    run(_gc(nats, prefix, timedelta(days=older_than), dry_run, as_json), as_json)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(gc)

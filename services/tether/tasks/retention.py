@@ -1,0 +1,49 @@
+"""What the retention sweep removes: pure decisions, no I/O.
+
+A finished task is kept for a retention period (its record, checkpoints and events),
+then removed. A blob is removed once nothing kept refers to it, and only when it is
+older than a grace period: a task may be about to write its first reference to a blob
+it just stored (or found stored), and the sweep must not see that as garbage.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from tether.schemas.tasks import TaskRecord
+
+DEFAULT_RETENTION = timedelta(days=7)
+"""As long as the status stream keeps a task's events."""
+BLOB_GRACE = timedelta(hours=1)
+"""A blob younger than this is never removed. A writer that finds a blob older than
+half of it stores it again (`Blobs.by_reference`), so a reference written now always
+points at a blob the sweep will leave alone for at least half the grace."""
+
+_REF = re.compile(rb'"\$blob":\s*"sha256:([0-9a-f]{64})"')
+
+
+def expired(record: TaskRecord, now: datetime, retention: timedelta) -> bool:
+    """Whether a task finished more than `retention` ago."""
+    return record.status.is_terminal and now - record.updated_at > retention
+
+
+def referenced_blobs(data: bytes) -> set[str]:
+    """The hex digests of every blob reference in encoded JSON, at any depth."""
+    return {match.decode() for match in _REF.findall(data)}
+
+
+def garbage(
+    blobs: Iterable[tuple[str, datetime]],
+    referenced: set[str],
+    now: datetime,
+    grace: timedelta = BLOB_GRACE,
+) -> list[str]:
+    """The digests among `blobs` (digest, stored at) that nothing refers to and that
+    are past the grace period."""
+    return [
+        digest
+        for digest, stored_at in blobs
+        if digest not in referenced and now - stored_at > grace
+    ]
