@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tether.agents import Agent, OpenAIModel
     from tether.client import Client, TaskHandle
     from tether.dispatcher import Dispatcher
     from tether.errors import (
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     )
     from tether.nats import Layout, NatsConfig, NatsServer
     from tether.schemas.tasks import StepSpec as Step
-    from tether.schemas.tasks import TaskRecord, TaskStatus
+    from tether.schemas.tasks import TaskRecord, TaskStatus, TokenChunk, Usage
     from tether.tasks.plans import Parallel
     from tether.worker import (
         App,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
+    "tether.agents": ["Agent", "OpenAIModel"],
     "tether.client": ["Client", "TaskHandle"],
     "tether.dispatcher": ["Dispatcher"],
     "tether.errors": [
@@ -65,7 +67,7 @@ _HOMES = {
         "TetherError",
     ],
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
-    "tether.schemas.tasks": ["TaskRecord", "TaskStatus"],
+    "tether.schemas.tasks": ["TaskRecord", "TaskStatus", "TokenChunk", "Usage"],
     "tether.tasks.plans": ["Parallel"],
     "tether.worker": [
         "App",
@@ -82,6 +84,7 @@ _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 _RENAMED = {"Step": ("tether.schemas.tasks", "StepSpec")}
 
 __all__ = [
+    "Agent",
     "App",
     "Child",
     "Client",
@@ -94,6 +97,7 @@ __all__ = [
     "NatsUnavailableError",
     "NeedsInput",
     "NextSteps",
+    "OpenAIModel",
     "Parallel",
     "RetryPolicy",
     "RetryableError",
@@ -112,6 +116,8 @@ __all__ = [
     "TaskTimeoutError",
     "TerminalError",
     "TetherError",
+    "TokenChunk",
+    "Usage",
     "Worker",
 ]
 

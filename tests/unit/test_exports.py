@@ -6,6 +6,7 @@ import tether
 import tether.schemas as schemas
 
 TETHER_ALL = [
+    "Agent",
     "App",
     "Child",
     "Client",
@@ -18,6 +19,7 @@ TETHER_ALL = [
     "NatsUnavailableError",
     "NeedsInput",
     "NextSteps",
+    "OpenAIModel",
     "Parallel",
     "RetryPolicy",
     "RetryableError",
@@ -36,6 +38,8 @@ TETHER_ALL = [
     "TaskTimeoutError",
     "TerminalError",
     "TetherError",
+    "TokenChunk",
+    "Usage",
     "Worker",
 ]
 
@@ -76,7 +80,9 @@ SCHEMAS_ALL = [
     "TaskRequest",
     "TaskStatus",
     "TaskSubmit",
+    "TokenChunk",
     "ToolInfo",
+    "Usage",
     "Waiting",
     "WorkMessage",
     "validate_task_id",

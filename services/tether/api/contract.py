@@ -27,6 +27,7 @@ from tether.schemas.tasks import (
     Heartbeat,
     TaskRecord,
     TaskSubmit,
+    TokenChunk,
     ToolInfo,
     WorkMessage,
 )
@@ -44,6 +45,7 @@ MESSAGES: dict[str, Any] = {
     "Heartbeat": Heartbeat,
     "DeadLetter": DeadLetter,
     "ToolInfo": ToolInfo,
+    "TokenChunk": TokenChunk,
     "ErrorReply": ErrorReply,
     **{verb.request.__name__: verb.request for verb in VERBS.values()},
     **{verb.reply.__name__: verb.reply for verb in VERBS.values()},
@@ -79,6 +81,14 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
             "WorkMessage",
             "One step to run (stream TETHER_WORK, durable consumer tool-<tool>). "
             "Nats-Msg-Id is <task_id>.<step>.",
+        ),
+        (
+            "tokens",
+            names.tokens_subject("{task_id}"),
+            "send",
+            "TokenChunk",
+            "Text a task's steps stream, e.g. an agent's tokens (stream TETHER_TOKENS, one "
+            "hour). Replay from the start or resume after a stream sequence.",
         ),
         (
             "dead",

@@ -104,6 +104,25 @@ class Client(Service):
             await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
         return handle
 
+    async def submit_agent(
+        self,
+        agent: str,
+        input: str | list[dict[str, Any]],
+        *,
+        token_budget: int | None = None,
+        task_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        deadline: timedelta | None = None,
+    ) -> TaskHandle:
+        """Start agent `agent` (see `App.agent`) on `input`: a question, or a list of chat
+        messages. `await handle.wait()` is its final answer; `handle.stream()` its text
+        as the model writes it."""
+        start: dict[str, Any] = {"input": input}
+        if token_budget is not None:
+            start["token_budget"] = token_budget
+        step = StepSpec(tool=agent, input=start)
+        return await self.submit([step], task_id=task_id, metadata=metadata, deadline=deadline)
+
     async def _by_reference(self, spec: StepSpec) -> StepSpec:
         """The step with a large input stored once as a blob; the tool gets the value."""
         if spec.parallel is not None:

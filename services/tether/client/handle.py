@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 from tether.durations import as_seconds
 from tether.errors import (
     NatsUnavailableError,
@@ -19,8 +21,9 @@ from tether.errors import (
 from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.feeds import record_update, task_events
 from tether.nats.store import Store
+from tether.nats.tokens import token_chunks
 from tether.schemas.events import TERMINAL_EVENTS, AnyStatusEvent
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TokenChunk
 from tether.tasks.service import TaskService
 
 RECHECK_INTERVAL = 5.0
@@ -107,6 +110,17 @@ class TaskHandle:
             yield event
             if isinstance(event, TERMINAL_EVENTS):
                 return
+
+    async def stream(self, after: int = 0) -> AsyncIterator[TokenChunk]:
+        """The text the task's steps stream (an agent's tokens), as it is written, until
+        the task ends: from the start, or after stream sequence `after` (a chunk's
+        `stream_seq` from an earlier call) to resume without repeats or gaps.
+
+        A chunk whose `attempt` is higher than the last one seen for its step starts
+        that step's text over: the earlier attempt was cut off by a crash or an error.
+        """
+        async for chunk, sequence in token_chunks(self._store, self.task_id, after):
+            yield msgspec.structs.replace(chunk, stream_seq=sequence)
 
     async def cancel(self) -> TaskRecord:
         return await TaskService(self._store).cancel(self.task_id)

@@ -13,6 +13,7 @@ from nats.js.api import (
     DiscardPolicy,
     KeyValueConfig,
     ObjectStoreConfig,
+    PersistMode,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -39,6 +40,8 @@ class Layout:
     status_per_task: int = 10_000
     dead_letter_max_age: timedelta = timedelta(days=30)
     heartbeat_ttl: timedelta = timedelta(seconds=30)
+    tokens_max_age: timedelta = timedelta(hours=1)
+    """How long streamed text stays to follow (or resume) after it was written."""
     blob_threshold: int = 256 * 1024
     """Outputs (and submitted inputs) whose JSON is larger go to `tether-blobs`, once,
     under their content hash, and travel as `{"$blob": "sha256:…", "size": n}`. Below
@@ -92,6 +95,16 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
             subjects=[names.dead_letter_subjects],
             retention=RetentionPolicy.LIMITS,
             max_age=_seconds(layout.dead_letter_max_age),
+        ),
+        StreamConfig(
+            name=names.tokens_stream,
+            subjects=[names.tokens_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_age=_seconds(layout.tokens_max_age),
+            discard=DiscardPolicy.OLD,
+            # Tokens are a live view of a step whose result is checkpointed anyway:
+            # batching their writes to disk is worth the last second on a server crash.
+            persist_mode=PersistMode.ASYNC,
         ),
     ]
     for config in streams:

@@ -58,6 +58,7 @@ from tether.schemas.tasks import (
     TaskRecord,
     TaskSubmit,
     Timer,
+    TokenChunk,
     ToolInfo,
     WorkMessage,
 )
@@ -385,6 +386,15 @@ class Store:
             await self.nc.publish(subject, data, headers=headers)
         else:
             await self._publish(subject, data, headers)
+
+    async def publish_token(self, chunk: TokenChunk) -> None:
+        """Publish a piece of streamed text; an attempt's last one waits for its ack, so
+        every chunk before it (same connection, same order) is stored when it returns."""
+        subject = self.names.tokens_subject(chunk.task_id)
+        if chunk.done:
+            await self._publish(subject, encode(chunk), None)
+        else:
+            await self.nc.publish(subject, encode(chunk))
 
     async def publish_submit(self, submit: TaskSubmit) -> bool:
         """Queue a submission for the dispatcher; False when its id was seen in the window."""

@@ -41,7 +41,9 @@ from tether.schemas.tasks import (
     TaskRecord,
     TaskStatus,
     TaskSubmit,
+    TokenChunk,
     ToolInfo,
+    Usage,
     WorkMessage,
 )
 
@@ -82,7 +84,9 @@ __all__ = [
     "TaskRequest",
     "TaskStatus",
     "TaskSubmit",
+    "TokenChunk",
     "ToolInfo",
+    "Usage",
     "Waiting",
     "WorkMessage",
     "validate_task_id",

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from tether.schemas.tasks import ErrorInfo, InputRequest, TaskStatus
+from tether.schemas.tasks import ErrorInfo, InputRequest, TaskStatus, Usage
 
 
 class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
@@ -40,9 +40,11 @@ class StepStarted(StatusEvent, frozen=True, kw_only=True, tag="step_started"):
 
 class StepCompleted(StatusEvent, frozen=True, kw_only=True, tag="step_completed"):
     skipped: bool = False
+    """True when the output came from a checkpoint and the tool did not run again."""
     wake_at: datetime | None = None
     """Set when the step asked to sleep: the next step starts then."""
-    """True when the output came from a checkpoint and the tool did not run again."""
+    usage: Usage | None = None
+    """Model tokens the step spent (an LLM step)."""
 
 
 class StepRetrying(StatusEvent, frozen=True, kw_only=True, tag="step_retrying"):

@@ -30,6 +30,10 @@ class Names(msgspec.Struct, frozen=True):
     def dead_letter_stream(self) -> str:
         return f"{self._upper}_DLQ"
 
+    @property
+    def tokens_stream(self) -> str:
+        return f"{self._upper}_TOKENS"
+
     # -- KV buckets and object store -----------------------------------------
     @property
     def tasks_bucket(self) -> str:
@@ -95,6 +99,14 @@ class Names(msgspec.Struct, frozen=True):
     @property
     def status_subjects(self) -> str:
         return f"{self.prefix}.status.>"
+
+    def tokens_subject(self, task_id: str) -> str:
+        """Where a task's steps stream their text (`TokenChunk`s)."""
+        return f"{self.prefix}.tokens.{task_id}"
+
+    @property
+    def tokens_subjects(self) -> str:
+        return f"{self.prefix}.tokens.>"
 
     def dead_letter_subject(self, tool: str) -> str:
         return f"{self.prefix}.dead.{tool}"

@@ -163,6 +163,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Every child task this task started (cancelling it cancels them)."""
     awaiting: str | None = None
     """The child task the current step waits for (no worker holds the step meanwhile)."""
+    usage: Usage | None = None
+    """Model tokens of every completed step, summed."""
 
     @property
     def plan_length(self) -> int:
@@ -180,6 +182,26 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
         return self.steps[step - self.done_steps]
 
 
+class TokenChunk(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A piece of a step's streamed text on `tether.tokens.<task_id>`.
+
+    `seq` counts from 0 within one attempt of one step; the attempt's last chunk has
+    `done` set. Chunks of a later attempt of the same step replace an earlier one's
+    (which was cut off by a crash or an error).
+    """
+
+    task_id: str
+    step: int
+    attempt: int
+    seq: int
+    delta: str = ""
+    branch: int | None = None
+    done: bool = False
+    stream_seq: int | None = None
+    """Not on the wire: the chunk's sequence in the tokens stream, set by readers (resume
+    after it)."""
+
+
 class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One step (or one branch of a parallel step) to run, on `tether.work.<tool>`;
     `Nats-Msg-Id` is `<task_id>.<step>` (`<task_id>.<step>.b<branch>` for a branch)."""
@@ -190,6 +212,28 @@ class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
     input: Any = None
     generation: Annotated[int, msgspec.Meta(ge=1)] = 1
     branch: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Model tokens spent: by one LLM step (`requests` calls), or summed over a task."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    """Of `input_tokens`, those the provider served from its prompt cache."""
+    requests: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            requests=self.requests + other.requests,
+        )
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -208,6 +252,8 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     let go of the step (and what `fork` re-runs)."""
     wake_at: datetime | None = None
     """The tool asked to sleep: the next step starts at this time."""
+    usage: Usage | None = None
+    """Model tokens the step reported (`StepContext.add_usage`)."""
 
 
 class Timer(msgspec.Struct, frozen=True, kw_only=True):
@@ -260,4 +306,6 @@ class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
     description: str = ""
     input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
     max_concurrency: int | None = None
+    approval: bool = False
+    """An agent asks a person before it runs this tool."""
     updated_at: datetime

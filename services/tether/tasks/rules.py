@@ -29,6 +29,7 @@ from tether.schemas.tasks import (
     TaskStatus,
     TaskSubmit,
     Timer,
+    Usage,
     WorkMessage,
 )
 
@@ -251,6 +252,7 @@ def complete_step(
         done_branches=[],
         awaiting=None,
         wake_at=None if done else checkpoint.wake_at,
+        usage=add_usage(record.usage, checkpoint.usage),
         updated_at=now,
     )
 
@@ -274,8 +276,19 @@ def all_branches_done(record: TaskRecord, step: int) -> bool:
 
 
 def fan_in(branches: Sequence[Checkpoint], group: StepSpec, now: datetime) -> Checkpoint:
-    """A parallel step's checkpoint: its branches' outputs as a list, in branch order."""
-    return Checkpoint(output=[branch.output for branch in branches], time=now, spec=group)
+    """A parallel step's checkpoint: its branches' outputs as a list, in branch order,
+    and the model tokens they spent."""
+    usage = None
+    for branch in branches:
+        usage = add_usage(usage, branch.usage)
+    outputs = [branch.output for branch in branches]
+    return Checkpoint(output=outputs, time=now, spec=group, usage=usage)
+
+
+def add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
+    if more is None:
+        return total
+    return more if total is None else total + more
 
 
 def branch_error(error: ErrorInfo) -> dict[str, Any]:

@@ -167,6 +167,7 @@ class TaskService:
             output=output,
             skipped=skipped,
             wake_at=record.wake_at,
+            usage=checkpoint.usage,
         )
         if record.status is TaskStatus.COMPLETED:
             await self.emit(Completed, record, time=now, output=event_output(record.result))

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 
 import msgspec
 
 from tether.durations import as_timedelta
 from tether.schemas.ids import validate_tool_name
 from tether.worker.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from tether.agents.agent import Agent
+    from tether.agents.models import OpenAIModel
 
 ToolFunction = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=ToolFunction)
@@ -34,12 +39,18 @@ class Tool:
     """Steps of this tool in flight across all workers (the consumer's max-ack-pending)."""
     heartbeat: timedelta = timedelta(seconds=1)
     """How often a running step proves it is alive; a step silent for 5× this is redelivered."""
+    approval: bool = False
+    """An agent asks a person before it calls this tool."""
+    schema: dict[str, Any] | None = None
+    """The input schema to advertise, when the input type does not say it (an agent's)."""
 
     @property
     def ack_wait(self) -> timedelta:
         return self.heartbeat * 5
 
     def input_schema(self) -> dict[str, Any]:
+        if self.schema is not None:
+            return self.schema
         if not self.takes_input or self.input_type is Any:
             return {}
         schema: dict[str, Any] = msgspec.json.schema(self.input_type)
@@ -82,6 +93,7 @@ class App:
         timeout: timedelta | float | None = None,
         max_concurrency: int | None = None,
         heartbeat: timedelta | float = timedelta(seconds=1),
+        approval: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -95,13 +107,16 @@ class App:
         timeout: timedelta | float | None = None,
         max_concurrency: int | None = None,
         heartbeat: timedelta | float = timedelta(seconds=1),
+        approval: bool = False,
     ) -> Any:
-        """Register `async def tool(ctx, data: T) -> R`; usable bare or with options."""
+        """Register `async def tool(ctx, data: T) -> R`; usable bare or with options.
+
+        `approval=True`: an agent that calls this tool waits for a person to approve.
+        """
 
         def register(fn: F) -> F:
-            self.add_tool(
-                _make_tool(fn, name, description, retry, timeout, max_concurrency, heartbeat)
-            )
+            tool = _make_tool(fn, name, description, retry, timeout, max_concurrency, heartbeat)
+            self.add_tool(dataclasses.replace(tool, approval=approval))
             return fn
 
         return register(function) if function is not None else register
@@ -110,6 +125,69 @@ class App:
         if tool.name in self.tools:
             raise ValueError(f"tool {tool.name!r} is registered twice in app {self.name!r}")
         self.tools[tool.name] = tool
+
+    def agent(
+        self,
+        name: str,
+        *,
+        model: str | OpenAIModel,
+        instructions: str = "",
+        tools: Sequence[str | ToolFunction] = (),
+        max_turns: int = 20,
+        token_budget: int | None = None,
+        approval: Sequence[str | ToolFunction] = (),
+        approval_timeout: timedelta | float | None = None,
+        description: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Agent:
+        """Register an agent: an LLM tool-calling loop served as the tool `name`.
+
+        ```python
+        researcher = app.agent(
+            "researcher",
+            model="gpt-4o-mini",  # or OpenAIModel("llama3.1", base_url="http://localhost:11434/v1")
+            instructions="Answer with sources.",
+            tools=["search", "fetch_page"],
+        )
+        ```
+
+        Each LLM turn is a durable step, each tool call a branch of a parallel step, so
+        a crash re-runs only what was in flight. `tools` name Tether tools, served by any
+        worker in any language (their JSON Schemas come from the registry). `approval`:
+        tools whose calls wait for a person (as do tools registered `approval=True`).
+        """
+        from tether.agents.agent import AGENT_INPUT_SCHEMA, LLM_RETRY
+        from tether.agents.agent import Agent as AgentType
+        from tether.agents.models import OpenAIModel as Model
+
+        if max_turns < 1:
+            raise ValueError(f"agent {name!r}: max_turns must be at least 1")
+        chosen = Model(model) if isinstance(model, str) else model
+        agent = AgentType(
+            name=validate_tool_name(name),
+            model=chosen,
+            instructions=instructions,
+            tools=_names(tools),
+            max_turns=max_turns,
+            token_budget=token_budget,
+            approval=frozenset(_names(approval)),
+            approval_timeout=_seconds(approval_timeout),
+        )
+        self.add_tool(
+            Tool(
+                name=agent.name,
+                function=agent.run_step,
+                description=description or f"Agent {name!r} on {chosen.name}: {instructions}",
+                retry=retry or LLM_RETRY,
+                max_concurrency=chosen.max_concurrency,
+                schema=AGENT_INPUT_SCHEMA,
+            )
+        )
+        return agent
+
+
+def _names(tools: Sequence[str | ToolFunction]) -> tuple[str, ...]:
+    return tuple(tool if isinstance(tool, str) else tool.__name__ for tool in tools)
 
 
 def _seconds(value: timedelta | float | None) -> timedelta | None:

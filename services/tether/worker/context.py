@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from tether.nats.store import Store
+from tether.nats.tokens import TokenWriter
 from tether.schemas.codec import encode
 from tether.schemas.ids import validate_tool_name
-from tether.schemas.tasks import Heartbeat, TaskRecord
+from tether.schemas.tasks import Checkpoint, Heartbeat, TaskRecord, ToolInfo, Usage
 from tether.tasks.rules import utcnow
 
 T = TypeVar("T")
@@ -42,6 +43,9 @@ class StepContext:
         self.worker_id = worker_id
         self.progress_fraction: float | None = None
         self.progress_message: str | None = None
+        self.usage: Usage | None = None
+        """Model tokens this attempt reported; stored with the step's checkpoint."""
+        self._tokens: TokenWriter | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -64,6 +68,24 @@ class StepContext:
         """The outputs of every earlier step, in order."""
         return list(await asyncio.gather(*(self.output(i) for i in range(self.step))))
 
+    async def history(self, since: int = 0) -> list[Checkpoint | None]:
+        """The checkpoints of steps `since`.. up to this one (the step each ran, its output
+        resolved, its usage), in order: what a tool that rebuilds state from the task's
+        past reads. Checkpoints never change, so a caller may keep what it read."""
+
+        async def resolved(step: int) -> Checkpoint | None:
+            found = await self._store.get_checkpoint(self.task_id, step)
+            if found is None:
+                return None
+            output = await self._store.blobs.resolve(found.output)
+            return msgspec.structs.replace(found, output=output)
+
+        return list(await asyncio.gather(*(resolved(i) for i in range(since, self.step))))
+
+    async def tool_info(self, name: str) -> ToolInfo | None:
+        """A tool as registered by the workers that serve it (schema, description)."""
+        return await self._store.get_tool(name)
+
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(
             task_id=self.task_id,
@@ -84,6 +106,26 @@ class StepContext:
         if message is not None:
             self.progress_message = message
         await self._store.beat(self.heartbeat())
+
+    def add_usage(self, usage: Usage) -> None:
+        """Count model tokens this step spent: on its event, its checkpoint, the task's total."""
+        self.usage = usage if self.usage is None else self.usage + usage
+
+    async def stream(self, delta: str) -> None:
+        """Stream a piece of text to anyone following the task (`handle.stream()`,
+        `tether watch`): it reaches them at once, before the step completes."""
+        if self._tokens is None:
+            self._tokens = TokenWriter(
+                self._store, self.task_id, self.step, self.attempt, self.branch
+            )
+        await self._tokens.write(delta)
+
+    async def end_stream(self) -> None:
+        """Mark this attempt's streamed text complete; the worker does it when the tool
+        returns, before the checkpoint (so a follower never misses the end)."""
+        if self._tokens is not None:
+            await self._tokens.close()
+            self._tokens = None
 
     async def once(
         self, name: str, fn: Callable[[], Awaitable[T] | T], *, type: type[T] | Any = Any

@@ -29,7 +29,14 @@ from tether.nats.store import Store
 from tether.schemas.codec import NESTED, work_decoder
 from tether.schemas.events import StepRetrying, StepStarted
 from tether.schemas.ids import InvalidNameError, validate_task_id
-from tether.schemas.tasks import Checkpoint, ErrorInfo, StepSpec, TaskStatus, WorkMessage
+from tether.schemas.tasks import (
+    Checkpoint,
+    ErrorInfo,
+    StepSpec,
+    TaskStatus,
+    Usage,
+    WorkMessage,
+)
 from tether.tasks import rules
 from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
@@ -206,12 +213,12 @@ class StepRunner:
                 raise _give_up(early.error)
             started = await self._start(found, work, attempt)
             try:
-                result = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
+                result, usage = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
             finally:
                 if started is not None:
                     found = await started.settle()
             try:
-                await self._finish(found, work, attempt, result)
+                await self._finish(found, work, attempt, result, usage)
             except MessageTooLargeError as exc:
                 raise _give_up(_too_large(exc)) from exc
         except _TaskEnded:
@@ -257,7 +264,7 @@ class StepRunner:
         work: WorkMessage,
         found: Versioned,
         attempt: int,
-    ) -> Any:
+    ) -> tuple[Any, Usage | None]:
         ctx = StepContext(
             store=self.store,
             record=found.record,
@@ -279,9 +286,12 @@ class StepRunner:
         limit = asyncio.timeout(timeout) if timeout is not None else None
         try:
             if limit is None:  # most tools: no timer to arm on the hot path
-                return await call
-            async with limit:
-                return await call
+                result = await call
+            else:
+                async with limit:
+                    result = await call
+            await ctx.end_stream()
+            return result, ctx.usage
         except asyncio.CancelledError:
             if heartbeat.ended:
                 raise _TaskEnded from None
@@ -297,11 +307,13 @@ class StepRunner:
         finally:
             heartbeat.detach()
 
-    async def _finish(self, found: Versioned, work: WorkMessage, attempt: int, result: Any) -> None:
+    async def _finish(
+        self, found: Versioned, work: WorkMessage, attempt: int, result: Any, usage: Usage | None
+    ) -> None:
         if work.branch is not None:
             if isinstance(result, NeedsInput | NextSteps | Sleep | Child):
                 raise _give_up(_NOT_IN_A_BRANCH)
-            checkpoint = await self._by_reference(_stored(result, attempt))
+            checkpoint = await self._by_reference(_stored(result, attempt, usage))
             await self.tasks.branches.record(
                 found, work.step, work.branch, checkpoint, attempt=attempt
             )
@@ -312,7 +324,7 @@ class StepRunner:
         if isinstance(result, Child):
             await self._start_child(found, work, result)
             return
-        checkpoint = await self._by_reference(_stored(result, attempt))
+        checkpoint = await self._by_reference(_stored(result, attempt, usage))
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
 
     async def _by_reference(self, checkpoint: Checkpoint) -> Checkpoint:
@@ -389,11 +401,12 @@ def _tool_of(delivery: Delivery) -> str:
     return delivery.subject.rsplit(".", 1)[-1]
 
 
-def _stored(result: Any, attempt: int) -> Checkpoint:
+def _stored(result: Any, attempt: int, usage: Usage | None = None) -> Checkpoint:
     try:
-        return checkpoint_of(result, attempt)
+        checkpoint = checkpoint_of(result, attempt)
     except UnstorableResult as exc:
         raise _give_up(exc.error) from exc
+    return checkpoint if usage is None else msgspec.structs.replace(checkpoint, usage=usage)
 
 
 def _too_large(exc: MessageTooLargeError) -> ErrorInfo:

@@ -90,6 +90,7 @@ class Worker(Service):
                 description=tool.description,
                 input_schema=tool.input_schema(),
                 max_concurrency=tool.max_concurrency,
+                approval=tool.approval,
                 updated_at=utcnow(),
             )
         )

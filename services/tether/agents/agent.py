@@ -1,0 +1,217 @@
+"""`Agent`: an LLM tool-calling loop whose every turn and tool call is a durable step.
+
+An agent is served as a tool named after it. Each of its steps is one LLM turn (or an
+approval gate); the tool calls of a reply run as a parallel group on whatever workers
+serve those tools, in any language, and fan in to the next turn. A crash re-runs only
+the call in flight; a checkpointed turn or tool call never runs again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+import openai
+
+from tether.agents.conversation import AgentStep, Entry, Journal, rebuild, step_input
+from tether.agents.models import OpenAIModel, complete
+from tether.agents.schemas import function_tool
+from tether.agents.turns import (
+    APPROVAL_SCHEMA,
+    Next,
+    ToolShape,
+    after_approval,
+    after_reply,
+    approval_prompt,
+)
+from tether.errors import RetryableError, TerminalError
+from tether.schemas.tasks import Checkpoint, ToolInfo
+from tether.worker.context import StepContext
+from tether.worker.results import NeedsInput, NextSteps
+from tether.worker.retry import RetryPolicy
+
+AGENT_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "input": {"type": "string", "description": "The question or task for the agent."},
+        "token_budget": {"type": "integer", "minimum": 1, "description": "Stop past this."},
+    },
+    "required": ["input"],
+}
+LLM_RETRY = RetryPolicy(max_attempts=8, initial_backoff=1, max_backoff=60)
+"""Rate limits and overloaded providers pass; eight attempts over about two minutes."""
+HISTORY_CACHE = 256
+"""Conversations a worker process keeps, so its next turn reads only new checkpoints."""
+TOOL_INFO_AGE = 10.0
+
+
+class MaxTurnsExceeded(TerminalError):
+    """The agent did not answer within `max_turns` LLM turns."""
+
+
+class TokenBudgetExceeded(TerminalError):
+    """The task spent its token budget before the agent answered."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: a model, its instructions and the Tether tools it may call.
+
+    Create one with `App.agent(...)`; submit with `client.submit_agent(name, input)`.
+    """
+
+    name: str
+    model: OpenAIModel
+    instructions: str = ""
+    tools: tuple[str, ...] = ()
+    max_turns: int = 20
+    token_budget: int | None = None
+    """Input plus output tokens one task may spend; the loop stops past it."""
+    approval: frozenset[str] = frozenset()
+    """Tools whose calls wait for a person's approval (besides those registered with
+    `approval=True`)."""
+    approval_timeout: timedelta | None = None
+    """Unanswered this long, an approval fails the task (`InputExpired`)."""
+    _runtime: _Runtime = field(default_factory=lambda: _Runtime(), compare=False, repr=False)
+
+    async def run_step(self, ctx: StepContext, data: Any) -> Any:
+        """The tool function: one LLM turn, or an approval gate, of this agent's task."""
+        role = _as_step(data)
+        journal, before = await self._journal(ctx, role)
+        if role.approve is not None:
+            return self._gate(journal, role.approve)
+        if role.dispatch is not None:
+            return await self._dispatch(ctx, journal, before[-1])
+        return await self._turn(ctx, journal)
+
+    async def _turn(self, ctx: StepContext, journal: Journal) -> Any:
+        if journal.turns >= self.max_turns:
+            raise MaxTurnsExceeded(
+                f"agent {self.name!r} did not answer within {self.max_turns} turns: raise "
+                "max_turns, or fork the task from its last turn"
+            )
+        budget = journal.token_budget or self.token_budget
+        if budget is not None and journal.usage.total_tokens >= budget:
+            raise TokenBudgetExceeded(
+                f"agent {self.name!r} spent {journal.usage.total_tokens:,} tokens of its "
+                f"budget of {budget:,} before answering"
+            )
+        shapes, specs = await self._tools(ctx)
+        reply = await complete(
+            self._runtime.client(self.model), self.model, journal.messages, specs, ctx.stream
+        )
+        ctx.add_usage(reply.usage)
+        return _result(after_reply(self.name, journal.turns + 1, reply.message, shapes))
+
+    def _gate(self, journal: Journal, gated: list[str]) -> NeedsInput:
+        turn = _pending(journal)
+        return NeedsInput(
+            prompt=approval_prompt(turn, gated),
+            schema=APPROVAL_SCHEMA,
+            timeout=self.approval_timeout,
+        )
+
+    async def _dispatch(self, ctx: StepContext, journal: Journal, gate: Entry) -> Any:
+        """After the gate (the step before this one): run what its answer approved."""
+        gated = step_input(gate.spec).approve or []
+        shapes, _ = await self._tools(ctx)
+        return _result(after_approval(_pending(journal), gated, gate.output, shapes))
+
+    async def _journal(self, ctx: StepContext, role: AgentStep) -> tuple[Journal, list[Entry]]:
+        """The conversation so far, and the steps before this one."""
+        if role.input is not None:  # the first turn: nothing before it is the agent's
+            return rebuild(self.instructions, role, []), []
+        entries = await self._runtime.history(ctx)
+        start = next((i for i, e in enumerate(entries) if e.spec.tool == self.name), None)
+        if start is None:
+            raise TerminalError(f"step {ctx.step} of agent {self.name!r} has no first turn")
+        first = entries[start].spec.input
+        if first is None and start > 0:  # the question was the previous step's output
+            first = entries[start - 1].output
+        journal = rebuild(self.instructions, _as_step(first), entries[start:])
+        return journal, entries
+
+    async def _tools(self, ctx: StepContext) -> tuple[dict[str, ToolShape], list[dict[str, Any]]]:
+        shapes: dict[str, ToolShape] = {}
+        specs: list[dict[str, Any]] = []
+        for name in self.tools:
+            info = await self._runtime.tool_info(ctx, name)
+            if info is None:
+                raise RetryableError(
+                    f"agent {self.name!r}: tool {name!r} is not registered yet; start a "
+                    "worker that serves it"
+                )
+            spec, wrapped = function_tool(info)
+            shapes[name] = ToolShape(
+                wrapped=wrapped, approval=info.approval or name in self.approval
+            )
+            specs.append(spec)
+        return shapes, specs
+
+
+class _Runtime:
+    """What a worker process keeps for an agent: one client per model, and recent
+    conversations (checkpoints never change, so what was read stays true)."""
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[OpenAIModel, str | None], openai.AsyncOpenAI] = {}
+        self._histories: OrderedDict[str, list[Entry]] = OrderedDict()
+        self._tools: dict[str, tuple[ToolInfo, float]] = {}
+
+    def client(self, model: OpenAIModel) -> openai.AsyncOpenAI:
+        key = (model, os.environ.get("OPENAI_BASE_URL"))  # the default endpoint may move
+        if key not in self._clients:
+            self._clients[key] = model.client()
+        return self._clients[key]
+
+    async def history(self, ctx: StepContext) -> list[Entry]:
+        """One entry per step before `ctx.step` (a step without a checkpoint is left out,
+        and then nothing is kept)."""
+        known = self._histories.pop(ctx.task_id, [])[: ctx.step]
+        read = await ctx.history(len(known))
+        entries = [*known, *(_entry(c) for c in read if c is not None)]
+        if len(entries) == ctx.step:
+            self._histories[ctx.task_id] = entries
+            while len(self._histories) > HISTORY_CACHE:
+                self._histories.popitem(last=False)
+        return entries
+
+    async def tool_info(self, ctx: StepContext, name: str) -> ToolInfo | None:
+        """A tool's registration, read again after `TOOL_INFO_AGE` (a schema may change)."""
+        cached = self._tools.get(name)
+        if cached is not None and time.monotonic() - cached[1] < TOOL_INFO_AGE:
+            return cached[0]
+        info = await ctx.tool_info(name)
+        if info is not None:
+            self._tools[name] = (info, time.monotonic())
+        return info
+
+
+def _entry(checkpoint: Checkpoint) -> Entry:
+    assert checkpoint.spec is not None
+    return Entry(checkpoint.spec, checkpoint.output, checkpoint.usage)
+
+
+def _pending(journal: Journal) -> Any:
+    if journal.last_turn is None:
+        raise TerminalError("an approval step found no tool calls waiting for it")
+    return journal.last_turn
+
+
+def _as_step(data: Any) -> AgentStep:
+    """A step's input: `{"input": ...}` and the other roles, or just the question."""
+    if isinstance(data, str):
+        return AgentStep(input=data)
+    try:
+        return msgspec.convert(data or {}, AgentStep)
+    except msgspec.ValidationError as exc:
+        raise TerminalError(f"not an agent step's input: {exc}") from exc
+
+
+def _result(next_: Next) -> Any:
+    return NextSteps(steps=next_.steps, output=next_.output) if next_.steps else next_.output

@@ -1,0 +1,153 @@
+"""An agent's conversation, rebuilt from its task's checkpoints; what follows a reply.
+
+Pure, no I/O. An agent task's steps are all steps of the agent's own tool, told apart
+by their input, plus one parallel group per batch of tool calls:
+
+- `{"input": "..."}`: the first LLM turn (the question);
+- `{"turn": k}`: LLM turn k, after the tool results of turn k-1;
+- `{"approve": [call ids]}`: an approval gate (the task waits for a person);
+- `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved.
+
+Each message is stored once, as the output of the step that produced it (a turn's
+assistant message, a branch's tool result), so a turn writes as many bytes at turn
+500 as at turn 1; the messages sent to the model are rebuilt from those outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from tether.schemas.tasks import StepSpec, Usage
+
+
+class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The input of an agent's step (see the module docstring)."""
+
+    input: str | list[dict[str, Any]] | None = None
+    token_budget: int | None = None
+    """Overrides the agent's budget for this task."""
+    turn: int | None = None
+    approve: list[str] | None = None
+    dispatch: int | None = None
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    arguments: str
+    """JSON text, as the model wrote it."""
+
+
+class Turn(msgspec.Struct, frozen=True, kw_only=True):
+    """A turn that asked for tools: the assistant message, the calls that run (in branch
+    order), and the results known without running anything (errors, denials)."""
+
+    message: dict[str, Any]
+    run: list[str]
+    results: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Entry(msgspec.Struct, frozen=True):
+    """One finished step of the task, as the conversation sees it."""
+
+    spec: StepSpec
+    output: Any
+    usage: Usage | None = None
+
+
+class Journal(msgspec.Struct, frozen=True, kw_only=True):
+    messages: list[dict[str, Any]]
+    turns: int
+    """LLM turns so far."""
+    usage: Usage
+    token_budget: int | None
+    last_turn: Turn | None
+    """The latest turn that asked for tools, while its results are not all in."""
+
+
+def step_input(spec: StepSpec) -> AgentStep:
+    if not isinstance(spec.input, dict):
+        return AgentStep()
+    return msgspec.convert(spec.input, AgentStep)
+
+
+def first_messages(instructions: str, start: AgentStep) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    if isinstance(start.input, list):
+        messages.extend(start.input)
+    else:
+        messages.append({"role": "user", "content": start.input or ""})
+    return messages
+
+
+def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Journal:
+    """The conversation after `history` (every step before the current one; the first
+    is the task's first turn, whose input is `start`)."""
+    messages = first_messages(instructions, start)
+    usage = Usage()
+    turns = 0
+    pending: Turn | None = None
+    for entry in history:
+        usage = usage if entry.usage is None else usage + entry.usage
+        role = step_input(entry.spec) if entry.spec.parallel is None else None
+        if role is not None and role.approve is None and role.dispatch is None:
+            turns += 1
+            if isinstance(entry.output, dict) and "message" in entry.output:
+                pending = msgspec.convert(entry.output, Turn)
+                messages.append(pending.message)
+                if not pending.run:
+                    messages.extend(_tool_messages(pending, []))
+                    pending = None
+        elif role is not None and role.dispatch is not None and pending is not None:
+            pending = msgspec.convert(entry.output, Turn)
+            if not pending.run:
+                messages.extend(_tool_messages(pending, []))
+                pending = None
+        elif entry.spec.parallel is not None and pending is not None:
+            outputs = entry.output if isinstance(entry.output, list) else []
+            messages.extend(_tool_messages(pending, outputs))
+            pending = None
+    return Journal(
+        messages=messages,
+        turns=turns,
+        usage=usage,
+        token_budget=start.token_budget,
+        last_turn=pending,
+    )
+
+
+def _tool_messages(turn: Turn, outputs: Sequence[Any]) -> list[dict[str, Any]]:
+    """One `tool` message per call of the turn, in the order the model asked for them."""
+    ran = dict(zip(turn.run, outputs, strict=False))
+    messages = []
+    for call in turn.message.get("tool_calls") or []:
+        call_id = call["id"]
+        if call_id in turn.results:
+            content = turn.results[call_id]
+        else:
+            content = tool_content(ran.get(call_id))
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    return messages
+
+
+def tool_content(output: Any) -> str:
+    """A tool's output as the model reads it: text as is, anything else as JSON; a
+    failed call (collected in place) as its error, so the model can recover."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, dict) and set(output) == {"error"} and isinstance(output["error"], dict):
+        error = output["error"]
+        return f"Error: {error.get('type', 'Error')}: {error.get('message', '')}"
+    return msgspec.json.encode(output).decode()
+
+
+def calls_of(message: dict[str, Any]) -> list[ToolCall]:
+    return [
+        ToolCall(call["id"], call["function"]["name"], call["function"].get("arguments") or "")
+        for call in message.get("tool_calls") or []
+    ]

@@ -1,0 +1,64 @@
+"""`python -m tether.testing.llm --script FILE.json`: serve a script until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from tether.testing.llm.script import ScriptError, decode_script
+from tether.testing.llm.server import QuietDrops, ScriptedServer
+
+
+class _Server(uvicorn.Server):
+    """Announces its URL once bound: the parent waits for this line (and learns port 0's port)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            host = f"[{host}]" if ":" in host else host
+            print(f"listening on http://{host}:{port}/v1", flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tether.testing.llm", description="An offline, scripted OpenAI model."
+    )
+    parser.add_argument("--script", type=Path, required=True, help="the script (JSON)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--log", type=Path, help="append each request to this JSON-lines file")
+    parser.add_argument("--chunk-delay", type=float, help="seconds between stream chunks")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        script = decode_script(args.script.read_bytes())
+    except (OSError, ScriptError) as exc:
+        print(f"cannot load the script {args.script}: {exc}", file=sys.stderr)
+        return 2
+    app = ScriptedServer(script, chunk_delay=args.chunk_delay, log=args.log).app()
+    # A stalled stream must not hold up SIGTERM for its whole stall.
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+    )
+    logging.getLogger("uvicorn.error").addFilter(QuietDrops())
+    _Server(config).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

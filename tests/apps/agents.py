@@ -1,0 +1,59 @@
+"""An agent and the tools it calls, for the agent tests; the model is the scripted one
+at $OPENAI_BASE_URL (each test starts it), so workers in subprocesses find it too."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from tests.apps.tools import BEAT, record
+from tether import App, OpenAIModel, RetryPolicy, StepContext
+
+app = App("agents")
+MODEL = OpenAIModel("scripted", api_key="test")
+QUICK = RetryPolicy(max_attempts=4, initial_backoff=0.05, max_backoff=0.2, jitter=0.0)
+
+
+class Search(msgspec.Struct):
+    query: str
+
+
+@app.tool(heartbeat=BEAT)
+async def web_search(ctx: StepContext, q: Search) -> list[str]:
+    """Search the web; returns snippets."""
+    record(ctx, "web_search")
+    return [f"{q.query}: result {n}" for n in (1, 2)]
+
+
+@app.tool(heartbeat=BEAT)
+async def slow_search(ctx: StepContext, q: Search) -> list[str]:
+    """A search that takes a while (crash tests kill the worker while it runs)."""
+    record(ctx, "slow_search")
+    await asyncio.sleep(2.0)
+    return [f"{q.query}: slow result"]
+
+
+@app.tool(heartbeat=BEAT, approval=True)
+async def send_email(ctx: StepContext, data: dict[str, Any]) -> str:
+    """Send an email (asks a person first)."""
+    record(ctx, "send_email")
+    return f"sent to {data.get('to')}"
+
+
+@app.tool(heartbeat=BEAT)
+async def shout(ctx: StepContext, text: str) -> str:
+    """Upper-case a text (its input is a string, not an object)."""
+    record(ctx, "shout")
+    return text.upper()
+
+
+researcher = app.agent(
+    "researcher",
+    model=MODEL,
+    instructions="You research questions with the tools you have.",
+    tools=["web_search", "slow_search", "send_email", "shout"],
+    max_turns=6,
+    retry=QUICK,
+)
