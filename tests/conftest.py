@@ -20,6 +20,7 @@ from tether import Client, Dispatcher, Layout, NatsConfig, Worker
 from tether.api import ApiService
 from tether.schemas.names import Names
 from tether.testing import nats_server_url
+from tether.testing.llm import ScriptedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.apps.tools:app"
@@ -158,3 +159,12 @@ def stop_worker(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None
         process.kill()
         process.wait()
         raise AssertionError(f"the worker did not stop within {timeout:.0f}s of SIGTERM") from None
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedModel]:
+    """The scripted OpenAI-compatible model, its own process, at $OPENAI_BASE_URL for the
+    module (so workers started as subprocesses find it); tests `load` their script."""
+    with ScriptedModel() as scripted, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENAI_BASE_URL", scripted.base_url)
+        yield scripted

@@ -4,9 +4,8 @@ budgets, and the model's errors mapped honestly."""
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,18 +17,6 @@ from tests.apps.tools import read_branch_executions
 from tether import Client, NatsConfig, TaskFailedError, TaskStatus, Worker
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[ScriptedModel]:
-    with ScriptedModel() as scripted:
-        before = os.environ.get("OPENAI_BASE_URL")
-        os.environ["OPENAI_BASE_URL"] = scripted.base_url
-        yield scripted
-        if before is None:
-            del os.environ["OPENAI_BASE_URL"]
-        else:
-            os.environ["OPENAI_BASE_URL"] = before
 
 
 @pytest.fixture

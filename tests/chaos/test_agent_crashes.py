@@ -1,0 +1,121 @@
+"""An agent's worker killed (SIGKILL) after an LLM turn is checkpointed, in the middle of
+its tool calls' fan-out, and in the middle of a streamed reply. Only what was in flight
+runs again: a finished LLM call is never sent again, a finished tool call never re-runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apps.agents import app as agents
+from tests.apps.tools import read_branch_executions
+from tests.chaos.crashes import crash, survive
+from tests.conftest import start_worker
+from tether import Client, NatsConfig, TokenChunk, Worker
+from tether.testing.llm import ScriptedModel
+
+pytestmark = pytest.mark.slow
+AGENTS = "tests.apps.agents:app"
+FAN_OUT = {
+    "tool_calls": [
+        {"name": "web_search", "arguments": {"query": "fast"}},
+        {"name": "slow_search", "arguments": {"query": "slow"}},
+    ]
+}
+ANSWER = {"content": "Both searches agree: durable steps survive crashes."}
+
+
+@pytest.fixture
+async def registered(config: NatsConfig) -> None:
+    """The agent and its tools registered, with no worker left running."""
+    async with Worker(agents, config):
+        pass
+
+
+def _turns(model: ScriptedModel, question: str) -> Counter[int]:
+    """LLM calls sent per turn."""
+    return Counter(r["turn"] for r in model.requests() if r["conversation"] == question)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "checkpointed:0",  # turn 1's reply stored; the record not moved, nothing handed off
+        "handed-off:0",  # the tool calls published; turn 1's message not acked
+        "checkpointed:1.b0",  # mid fan-out: one call stored, the slow one still running
+    ],
+)
+async def test_a_crash_in_an_agent_reruns_only_what_was_in_flight(
+    point: str,
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    model: ScriptedModel,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    where, _, step = point.partition(":")
+    task_id = f"agent-{where}-{step.replace('.', '-')}"
+    model.load({"conversations": [{"match": task_id, "turns": [FAN_OUT, ANSWER]}]})
+    handle = await client.submit_agent("researcher", task_id, task_id=task_id)
+    await crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch, AGENTS)
+
+    result = await survive(config, handle, tmp_path, AGENTS)
+
+    assert result == ANSWER["content"]
+    assert _turns(model, task_id) == {0: 1, 1: 1}  # no LLM call sent twice
+    branches = read_branch_executions(executions)
+    assert branches[(task_id, 1, 0)] == 1  # web_search: checkpointed before any crash point
+    assert 1 <= branches[(task_id, 1, 1)] <= 2  # slow_search: may have been in flight
+
+
+async def test_a_crash_mid_stream_marks_the_cut_off_attempt_and_the_next_one_completes(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    question = "agent-mid-stream"
+    stalls = {**ANSWER, "faults": [{"stall_after": 3, "seconds": 60}]}
+    model.load({"conversations": [{"match": question, "turns": [stalls]}]})
+    doomed = start_worker(config, AGENTS, log=tmp_path / "doomed.log")
+    handle = await client.submit_agent("researcher", question)
+    chunks: list[TokenChunk] = []
+    stream = handle.stream()
+    async for chunk in stream:  # the first attempt's three words, then the stall
+        chunks.append(chunk)
+        if len(chunks) == 3:
+            break
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.wait()
+
+    result = await survive(config, handle, tmp_path, AGENTS)
+    chunks += [c async for c in handle.stream(after=chunks[-1].stream_seq or 0)]
+
+    assert result == ANSWER["content"]
+    attempts = {c.attempt for c in chunks}
+    assert attempts == {1, 2}
+    cut_off = [c for c in chunks if c.attempt == 1]
+    assert len(cut_off) == 3 and not any(c.done for c in cut_off)
+    final = [c for c in chunks if c.attempt == 2]
+    assert "".join(c.delta for c in final) == ANSWER["content"] and final[-1].done
+    assert _text(chunks) == ANSWER["content"]  # what a reader shows once attempts are merged
+    assert _turns(model, question) == {0: 2}  # the call in flight, sent again once
+
+
+def _text(chunks: list[TokenChunk]) -> str:
+    """A reader's text: a later attempt of a step replaces what the earlier one wrote."""
+    latest: dict[tuple[int, Any], int] = {}
+    for chunk in chunks:
+        key = (chunk.step, chunk.branch)
+        latest[key] = max(latest.get(key, 0), chunk.attempt)
+    return "".join(c.delta for c in chunks if c.attempt == latest[(c.step, c.branch)])
