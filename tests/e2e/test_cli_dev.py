@@ -44,11 +44,13 @@ async def test_demo_tells_the_crash_and_the_resume(tmp_path: Path) -> None:
 
     assert process.returncode == 0, text
     assert "killed the worker" in text and "SIGKILL" in text
-    assert "summarize started, attempt 2" in text
-    assert "search ran 1 time" in text and "did not run it again" in text
-    report = Path(re.search(r"Report: (\S+\.md)", text).group(1))  # type: ignore[union-attr]
-    assert report.parent == tmp_path / "reports"
-    assert report.read_text().startswith("# Research report: durable execution for AI agents")
+    assert "search #1 started, attempt 2" in text  # in flight at the crash: runs again
+    assert "search #0 ran 1 time: checkpointed before the crash" in text
+    assert "LLM turn 1 was sent to the model 1 time" in text  # never sent again
+    assert "turn 2 streams:" in text and "key-value buckets hold the checkpoints" in text
+    answer = Path(re.search(r"Answer saved to: (\S+\.md)", text).group(1))  # type: ignore[union-attr]
+    assert answer.parent == tmp_path / "reports"
+    assert answer.read_text().startswith("# How do durable AI agents survive crashes?")
 
 
 async def _start_dev(tmp_path: Path, log: Path) -> tuple[asyncio.subprocess.Process, str]:

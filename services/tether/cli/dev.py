@@ -166,15 +166,31 @@ def demo(
     ] = Path("tether-reports"),
     pace: Annotated[
         float, typer.Option(metavar="SECONDS", help="Seconds of pretend work per document.")
-    ] = 0.6,
+    ] = 0.15,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME", help="A real model instead of the offline one (needs OPENAI_API_KEY)."
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Its OpenAI-compatible endpoint (default: OPENAI_BASE_URL or OpenAI).",
+        ),
+    ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the demo's nats-server data.")] = False,
 ) -> None:
-    """Run a research agent, kill its worker with SIGKILL mid-step, watch the task carry on."""
+    """Run an agent, kill its worker with SIGKILL mid-fan-out, watch it finish and stream."""
     from tether.demo.story import Demo
 
+    if base_url is not None and model is None:
+        fail("--base-url needs --model: name the model the endpoint serves")
     data_dir = Path(tempfile.mkdtemp(prefix="tether-demo-"))
+    demo_run = Demo(Console(), data_dir, out_dir.resolve(), pace, model, base_url)
     try:
-        code = asyncio.run(Demo(Console(), data_dir, out_dir.resolve(), pace).run())
+        code = asyncio.run(demo_run.run())
     except (TetherError, NatsServerError) as exc:
         fail(str(exc))
     finally:

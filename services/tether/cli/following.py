@@ -12,6 +12,7 @@ from tether.errors import NatsUnavailableError
 from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.feeds import task_events
 from tether.nats.store import Store
+from tether.nats.tokens import token_chunks
 from tether.schemas.events import TERMINAL_EVENTS
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
 
@@ -58,6 +59,11 @@ class EventFeed:
                 self.ended.clear()
 
 
+async def show_tokens(store: Store, task_id: str, view: render.EventView) -> None:
+    async for chunk, _ in token_chunks(store, task_id):
+        view.token(chunk)
+
+
 async def poll_heartbeats(store: Store, task_id: str, view: render.EventView) -> None:
     while True:
         try:
@@ -80,7 +86,8 @@ async def follow(
     if not submitted:
         await handle.get()
     feed = EventFeed(client.store, task_id, view)
-    helpers = [asyncio.create_task(feed.run())]
+    tokens = asyncio.create_task(show_tokens(client.store, task_id, view))
+    helpers = [asyncio.create_task(feed.run()), tokens]
     if view.shows_progress:
         helpers.append(asyncio.create_task(poll_heartbeats(client.store, task_id, view)))
     try:
@@ -88,6 +95,8 @@ async def follow(
             record = await handle.wait_until_done()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(feed.ended.wait(), CATCH_UP)
+            with contextlib.suppress(TimeoutError):  # the text ends before the task does
+                await asyncio.wait_for(asyncio.shield(tokens), CATCH_UP)
             view.finish(record)
     finally:
         for helper in helpers:

@@ -22,7 +22,15 @@ from tether.schemas.events import (
     StepStarted,
     Waiting,
 )
-from tether.schemas.tasks import DeadLetter, ErrorInfo, Heartbeat, TaskRecord, TaskStatus
+from tether.schemas.tasks import (
+    DeadLetter,
+    ErrorInfo,
+    Heartbeat,
+    TaskRecord,
+    TaskStatus,
+    TokenChunk,
+    Usage,
+)
 
 STATUS_STYLES = {
     TaskStatus.PENDING: "dim",
@@ -153,6 +161,8 @@ def record_table(
             rows.append(("answer with", encode(record.input_request.schema).decode()))
     if record.error is not None:
         rows.append(("error", Text(format_error(record.error), style="red")))
+    if record.usage is not None:
+        rows.append(("usage", format_usage(record.usage)))
     rows += _family_rows(record)
     rows += [
         ("created", format_time(record.created_at)),
@@ -165,6 +175,16 @@ def record_table(
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def format_usage(usage: Usage) -> str:
+    """`1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls`."""
+    cached = f" ({usage.cached_tokens:,} cached)" if usage.cached_tokens else ""
+    calls = f", {usage.requests} LLM call{'s' if usage.requests != 1 else ''}"
+    return (
+        f"{usage.input_tokens:,} in{cached} + {usage.output_tokens:,} out"
+        f" = {usage.total_tokens:,} tokens{calls}"
+    )
 
 
 def _family_rows(record: TaskRecord) -> list[tuple[str, str | Text]]:
@@ -241,6 +261,7 @@ class EventView(Protocol):
     @property
     def shows_progress(self) -> bool: ...
     def event(self, event: AnyStatusEvent) -> None: ...
+    def token(self, chunk: TokenChunk) -> None: ...
     def heartbeat(self, heartbeat: Heartbeat | None) -> None: ...
     def finish(self, record: TaskRecord) -> None: ...
     def __enter__(self) -> EventView: ...
@@ -260,6 +281,9 @@ class JsonLines:
     def event(self, event: AnyStatusEvent) -> None:
         print_json(event)
 
+    def token(self, chunk: TokenChunk) -> None:
+        pass  # events only: `handle.stream()` or the tokens subject give the chunks
+
     def heartbeat(self, heartbeat: Heartbeat | None) -> None:
         pass
 
@@ -278,13 +302,54 @@ class PlainLines(JsonLines):
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or stdout()
+        self._text = StreamedText()
 
     def event(self, event: AnyStatusEvent) -> None:
+        self._end_text()
         self.console.print(event_line(event))
 
+    def token(self, chunk: TokenChunk) -> None:
+        """Streamed text as it comes, on its own lines between the events."""
+        for piece, style in self._text.add(chunk):
+            self.console.print(Text(piece, style=style), end="", soft_wrap=True)
+        if chunk.done:
+            self._end_text()
+
+    def _end_text(self) -> None:
+        if self._text.open_line:
+            self.console.print()
+            self._text.open_line = False
+
     def finish(self, record: TaskRecord) -> None:
+        self._end_text()
         if record.status is TaskStatus.COMPLETED:
             self.console.print_json(encode(record.result).decode())
+
+
+class StreamedText:
+    """Where a step's text stands: a later attempt of a step starts its text over."""
+
+    def __init__(self) -> None:
+        self._attempts: dict[tuple[int, int | None], int] = {}
+        self.open_line = False
+
+    def add(self, chunk: TokenChunk) -> list[tuple[str, str]]:
+        """The pieces to print for `chunk`, each with a style."""
+        key = (chunk.step, chunk.branch)
+        seen = self._attempts.get(key, chunk.attempt)
+        if chunk.attempt < seen:
+            return []  # a late chunk of an attempt already replaced
+        pieces: list[tuple[str, str]] = []
+        if chunk.attempt > seen:
+            gap = "\n" if self.open_line else ""
+            note = f"[attempt {seen} of step {chunk.step} was cut off; attempt {chunk.attempt}:]"
+            pieces.append((f"{gap}{note}\n", "yellow"))
+            self.open_line = False
+        self._attempts[key] = chunk.attempt
+        if chunk.delta:
+            pieces.append((chunk.delta, ""))
+            self.open_line = True
+        return pieces
 
 
 class LiveView(PlainLines):
@@ -306,6 +371,7 @@ class LiveView(PlainLines):
         self._running: int | None = None
 
     def event(self, event: AnyStatusEvent) -> None:
+        self._end_text()
         if isinstance(event, StepStarted):
             self._running = event.step
         elif isinstance(event, (StepCompleted, StepRetrying, Waiting, *TERMINAL_EVENTS)):

@@ -85,15 +85,38 @@ def read_task_file(path: str) -> SubmitRequest:
         )
 
 
+def agent_step(agent: str, words: list[str], budget: int | None) -> StepSpec:
+    """`tether submit --agent NAME QUESTION...`: the agent's first turn."""
+    if not words:
+        fail(f"no question: write e.g. tether submit --agent {agent} 'What changed in 2026?'")
+    start: dict[str, Any] = {"input": " ".join(words)}
+    if budget is not None:
+        start["token_budget"] = budget
+    return StepSpec(tool=agent, input=start)
+
+
 def build_request(
-    steps: list[str], file: str | None, task_id: str | None, meta: list[str], deadline: float | None
+    steps: list[str],
+    file: str | None,
+    task_id: str | None,
+    meta: list[str],
+    deadline: float | None,
+    agent: str | None = None,
+    budget: int | None = None,
 ) -> SubmitRequest:
     """The task to submit; options on the command line win over the file's fields."""
-    if file is not None and steps:
-        fail("give the steps either as arguments or with --file, not both")
-    if file is None and not steps:
+    if file is not None and (steps or agent):
+        fail("give the steps either as arguments (or --agent) or with --file, not both")
+    if file is None and not steps and agent is None:
         fail("no steps: name tools to run, e.g. 'tether submit search summarize', or use --file")
-    base = read_task_file(file) if file else SubmitRequest(steps=[parse_step(s) for s in steps])
+    if budget is not None and agent is None:
+        fail("--budget is a token budget for an agent: use it with --agent NAME")
+    if agent is not None:
+        base = SubmitRequest(steps=[agent_step(agent, steps, budget)])
+    elif file:
+        base = read_task_file(file)
+    else:
+        base = SubmitRequest(steps=[parse_step(s) for s in steps])
     if deadline is not None and deadline <= 0:
         fail(f"--deadline {deadline} is not a positive number of seconds")
     return SubmitRequest(
@@ -130,9 +153,20 @@ def submit(
         list[str] | None,
         typer.Argument(
             metavar="TOOL[=JSON]...",
-            help="Steps in order; JSON is the step's input (else the previous output).",
+            help="Steps in order; JSON is the step's input (else the previous output). "
+            "With --agent: the question.",
             show_default=False,
         ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent", metavar="NAME", help="Ask agent NAME (the arguments are the question)."
+        ),
+    ] = None,
+    budget: Annotated[
+        int | None,
+        typer.Option("--budget", min=1, metavar="TOKENS", help="The agent's token budget."),
     ] = None,
     file: Annotated[
         str | None,
@@ -160,8 +194,8 @@ def submit(
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
 ) -> None:
-    """Submit a task and print its id."""
-    request = build_request(steps or [], file, task_id, meta or [], deadline)
+    """Submit a task (or a question to an agent) and print its id."""
+    request = build_request(steps or [], file, task_id, meta or [], deadline, agent, budget)
     run(_submit(nats, prefix, request, wait, as_json), as_json)
 
 

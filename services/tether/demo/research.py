@@ -1,21 +1,24 @@
-"""A research-report agent of three tools over a small offline corpus.
+"""A research agent and three tools over a small offline corpus.
 
-`search` ranks the corpus documents for a query, `summarize` extracts the sentences
-that matter, `write_report` writes a Markdown report. Task metadata may set `pace`
-(seconds of pretend work per document, so a demo can crash a step midway) and
-`out_dir` (where reports go).
+`researcher` is an LLM agent that calls `search`; `search` ranks the corpus documents
+for a query, `summarize` extracts the sentences that matter, `write_report` writes a
+Markdown report (the three also run as a plain pipeline). Task metadata may set
+`pace` (seconds of pretend work per document, so a demo can crash a step midway) and
+`out_dir` (where reports go). The agent's model is `$TETHER_DEMO_MODEL` at
+`$OPENAI_BASE_URL` (`tether demo` points both at its scripted, offline model).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from tether import App, StepContext, TerminalError
+from tether import App, OpenAIModel, StepContext, TerminalError
 
 CORPUS = Path(__file__).parent / "corpus"
 _WORD = re.compile(r"[a-z0-9]+")
@@ -30,6 +33,8 @@ app = App("research")
 class Query(msgspec.Struct, frozen=True):
     query: str
     limit: int = 4
+    depth: int = 1
+    """How thoroughly to read: each document takes `depth` times the pace."""
 
 
 class Hit(msgspec.Struct, frozen=True):
@@ -63,8 +68,8 @@ def _document(path: Path) -> tuple[str, str]:
     return lines[0].lstrip("# ").strip(), " ".join(line.strip() for line in lines[1:]).strip()
 
 
-async def _pace(ctx: StepContext, done: int, total: int, message: str) -> None:
-    pace = float(ctx.metadata.get("pace", 0))
+async def _pace(ctx: StepContext, done: int, total: int, message: str, depth: int = 1) -> None:
+    pace = float(ctx.metadata.get("pace", 0)) * depth
     if pace:
         await asyncio.sleep(pace)
     await ctx.progress(done / total, message)
@@ -83,7 +88,7 @@ async def search(ctx: StepContext, query: Query) -> Found:
         score = len(wanted & terms(title + " " + text))
         if score:
             hits.append(Hit(title=title, path=path.name, score=score, text=text))
-        await _pace(ctx, done, len(paths), f"read {path.name}")
+        await _pace(ctx, done, len(paths), f"read {path.name}", query.depth)
     hits.sort(key=lambda hit: (-hit.score, hit.title))
     return Found(query=query.query, hits=hits[: query.limit])
 
@@ -121,3 +126,16 @@ def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path.resolve()
+
+
+researcher = app.agent(
+    "researcher",
+    model=OpenAIModel(os.environ.get("TETHER_DEMO_MODEL", "gpt-4o-mini")),
+    instructions=(
+        "You answer questions about running AI agents in production. Search the corpus "
+        "(several searches at once when the question has several sides), then answer in "
+        "one paragraph that names your sources."
+    ),
+    tools=["search"],
+    max_turns=8,
+)

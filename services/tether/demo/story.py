@@ -1,8 +1,11 @@
-"""`tether demo`: run the research agent, kill its worker mid-step, watch it carry on."""
+"""`tether demo`: an agent plans three searches at once, its worker is killed in the
+middle of them, a fresh worker finishes without repeating what was checkpointed, and
+the answer streams to the terminal token by token."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,180 +13,205 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
-from tether import Client, Dispatcher, NatsConfig, NatsServer
-from tether.nats.cancellation import raise_if_cancelled
+from tether import Client, Dispatcher, NatsConfig, NatsServer, TaskRecord
+from tether.cli.render import format_usage
+from tether.demo.script import QUESTION, script
 from tether.schemas.events import AnyStatusEvent, Completed, Failed, StepCompleted, StepStarted
 from tether.testing import wait_until
+from tether.testing.llm import ScriptedModel
 
-QUERY = "durable execution for AI agents"
-PLAN: list[dict[str, Any]] = [
-    {"tool": "search", "input": {"query": QUERY}},
-    {"tool": "summarize"},
-    {"tool": "write_report"},
-]
-CRASH_STEP = 1
-CRASH_AT = 0.5
+AGENT = "researcher"
+CHUNK_DELAY = 0.03
+"""Seconds between the scripted model's tokens: slow enough to watch them arrive."""
 
 
 class Demo:
-    def __init__(self, console: Console, data_dir: Path, out_dir: Path, pace: float) -> None:
+    def __init__(
+        self,
+        console: Console,
+        data_dir: Path,
+        out_dir: Path,
+        pace: float,
+        model: str | None = None,
+        base_url: str | None = None,
+    ) -> None:
         self.console = console
         self.data_dir = data_dir
         self.out_dir = out_dir
         self.pace = pace
+        self.model = model
+        self.base_url = base_url
         self.workers: list[subprocess.Popen[bytes]] = []
-        self.starts: Counter[int] = Counter()
+        self.runs: Counter[tuple[int, int | None]] = Counter()
         self.killed_pid: int | None = None
+        self.scripted: ScriptedModel | None = None
+        self._mid_line = False
 
     def say(self, text: str) -> None:
+        self._end_line()
         self.console.print(text, highlight=False, soft_wrap=True)
 
     async def run(self) -> int:
         started = time.monotonic()
-        self.say("[bold]Tether demo[/]: a research agent whose worker is killed halfway through.\n")
-        with NatsServer(self.data_dir / "nats") as server:
+        self.say(
+            "[bold]Tether demo[/]: an agent whose worker is killed in the middle of its work.\n"
+        )
+        with NatsServer(self.data_dir / "nats") as server, self._model() as (base_url, name):
             self.say(
-                f"[dim]1.[/] Embedded nats-server with JetStream at [cyan]{server.url}[/]"
-                f" (data in {self.data_dir})"
+                f"[dim]1.[/] Embedded nats-server with JetStream at [cyan]{server.url}[/]; model "
+                f"[cyan]{name}[/] at {base_url or 'the OpenAI API'}"
             )
             config = NatsConfig(url=server.url, name="tether-demo")
+            env = {**os.environ, "TETHER_DEMO_MODEL": name}
+            if base_url:
+                env["OPENAI_BASE_URL"] = base_url
             try:
                 async with Dispatcher(config), Client(config) as client:
-                    code = await self._story(client, config)
+                    code = await self._story(client, config, env)
             finally:
                 self._stop_workers()
         self.say(f"\n[dim]Done in {time.monotonic() - started:.1f}s.[/]")
         return code
 
-    async def _story(self, client: Client, config: NatsConfig) -> int:
-        worker = self._start_worker(config)
+    @contextlib.contextmanager
+    def _model(self) -> Iterator[tuple[str | None, str]]:
+        """The scripted offline model, or the real one the user named."""
+        if self.model is not None:
+            yield self.base_url, self.model
+            return
+        with ScriptedModel(script(CHUNK_DELAY)) as scripted:
+            self.scripted = scripted
+            yield scripted.base_url, "scripted"
+
+    async def _story(self, client: Client, config: NatsConfig, env: dict[str, str]) -> int:
+        worker = self._start_worker(config, env)
         self.say(f"[dim]2.[/] Dispatcher started; worker process started (pid {worker.pid})")
         await wait_until(lambda: _registered(client), timeout=30, message="the worker to start")
         task_id = f"demo-{uuid.uuid4().hex[:8]}"
-        handle = await client.submit(
-            PLAN, task_id=task_id, metadata={"pace": self.pace, "out_dir": str(self.out_dir)}
+        handle = await client.submit_agent(
+            AGENT, QUESTION, task_id=task_id, metadata={"pace": self.pace}
         )
-        self.say(
-            f"[dim]3.[/] Submitted task [bold]{task_id}[/]: search → summarize → write_report\n"
-        )
-        with Progress(
-            TextColumn("  {task.description:<12}"),
-            BarColumn(),
-            TextColumn("{task.fields[note]}"),
-            console=self.console,
-            transient=True,
-        ) as progress:
-            chaos = asyncio.create_task(self._crash_midway(client, config, task_id, progress))
-            try:
-                outcome = await self._follow(handle.events(timeout=60), progress, client, task_id)
-            finally:
-                chaos.cancel()
-        return await self._epilogue(client, task_id, outcome)
-
-    async def _follow(
-        self,
-        events: AsyncIterator[AnyStatusEvent],
-        progress: Progress,
-        client: Client,
-        task_id: str,
-    ) -> AnyStatusEvent:
-        bars: dict[int, TaskID] = {}
-        poll = asyncio.create_task(self._show_progress(client, task_id, progress, bars))
+        self.say(f"[dim]3.[/] Asked agent [bold]{AGENT}[/] (task {task_id}): {QUESTION}\n")
+        helpers = [
+            asyncio.create_task(self._crash_midway(client, config, env, task_id)),
+            asyncio.create_task(self._show_tokens(client, task_id)),
+        ]
         try:
-            async for event in events:
-                self._narrate(event, progress, bars)
+            async for event in handle.events(timeout=120):
+                self._narrate(event)
                 if isinstance(event, Completed | Failed):
-                    return event
+                    break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(helpers[1]), 5)
         finally:
-            poll.cancel()
-        raise RuntimeError("the event stream ended without an outcome")
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+        return await self._epilogue(client, task_id)
 
-    def _narrate(self, event: AnyStatusEvent, progress: Progress, bars: dict[int, TaskID]) -> None:
+    def _narrate(self, event: AnyStatusEvent) -> None:
         if isinstance(event, StepStarted) and event.step is not None:
-            self.starts[event.step] += 1
+            self.runs[(event.step, event.branch)] += 1
             again = (
                 " [yellow](again: it was running when the worker died)[/]"
                 if event.attempt and event.attempt > 1
                 else ""
             )
-            self.say(f"  [blue]▶[/] {event.tool} started, attempt {event.attempt}{again}")
-            if event.step in bars:
-                progress.remove_task(bars.pop(event.step))
-            bars[event.step] = progress.add_task(str(event.tool), total=1.0, note="")
+            self.say(f"  [blue]▶[/] {_what(event)} started, attempt {event.attempt}{again}")
         elif isinstance(event, StepCompleted) and event.step is not None:
-            if event.step in bars:
-                progress.remove_task(bars.pop(event.step))
-            self.say(
-                f"  [green]✓[/] {event.tool} completed and [bold]checkpointed[/]"
-                f" ({_describe(event.output)})"
-            )
+            self.say(f"  [green]✓[/] {_what(event)} [bold]checkpointed[/]{_describe(event)}")
         elif isinstance(event, Failed):
             self.say(f"  [red]✗ task failed[/]: {event.error}")
 
-    async def _show_progress(
-        self, client: Client, task_id: str, progress: Progress, bars: dict[int, TaskID]
-    ) -> None:
-        while True:
-            raise_if_cancelled()
-            beat = await client.store.get_heartbeat(task_id)
-            if beat is not None and beat.step in bars and beat.progress is not None:
-                progress.update(bars[beat.step], completed=beat.progress, note=beat.message or "")
-            await asyncio.sleep(0.1)
+    async def _show_tokens(self, client: Client, task_id: str) -> None:
+        """The answer as the model writes it; a cut-off attempt's text is marked."""
+        attempts: dict[int, int] = {}
+        async for chunk in client.handle(task_id).stream():
+            if attempts.get(chunk.step) not in (None, chunk.attempt):
+                self.say(f"  [yellow](attempt {attempts[chunk.step]} was cut off)[/]")
+            if chunk.step not in attempts or attempts[chunk.step] != chunk.attempt:
+                attempts[chunk.step] = chunk.attempt
+                self.say(f"  [magenta]✎ turn {chunk.step // 2 + 1} streams:[/]")
+                self.console.print("    ", end="")
+            self.console.print(chunk.delta, end="", highlight=False, soft_wrap=True)
+            self._mid_line = bool(chunk.delta) or self._mid_line
+            if chunk.done:
+                self._end_line()
+
+    def _end_line(self) -> None:
+        if self._mid_line:
+            self.console.print()
+            self._mid_line = False
 
     async def _crash_midway(
-        self, client: Client, config: NatsConfig, task_id: str, progress: Progress
+        self, client: Client, config: NatsConfig, env: dict[str, str], task_id: str
     ) -> None:
-        async def midway() -> bool:
-            beat = await client.store.get_heartbeat(task_id)
-            return beat is not None and beat.step == CRASH_STEP and (beat.progress or 0) >= CRASH_AT
+        """Kill the worker once a tool call is checkpointed and another is still running."""
 
-        await wait_until(midway, timeout=60, interval=0.05, message="the middle of summarize")
+        async def midway() -> bool:
+            record = await client.get(task_id)
+            if record.status.is_terminal:
+                return False
+            group = record.spec(record.current_step).parallel or []
+            return 0 < len(record.done_branches) < len(group)
+
+        await wait_until(midway, timeout=120, interval=0.05, message="the middle of the searches")
         victim = self.workers[-1]
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()
         self.killed_pid = victim.pid
         self.say(
             f"  [red bold]💥 killed the worker (pid {victim.pid}) with SIGKILL[/]"
-            " in the middle of summarize"
+            " while the other searches were running"
         )
-        fresh = self._start_worker(config)
+        fresh = self._start_worker(config, env)
         self.say(
             f"  [cyan]↻[/] started a fresh worker (pid {fresh.pid});"
-            " JetStream redelivers the unacknowledged step"
+            " JetStream redelivers the searches that were not acknowledged"
         )
 
-    async def _epilogue(self, client: Client, task_id: str, outcome: AnyStatusEvent) -> int:
+    async def _epilogue(self, client: Client, task_id: str) -> int:
         record = await client.get(task_id)
-        if not isinstance(outcome, Completed) or self.killed_pid is None:
+        if record.status.value != "completed" or self.killed_pid is None:
             self.say(
                 "[red]The demo did not go as planned[/]: "
                 + (str(record.error) if record.error else "no crash happened")
             )
             return 1
         self.say("\n[bold]What happened[/]")
-        self.say(
-            f"  • search ran [bold]{self.starts[0]}[/] time: it was checkpointed before the crash,"
-            " so the fresh worker [green]did not run it again[/]"
-        )
-        self.say(
-            f"  • summarize ran [bold]{self.starts[1]}[/] times:"
-            " the crash cost only the step that was running"
-        )
-        self.say(
-            f"  • write_report ran [bold]{self.starts[2]}[/] time;"
-            " the task finished on the fresh worker"
-        )
-        self.say(f"\n[bold]Report:[/] {record.result['path']}")
+        self.say(f"  • {self._llm_calls(task_id)}")
+        for (_, branch), count in sorted(self.runs.items(), key=_order):
+            if branch is None:
+                continue
+            why = (
+                "checkpointed before the crash, so it [green]did not run again[/]"
+                if count == 1
+                else "it was running when the worker died"
+            )
+            self.say(f"  • search #{branch} ran [bold]{count}[/] time{'s' * (count > 1)}: {why}")
+        if record.usage is not None:
+            self.say(f"  • usage: {format_usage(record.usage)}")
+        path = _write(self.out_dir / f"{task_id}.md", record)
+        self.say(f"\n[bold]Answer saved to:[/] {path}")
         return 0
 
-    def _start_worker(self, config: NatsConfig) -> subprocess.Popen[bytes]:
+    def _llm_calls(self, task_id: str) -> str:
+        if self.scripted is None:
+            turns = {step: n for (step, branch), n in self.runs.items() if branch is None}
+            return f"LLM turns started (step: times): {turns}"
+        sent = Counter(request["turn"] for request in self.scripted.requests())
+        return (
+            f"LLM turn 1 was sent to the model [bold]{sent[0]}[/] time: checkpointed before "
+            f"the crash, [green]never sent again[/]; turn 2 was sent {sent[1]} time"
+        )
+
+    def _start_worker(self, config: NatsConfig, env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = (self.data_dir / "worker.log").open("ab")
         process = subprocess.Popen(
             [
@@ -195,10 +223,11 @@ class Demo:
                 "--nats",
                 config.url,
                 "--concurrency",
-                "4",
+                "8",
             ],
             stdout=log,
             stderr=log,
+            env=env,
             start_new_session=True,
         )
         self.workers.append(process)
@@ -216,14 +245,38 @@ class Demo:
 
 
 async def _registered(client: Client) -> bool:
-    return await client.store.get_tool("write_report") is not None
+    return await client.store.get_tool(AGENT) is not None
 
 
-def _describe(output: object) -> str:
+def _what(event: AnyStatusEvent) -> str:
+    if event.branch is not None:
+        return f"  search #{event.branch}"
+    if event.tool == AGENT:
+        return f"LLM turn {(event.step or 0) // 2 + 1}"
+    return "fan-in of the searches"
+
+
+def _describe(event: StepCompleted) -> str:
+    output: Any = event.output
+    usage = f", {event.usage.total_tokens:,} tokens" if event.usage else ""
+    if isinstance(output, dict) and "message" in output:
+        calls = output["message"].get("tool_calls") or []
+        asked = ", ".join(call["function"]["arguments"] for call in calls)
+        return f": the model asked for {len(calls)} searches at once{usage}: {asked}"
     if isinstance(output, dict) and "hits" in output:
-        return f"{len(output['hits'])} documents found"
-    if isinstance(output, dict) and "points" in output:
-        return f"{len(output['points'])} key sentences"
-    if isinstance(output, dict) and "path" in output:
-        return f"{output['words']} words written"
-    return "done"
+        found = len(output["hits"])
+        return f" ({found} document{'s' * (found != 1)} found)"
+    if isinstance(output, list):
+        return f": {len(output)} results go to the next turn"
+    return usage
+
+
+def _order(item: tuple[tuple[int, int | None], int]) -> tuple[int, int]:
+    (step, branch), _ = item
+    return step, -1 if branch is None else branch
+
+
+def _write(path: Path, record: TaskRecord) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# {QUESTION}\n\n{record.result}\n\n_Task `{record.task_id}`._\n")
+    return path.resolve()
