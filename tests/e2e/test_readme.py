@@ -28,7 +28,11 @@ README = ROOT / "README.md"
 BLOCK = re.compile(
     r"(<!-- readme-test: skip \((?P<why>[^)]*)\) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S
 )
-TOUR_PORTS = (4222, 8765)  # as pasted: the embedded server's and the gateway's defaults
+TOUR_PORTS = (4222, 8765, 8400)  # as pasted: the embedded server's, the gateway's, the model's
+BACKGROUND = {  # blocks a reader runs in another terminal, and the line that says they are up
+    "tether dev ": "Ctrl-C",
+    "python -m tether.testing.llm ": "listening on",
+}
 
 
 @dataclass(frozen=True)
@@ -95,41 +99,57 @@ async def _run(block: Block, tmp_path: Path, env: dict[str, str]) -> str:
     return out.decode()
 
 
+async def _in_background(
+    line: str, ready: str, tmp_path: Path, env: dict[str, str], n: int
+) -> tuple[asyncio.subprocess.Process, Path]:
+    """Run `line` as a reader would in another terminal; return once it says `ready`."""
+    log = tmp_path / f"background-{n}.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            "bash", "-c", "exec env " + line, cwd=tmp_path, env=env, stdout=out, stderr=STDOUT
+        )
+
+    def up() -> bool:
+        assert process.returncode is None, log.read_text()
+        return ready in log.read_text()
+
+    await wait_until(up, timeout=60, message=line)
+    return process, log
+
+
 async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     busy = [port for port in TOUR_PORTS if not _free(port)]
     assert not busy, f"the README's commands use ports {TOUR_PORTS}; {busy} in use here"
     tour = blocks()[2:]  # after the install and test commands
     env = _env(tmp_path)
-    dev_log = tmp_path / "dev.log"
-    dev: asyncio.subprocess.Process | None = None
+    started: dict[str, tuple[asyncio.subprocess.Process, Path]] = {}
     outputs: dict[str, str] = {}
     try:
         for block in tour:
             if block.skip is not None:
                 continue
-            if block.body.startswith("tether dev "):
-                with dev_log.open("wb") as log:
-                    dev = await asyncio.create_subprocess_exec(
-                        "bash",
-                        "-c",
-                        "exec " + block.body.splitlines()[0].split("#")[0],
-                        cwd=tmp_path,
-                        env=env,
-                        stdout=log,
-                        stderr=STDOUT,
-                    )
-                await wait_until(
-                    lambda: "Ctrl-C" in dev_log.read_text(), timeout=60, message="tether dev"
-                )
+            first = block.body.splitlines()[0].split("#")[0]
+            ready = next((up for start, up in BACKGROUND.items() if start in first), None)
+            if ready is not None:
+                started[first] = await _in_background(first, ready, tmp_path, env, len(started))
                 continue
-            outputs[block.file_name or block.body.split()[0]] = await _run(block, tmp_path, env)
+            outputs[block.file_name or first.strip()] = await _run(block, tmp_path, env)
     finally:
-        if dev is not None:
-            dev.send_signal(signal.SIGINT)
-            await asyncio.wait_for(dev.wait(), timeout=30)
+        for process, _ in reversed(started.values()):
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+            await asyncio.wait_for(process.wait(), timeout=30)
+    dev = next((p for line, p in started.items() if "tether dev " in line), None)
     assert dev is not None, "the tour starts `tether dev`"
-    assert dev.returncode == 0, dev_log.read_text()
+    dev_process, dev_log = dev
+    assert dev_process.returncode == 0, dev_log.read_text()
     assert "slack: report report-1.1 is being written" in dev_log.read_text()
+    answer = "Durable agents checkpoint every step in JetStream, so a crash costs one step."
+    cli = outputs['tether submit --agent researcher "What makes an agent durable?" --wait']
+    assert answer in cli, cli
+    asked = outputs["ask.py"]
+    assert asked.startswith(f"Two searches at once.\n{answer}\nanswer: {answer}\n"), asked
+    assert "requests=2" in asked, asked  # usage: two LLM calls
     assert "{'report': '# Report" in outputs["follow.py"]
     shapes = outputs["shapes.py"]
     assert "hit 0 for durable agents; " in shapes and "hit 0 for MCP tasks" in shapes, shapes
