@@ -51,7 +51,9 @@ from tether.mcp_tasks import (
 )
 from tether.schemas.names import Names
 from tether.testing import eventually, wait_until
+from tether.testing.llm import ScriptedModel
 
+AGENTS = "tests.apps.agents:app"
 LEGACY = "2025-11-25"
 MODERN = MODERN_PROTOCOL
 INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CAPABILITY = -32602, -32601, -32021
@@ -94,7 +96,7 @@ class Workers:
         with pytest.MonkeyPatch.context() as env:
             env.setenv("TETHER_TEST_EXECUTIONS", str(self.executions))
             log = self.logs / f"worker-{len(self.processes)}.log"
-            process = start_worker(self.config, APP, log=log)
+            process = start_worker(self.config, APP, AGENTS, log=log)
         self.processes.append(process)
         return process
 
@@ -106,7 +108,10 @@ class Workers:
 
 
 @pytest.fixture(scope="module")
-def workers(stack: NatsConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+def workers(
+    stack: NatsConfig, model: ScriptedModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workers]:
+    """One worker process serving the test tools and the test agent (on the scripted model)."""
     logs = tmp_path_factory.mktemp("workers")
     pool = Workers(stack, logs, logs / "executions.log")
     pool.executions.touch()
@@ -326,6 +331,29 @@ async def test_lists_the_workers_tools_with_schemas_and_run_plan(
         "agents run for hours",
         "durable execution matters",
     ]  # type: ignore[union-attr]
+
+
+async def test_an_agent_is_a_tool_and_its_answer_streams_as_progress(
+    gateways: tuple[str, str], model: ScriptedModel
+) -> None:
+    question = f"mcp agent {uuid.uuid4().hex[:8]}"
+    answer = "An agent over MCP streams its answer as progress notifications."
+    search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "MCP progress"}}]}
+    model.load({"conversations": [{"match": question, "turns": [search, {"content": answer}]}]})
+    pieces: list[str] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        pieces.append(message or "")
+
+    async with legacy(gateways[0]) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        result = await client.call_tool(
+            "researcher", {"input": question}, progress_callback=progress
+        )
+
+    assert tools["researcher"].input_schema["required"] == ["input"]
+    assert result.structured_content == {"result": answer}
+    assert "".join(pieces) == answer and len(pieces) > 3  # word by word, in order
 
 
 @GENERATIONS

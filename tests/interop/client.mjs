@@ -1,27 +1,43 @@
 // A Tether client in Node.js that uses only the official NATS packages: no Tether code.
 //
 //   node client.mjs <nats-url> [prefix] [--no-api]
+//   node client.mjs <nats-url> [prefix] --agent <question>
 //
 // Submits the seed task on <prefix>.submit, follows its status events, reads its record
 // from KV, runs a parallel group (fan-out, fan-in), then (unless --no-api) uses the request/reply API: get, cancel a running task,
 // get an unknown id. Prints one JSON summary line and exits 0, or exits 1 naming the
 // first thing that did not match the protocol (schemas/README.md).
+//
+// With --agent it instead submits a `researcher` agent task asking <question> and follows
+// its token stream (schemas/README.md, "Token streams"): an ordered consumer from the start
+// for the first chunks, then, as a reader resuming after a disconnect would, a second one
+// from one past the last stream sequence seen, until the task is terminal and the
+// subject's last message is reached. It prints the text, the chunks and the record's end.
 
 import { randomUUID } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
 
-import { jetstream } from "@nats-io/jetstream";
+import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, headers } from "@nats-io/transport-node";
 
+const USAGE = "usage: node client.mjs <nats-url> [prefix] [--no-api | --agent <question>]";
 const args = process.argv.slice(2);
 const useApi = !args.includes("--no-api");
-const [url, prefix = "tether"] = args.filter((arg) => !arg.startsWith("--"));
-if (!url) fail("usage: node client.mjs <nats-url> [prefix] [--no-api]");
+const agentAt = args.indexOf("--agent");
+const question = agentAt === -1 ? undefined : args[agentAt + 1];
+if (agentAt !== -1 && (question === undefined || question.startsWith("--"))) fail(USAGE);
+const positional = args.filter((arg, i) => !arg.startsWith("--") && (agentAt === -1 || i !== agentAt + 1));
+const [url, prefix = "tether"] = positional;
+if (!url) fail(USAGE);
 
 const upper = prefix.toUpperCase().replaceAll("-", "_");
 const SUBMIT_STREAM = `${upper}_SUBMIT`;
 const STATUS_STREAM = `${upper}_STATUS`;
+const TOKENS_STREAM = `${upper}_TOKENS`;
+const CHUNK_FIELDS = ["task_id", "step", "attempt", "seq"];
+const RESUME_AFTER = 2; // chunks read by the first consumer before it is dropped
+const IDLE_CHECK_MS = 1_000; // how long a pull waits before the end is checked again
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 const EVENT_FIELDS = [
   "event", "task_id", "status", "step", "branch", "tool", "attempt", "time", "output", "error",
@@ -51,8 +67,8 @@ function checkFields(fields, value) {
 
 const newTaskId = () => `node-${randomUUID().replaceAll("-", "")}`;
 
-async function submit(js, taskId, steps) {
-  const body = JSON.stringify({ task_id: taskId, steps, metadata: { client: "node" } });
+async function submit(js, taskId, steps, metadata = { client: "node" }) {
+  const body = JSON.stringify({ task_id: taskId, steps, ...(metadata ? { metadata } : {}) });
   const hdrs = headers();
   hdrs.set("Nats-Msg-Id", taskId); // a re-submit of the same id is a no-op
   const ack = await js.publish(`${prefix}.submit`, body, { headers: hdrs });
@@ -178,13 +194,114 @@ async function cancelledTask(nc, js) {
   };
 }
 
+// The record once it is terminal, or null while it is not (or not yet written).
+async function terminalRecord(kv, taskId) {
+  const entry = await kv.get(taskId);
+  if (entry === null || entry.value.length === 0) return null;
+  const record = entry.json();
+  return TERMINAL.has(record.status) ? record : null;
+}
+
+// Reads chunks from `consumer` into `state` until `limit` chunks were read by this
+// consumer, or the stream has ended: the task's record is terminal and the last message
+// on the subject (at the time the record was seen terminal) has been reached. Every chunk
+// is written before the step that wrote it completes, so that message is the last one.
+// Returns the terminal record when it ended, else null.
+async function follow(consumer, { jsm, kv, taskId, subject, state, limit = Infinity }) {
+  let read = 0;
+  while (read < limit) {
+    const message = await consumer.next({ expires: IDLE_CHECK_MS });
+    if (message !== null) {
+      check(message.subject === subject, "chunk on the wrong subject", message.subject);
+      const sequence = message.seq; // the stream sequence
+      check(sequence > state.lastSeq, "stream sequences went backwards", [state.lastSeq, sequence]);
+      const chunk = message.json();
+      checkFields(CHUNK_FIELDS, chunk);
+      check(chunk.task_id === taskId, "chunk of another task", chunk);
+      state.lastSeq = sequence;
+      state.streamSeqs.push(sequence);
+      state.chunks.push(chunk);
+      read += 1;
+      continue;
+    }
+    const record = await terminalRecord(kv, taskId);
+    if (record === null) continue;
+    const last = await jsm.streams.getMessage(TOKENS_STREAM, { last_by_subj: subject });
+    if (state.lastSeq >= (last?.seq ?? 0)) return record;
+  }
+  return null;
+}
+
+// The text a reader shows: per step (and branch), the chunks of its latest attempt in
+// order, since a chunk with a higher attempt starts that step's text over; then the steps
+// in order.
+function latestText(chunks) {
+  const parts = new Map();
+  for (const chunk of chunks) {
+    const key = `${chunk.step}/${chunk.branch ?? -1}`;
+    const part = parts.get(key);
+    if (part === undefined || chunk.attempt > part.attempt) {
+      parts.set(key, { step: chunk.step, branch: chunk.branch ?? -1, attempt: chunk.attempt, text: [] });
+    } else if (chunk.attempt < part.attempt) {
+      continue; // a late chunk of an attempt already replaced
+    }
+    parts.get(key).text.push(chunk.delta ?? "");
+  }
+  return [...parts.values()]
+    .sort((a, b) => a.step - b.step || a.branch - b.branch)
+    .map((part) => part.text.join(""))
+    .join("");
+}
+
+async function agentTask(js, jsm, question) {
+  const taskId = newTaskId();
+  const subject = `${prefix}.tokens.${taskId}`;
+  const kv = await new Kvm(js).open(`${prefix}-tasks`);
+  await submit(js, taskId, [{ tool: "researcher", input: { input: question } }], null);
+
+  const state = { lastSeq: 0, streamSeqs: [], chunks: [] };
+  const context = { jsm, kv, taskId, subject, state };
+  const first = await js.consumers.get(TOKENS_STREAM, {
+    filter_subjects: [subject],
+    deliver_policy: DeliverPolicy.All,
+  });
+  let record = await follow(first, { ...context, limit: RESUME_AFTER });
+  await first.delete().catch(() => {}); // as if the reader had gone away
+  const resumedAfter = state.lastSeq;
+  if (record === null) {
+    const second = await js.consumers.get(TOKENS_STREAM, {
+      filter_subjects: [subject],
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: resumedAfter + 1,
+    });
+    record = await follow(second, context);
+    await second.delete().catch(() => {});
+  }
+  checkFields(RECORD_FIELDS, record);
+  check(record.task_id === taskId, "record of another task", record);
+  return {
+    task_id: taskId,
+    text: latestText(state.chunks),
+    chunks: state.chunks.map((c) => [c.step, c.attempt, c.seq]),
+    stream_seqs: state.streamSeqs,
+    resumed_after: resumedAfter,
+    status: record.status,
+    result: record.result,
+  };
+}
+
 const nc = await connect({ servers: url, name: "tether-interop-node" });
 const watchdog = setTimeout(() => fail("timed out after 60s"), 60_000);
 try {
   const js = jetstream(nc);
-  const summary = await seedTask(nc, js);
-  Object.assign(summary, await parallelTask(js));
-  if (useApi) Object.assign(summary, await cancelledTask(nc, js));
+  let summary;
+  if (question !== undefined) {
+    summary = await agentTask(js, await jetstreamManager(nc), question);
+  } else {
+    summary = await seedTask(nc, js);
+    Object.assign(summary, await parallelTask(js));
+    if (useApi) Object.assign(summary, await cancelledTask(nc, js));
+  }
   console.log(JSON.stringify(summary));
 } catch (error) {
   fail(error?.stack ?? String(error));

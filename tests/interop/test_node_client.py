@@ -6,14 +6,17 @@ import asyncio
 import json
 import shutil
 import subprocess
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.apps.agents import app as agents_app
 from tests.apps.tools import app
 from tether import NatsConfig, Worker
+from tether.testing.llm import ScriptedModel
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE / "client.mjs"
@@ -60,6 +63,12 @@ def node() -> str:
 @pytest.fixture
 async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
     async with Worker(app, config) as w:
+        yield w
+
+
+@pytest.fixture
+async def agents_worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
+    async with Worker(agents_app, config) as w:
         yield w
 
 
@@ -123,3 +132,34 @@ async def test_node_client_uses_the_request_reply_api(
         ["cancelled", None],
     ]
     assert summary["unknown_error_code"] == "not_found"
+
+
+SEARCH = {"tool_calls": [{"name": "web_search", "arguments": {"query": "durable agents"}}]}
+ANSWER = "Durable agents checkpoint every step in JetStream and resume after a crash."
+
+
+async def test_node_client_follows_an_agents_tokens_and_resumes_without_repeats(
+    node: str,
+    config: NatsConfig,
+    dispatcher: object,
+    agents_worker: Worker,
+    model: ScriptedModel,
+) -> None:
+    """Turn 0 asks for a tool and says nothing, so the only text is turn 1's answer
+    (step 2: turn 0, the tool call's group, turn 1), streamed word by word."""
+    question = f"question {uuid.uuid4().hex[:8]}"
+    turns = [SEARCH, {"content": ANSWER}]
+    model.load({"conversations": [{"match": question, "turns": turns}]})
+
+    summary = await run_client(node, config, "--agent", question)
+
+    assert summary["status"] == "completed"
+    assert summary["result"] == ANSWER
+    assert summary["text"] == ANSWER
+    chunks = [tuple(chunk) for chunk in summary["chunks"]]
+    assert len(chunks) > 3  # word by word, so the resume after 2 chunks is mid-answer
+    assert len(set(chunks)) == len(chunks)  # nothing repeated across the resume
+    assert chunks == [(2, 1, seq) for seq in range(len(chunks))]  # nothing lost
+    seqs = summary["stream_seqs"]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # increasing, no gaps
+    assert summary["resumed_after"] == seqs[1]  # the second consumer took over after 2

@@ -21,6 +21,7 @@ from tether.gateway.backend import TaskBackend
 from tether.gateway.elicitation import follow
 from tether.gateway.inputs import input_key, input_requests
 from tether.gateway.notifications import LegacyPush
+from tether.gateway.progress import token_progress
 from tether.gateway.protocol import (
     IMMEDIATE_RESPONSE_META_KEY,
     TASK_RESULT_TYPE,
@@ -76,7 +77,9 @@ class ToolCalls:
             if params.name == RUN_PLAN:
                 raise errors.task_required(RUN_PLAN)
             record = await self.backend.submit(params.name, params.arguments, None)
-            return direct_result(await follow(self.backend, ctx, record.task_id, give_up=True))
+            async with token_progress(self.backend, ctx, record.task_id):
+                ended = await follow(self.backend, ctx, record.task_id, give_up=True)
+            return direct_result(ended)
         if params.request_state is not None:
             return await self._resume(ctx, params)
         if declares_tasks(ctx.session.client_capabilities):
@@ -85,7 +88,8 @@ class ToolCalls:
         if params.name == RUN_PLAN:
             raise errors.missing_tasks_extension()
         record = await self.backend.submit(params.name, params.arguments, None)
-        return await self._direct_modern(record.task_id, set())
+        async with token_progress(self.backend, ctx, record.task_id):
+            return await self._direct_modern(record.task_id, set())
 
     async def _direct_modern(self, task_id: str, answered: set[str]) -> dict[str, Any]:
         record = await self.backend.settle(task_id, answered)
