@@ -29,6 +29,8 @@ import msgspec
 import nats
 from nats.js.api import Header
 
+from tests.bench.agents import LONG_TURNS, STREAM_WORDS
+from tests.bench.agents import measure as agent_workloads
 from tests.bench.nodes import BASE_BUCKET, BASE_STEPS, provision_baseline
 from tether import NatsServer
 from tether.nats.store import Store
@@ -392,6 +394,8 @@ async def main(args: argparse.Namespace) -> list[Result]:
         node.stop()
         results.append(w5)
 
+        results += await agent_results(url, args.runs)
+
         w3 = Result("W3 crash recovery", "tether")
         for run in range(args.runs):
             w3.add(
@@ -401,6 +405,18 @@ async def main(args: argparse.Namespace) -> list[Result]:
         results.append(w3)
     report(results, base_w1, base_w2, args.out)
     return results
+
+
+async def agent_results(url: str, runs: int) -> list[Result]:
+    """W6 and W7 (see tests/bench/agents.py)."""
+    w6 = Result(f"W6 a {LONG_TURNS}-turn agent (a tool call per turn)", "tether")
+    w7 = Result(f"W7 a streamed answer ({STREAM_WORDS} tokens)", "tether")
+    long_runs, stream_runs = await agent_workloads(url, runs)
+    for figures in long_runs:
+        w6.add(**figures)
+    for figures in stream_runs:
+        w7.add(**figures)
+    return [w6, w7]
 
 
 def _pct(samples: list[float], pct: int) -> float:

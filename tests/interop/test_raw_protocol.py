@@ -43,7 +43,7 @@ EVENT_FIELDS = {
     "error",
 }
 EVENT_EXTRAS = {
-    "step_completed": {"skipped", "wake_at"},
+    "step_completed": {"skipped", "wake_at", "usage"},
     "step_retrying": {"retry_in_ms"},
     "waiting": {"input_request"},
 }

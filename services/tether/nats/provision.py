@@ -148,14 +148,21 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     cluster's R3 stream into R1.
     """
     try:
-        await js.add_stream(config)
+        await js.add_stream(_replicable(config))
     except APIError as exc:
         if exc.err_code != STREAM_NAME_IN_USE:
             raise
         assert config.name is not None
         current = (await js.stream_info(config.name)).config
         config.num_replicas = max(config.num_replicas or 1, current.num_replicas or 1)
-        await js.update_stream(config)
+        await js.update_stream(_replicable(config))
+
+
+def _replicable(config: StreamConfig) -> StreamConfig:
+    """nats-server persists replicated streams synchronously only: drop `async` there."""
+    if (config.num_replicas or 1) > 1 and config.persist_mode is PersistMode.ASYNC:
+        config.persist_mode = None
+    return config
 
 
 async def _ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> None:
