@@ -57,3 +57,13 @@ researcher = app.agent(
     max_turns=6,
     retry=QUICK,
 )
+
+
+hasty = app.agent(
+    "hasty",
+    model=MODEL,
+    tools=["web_search"],
+    approval=["web_search"],  # asks before every search, and not for long
+    approval_timeout=0.5,
+    retry=QUICK,
+)

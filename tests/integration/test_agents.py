@@ -246,3 +246,18 @@ async def test_a_context_length_error_fails_the_task_and_says_what_to_do(
     assert failed.value.error.type == "ContextLengthExceeded"
     assert "lower max_turns" in failed.value.error.message
     assert len(_calls(model, question)) == 1  # not retried: it cannot pass
+
+
+async def test_an_approval_nobody_answers_expires_by_its_timer(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+) -> None:
+    question = _question()
+    search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "anything"}}]}
+    model.load(_script(question, search, ANSWER))
+
+    handle = await client.submit_agent("hasty", question)
+
+    with pytest.raises(TaskFailedError) as failed:
+        await handle.wait(timeout=30)
+    assert failed.value.error.type == "InputExpired"
+    assert "web_search" not in executions.read_text()  # listed in approval=[...]: never ran
