@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import openai
 
-from tether.agents.conversation import AgentStep, Entry, Journal, rebuild, step_input
+from tether.agents.conversation import AgentStep, Entry, Journal, Turn, rebuild, step_input
 from tether.agents.models import OpenAIModel, complete
 from tether.agents.schemas import function_tool
 from tether.agents.turns import (
@@ -197,7 +197,7 @@ def _entry(checkpoint: Checkpoint) -> Entry:
     return Entry(checkpoint.spec, checkpoint.output, checkpoint.usage)
 
 
-def _pending(journal: Journal) -> Any:
+def _pending(journal: Journal) -> Turn:
     if journal.last_turn is None:
         raise TerminalError("an approval step found no tool calls waiting for it")
     return journal.last_turn
