@@ -73,7 +73,7 @@ class Node:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.bench.nodes", kind, url, str(concurrency)],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+            env={**os.environ, "PYTHONPATH": f"{ROOT}/services:{ROOT}", **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
