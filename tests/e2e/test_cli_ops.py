@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -271,6 +272,25 @@ async def test_gc_removes_finished_tasks_and_never_a_running_one(
     assert await client.store.get_record("gc-done") is None
     assert (await slow.get()).status is TaskStatus.RUNNING
     await slow.cancel()
+
+
+async def test_a_dispatcher_serves_its_metrics_on_the_port_it_prints(config: NatsConfig) -> None:
+    process = await spawn(config, "dispatcher", "--metrics-port", "0", "--no-api")
+    try:
+        assert process.stderr is not None
+        line = (await asyncio.wait_for(process.stderr.readline(), CLI_TIMEOUT)).decode()
+        url = line.strip().removeprefix("metrics at ")
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), line
+        text = await asyncio.to_thread(_read, url)
+        assert "tether_tasks_submitted_total 0.0" in text and "process_cpu_seconds_total" in text
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+def _read(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
 
 
 async def test_dlq_ls_shows_a_dead_letter_and_dlq_retry_reruns_the_task(

@@ -80,7 +80,7 @@ async def complete(
     options: dict[str, Any] = {**model.settings}
     if tools:
         options["tools"] = list(tools)
-    reply = _Accumulated()
+    reply = _Accumulated(model.name)
     with model_errors(model):
         create: Any = client.chat.completions.create  # messages are plain dicts here
         stream = await create(
@@ -101,10 +101,11 @@ async def complete(
 class _Accumulated:
     """A streamed reply put back together: text, tool calls by index, usage."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str) -> None:
+        self.model = model
         self.content: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
-        self.usage = Usage(requests=1)
+        self.usage = Usage(requests=1, model=model)
         self.finish_reason: str | None = None
 
     def add(self, chunk: Any) -> str:
@@ -115,6 +116,7 @@ class _Accumulated:
                 output_tokens=chunk.usage.completion_tokens or 0,
                 cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
                 requests=1,
+                model=self.model,
             )
         text = ""
         for choice in chunk.choices:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from tether.nats.connection import DEFAULT_URL, NatsConfig
 from tether.schemas.names import Names
+
+if TYPE_CHECKING:
+    from tether.metrics import Metrics
 
 NatsOption = Annotated[
     str,
@@ -55,3 +58,26 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line saying what happened and what to do, then exit non-zero."""
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code=code)
+
+
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        metavar="PORT",
+        envvar="TETHER_METRICS_PORT",
+        help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: a free port).",
+    ),
+]
+
+
+def metrics_on(port: int | None) -> Metrics | None:
+    """The process's metrics, served on `port`; None when no port was given."""
+    if port is None:
+        return None
+    from tether.metrics import Metrics
+
+    metrics = Metrics()
+    served = metrics.serve(port)
+    typer.echo(f"metrics at http://127.0.0.1:{served}/metrics", err=True)
+    return metrics

@@ -10,9 +10,11 @@ from tether.cli.common import (
     DEFAULT_GATEWAY_PORT,
     DEFAULT_NATS,
     DEFAULT_PREFIX,
+    MetricsPortOption,
     NatsOption,
     PrefixOption,
     ReplicasOption,
+    metrics_on,
     nats_config,
 )
 from tether.cli.processes import serve
@@ -26,11 +28,13 @@ def gateway(
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     replicas: ReplicasOption = 1,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
     from tether.gateway import Gateway
 
-    serve(Gateway(nats_config(nats, prefix, "tether-gateway", replicas), host, port))
+    config = nats_config(nats, prefix, "tether-gateway", replicas)
+    serve(Gateway(config, host, port, metrics=metrics_on(metrics_port)))
 
 
 def register(app: typer.Typer) -> None:

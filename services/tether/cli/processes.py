@@ -12,10 +12,12 @@ import typer
 from tether.cli.common import (
     DEFAULT_NATS,
     DEFAULT_PREFIX,
+    MetricsPortOption,
     NatsOption,
     PrefixOption,
     ReplicasOption,
     fail,
+    metrics_on,
     nats_config,
 )
 from tether.cli.loading import AppLoadError, load_app
@@ -75,6 +77,7 @@ def worker(
         int, typer.Option(metavar="N", help="Steps run at once, per tool.")
     ] = 32,
     replicas: ReplicasOption = 1,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Serve the tools of one or more apps."""
     from tether.worker import Worker
@@ -84,7 +87,8 @@ def worker(
     except AppLoadError as exc:
         fail(str(exc))
     config = nats_config(nats, prefix, "tether-worker", replicas)
-    serve(Worker(loaded, config, concurrency=concurrency))
+    metrics = metrics_on(metrics_port)
+    serve(Worker(loaded, config, concurrency=concurrency, metrics=metrics))
 
 
 def dispatcher(
@@ -92,13 +96,15 @@ def dispatcher(
     prefix: PrefixOption = DEFAULT_PREFIX,
     api: Annotated[bool, typer.Option(help="Also answer the request/reply API.")] = True,
     replicas: ReplicasOption = 1,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Accept submitted tasks, hand off their first steps, answer `tether.api.*`."""
     from tether.api import ApiService
     from tether.dispatcher import Dispatcher
 
     config = nats_config(nats, prefix, "tether-dispatcher", replicas)
-    serve(Dispatcher(config), *([ApiService(config)] if api else []))
+    dispatching = Dispatcher(config, metrics=metrics_on(metrics_port))
+    serve(dispatching, *([ApiService(config)] if api else []))
 
 
 def api(

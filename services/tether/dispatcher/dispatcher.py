@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -24,6 +25,9 @@ from tether.tasks.plans import task_id_of, validate_submit
 from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
 
+if TYPE_CHECKING:
+    from tether.metrics import Metrics
+
 log = logging.getLogger("tether.dispatcher")
 _timer_decoder = msgspec.json.Decoder(Timer)
 
@@ -34,9 +38,15 @@ class Dispatcher(Service):
     """Consumes submissions: validate, create the record create-only, hand off step 0, ack."""
 
     def __init__(
-        self, nats: NatsConfig | None = None, *, layout: Layout | None = None, batch: int = 64
+        self,
+        nats: NatsConfig | None = None,
+        *,
+        layout: Layout | None = None,
+        batch: int = 64,
+        metrics: Metrics | None = None,
     ) -> None:
         self.nats = nats or NatsConfig()
+        self.metrics = metrics
         self.layout = layout or Layout.for_config(self.nats)
         self.batch = batch
         self._nc: Connection | None = None
@@ -49,6 +59,8 @@ class Dispatcher(Service):
     async def start(self) -> None:
         self._nc = await connect(self.nats, self.connection_lost)
         self._store = await Store.open(self._nc, self.layout)
+        if self.metrics is not None:
+            self.metrics.attach(self._store)
         self._known_tools = KnownTools(self._store)
         self._tasks = TaskService(self._store)
         store = self._store

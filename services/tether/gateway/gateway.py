@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -20,6 +21,9 @@ from tether.gateway.server import build_server
 from tether.nats.connection import NatsConfig
 from tether.nats.provision import Layout
 from tether.service import Service
+
+if TYPE_CHECKING:
+    from tether.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +64,10 @@ class Gateway(Service):
         *,
         options: GatewayOptions | None = None,
         layout: Layout | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.nats = nats or NatsConfig()
+        self.metrics = metrics
         self.host = host
         self.port = port
         self.options = options or GatewayOptions()
@@ -86,6 +92,8 @@ class Gateway(Service):
 
     async def start(self) -> None:
         await self._client.connect()
+        if self.metrics is not None:
+            self.metrics.attach(self._client.store)
         try:
             await self._feed.start()
             await self._start_http()

@@ -55,6 +55,11 @@ class Consumer:
     async def bind(cls, js: JetStreamContext, stream: str, durable: str) -> Consumer:
         return cls(await js.pull_subscribe_bind(durable, stream))
 
+    async def backlog(self) -> tuple[int, int]:
+        """(queued, delivered and not yet acknowledged) messages of the consumer."""
+        info = await self._subscription.consumer_info()
+        return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
         """Up to `batch` deliveries; an empty list when none came within `timeout`.
         Other failures (NATS away) raise, for the caller to log and try again."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 import msgspec
 from nats.aio.client import Client as NatsClient
@@ -76,6 +77,13 @@ Headers = dict[str, str] | None
 PUBLISH_TIMEOUT = 5.0
 
 
+class Observer(Protocol):
+    """Told what this process writes (`tether.metrics.Metrics`)."""
+
+    def observe(self, event: AnyStatusEvent) -> None: ...
+    def dead_lettered(self, letter: DeadLetter) -> None: ...
+
+
 @translating
 class Store:
     """Keys are not re-validated here: task ids and tool names are checked where they
@@ -103,6 +111,7 @@ class Store:
         self.recent: RecentRecords | None = None
         """Records written through this store, kept for workers (`remember_records`)."""
         self.blobs: Blobs  # set by `open`
+        self.observer: Observer | None = None
 
     @classmethod
     async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
@@ -381,6 +390,8 @@ class Store:
         subject = self.names.status_subject(event.task_id)
         headers = {MSG_ID: msg_id}
         data = encode(event)
+        if self.observer is not None:
+            self.observer.observe(event)
         if isinstance(event, _PROGRESS_EVENTS):
             check_message(subject, data, headers, self.nc.max_payload)
             await self.nc.publish(subject, data, headers=headers)
@@ -404,6 +415,8 @@ class Store:
 
     async def dead_letter(self, letter: DeadLetter) -> None:
         await self._publish(self.names.dead_letter_subject(letter.tool), encode(letter), None)
+        if self.observer is not None:
+            self.observer.dead_lettered(letter)
 
     # -- heartbeats and tools ------------------------------------------------
     async def beat(self, heartbeat: Heartbeat) -> None:

@@ -222,6 +222,8 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cached_tokens: int = 0
     """Of `input_tokens`, those the provider served from its prompt cache."""
     requests: int = 0
+    model: str | None = None
+    """The model that spent them (unset on a sum over several)."""
 
     @property
     def total_tokens(self) -> int:
@@ -233,6 +235,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             output_tokens=self.output_tokens + other.output_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
             requests=self.requests + other.requests,
+            model=self.model if self.model == other.model else None,
         )
 
 

@@ -11,6 +11,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
@@ -22,10 +23,15 @@ from tether.tasks.rules import utcnow
 from tether.worker.app import App, Tool
 from tether.worker.step import StepRunner
 
+if TYPE_CHECKING:
+    from tether.metrics import Metrics
+
 log = logging.getLogger("tether.worker")
 
 FETCH_TIMEOUT = 1.0
 CANCEL_GRACE = 5.0
+BACKLOG_EVERY = 5.0
+"""Seconds between reads of the tools' consumer state (one request per tool)."""
 
 
 def default_worker_id() -> str:
@@ -50,6 +56,7 @@ class Worker(Service):
         layout: Layout | None = None,
         worker_id: str | None = None,
         shutdown_grace: timedelta = timedelta(seconds=10),
+        metrics: Metrics | None = None,
     ) -> None:
         self.tools: dict[str, Tool] = {}
         for app in [apps] if isinstance(apps, App) else apps:
@@ -64,6 +71,7 @@ class Worker(Service):
         self.concurrency = concurrency
         self.worker_id = worker_id or default_worker_id()
         self.shutdown_grace = shutdown_grace
+        self.metrics = metrics
         self._nc: Connection | None = None
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -74,9 +82,13 @@ class Worker(Service):
         store = await Store.open(self._nc, self.layout)
         runner = StepRunner(store, self.tools, self.worker_id, random.Random())
         await store.remember_records(runner.stop_task)
+        consumers = {}
         for tool in self.tools.values():
-            consumer = await self._register(store, tool)
+            consumer = consumers[tool.name] = await self._register(store, tool)
             self._loops.append(asyncio.create_task(self._serve(consumer, runner, tool)))
+        if self.metrics is not None:
+            self.metrics.attach(store)
+            self._loops.append(asyncio.create_task(self._report_backlog(consumers)))
         log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
 
     async def _register(self, store: Store, tool: Tool) -> Consumer:
@@ -116,6 +128,18 @@ class Worker(Service):
                 self._spawn(runner, delivery, slots)
             for _ in range(free - len(deliveries)):
                 slots.release()
+
+    async def _report_backlog(self, consumers: dict[str, Consumer]) -> None:
+        """Each tool's queue and unacknowledged steps, for the metrics, every few seconds."""
+        assert self.metrics is not None
+        while not self._stopping.is_set():
+            for tool, consumer in consumers.items():
+                try:
+                    self.metrics.consumer_state(tool, *await consumer.backlog())
+                except Exception as exc:  # NATS away: the next round tries again
+                    log.debug("no backlog of %s: %s", tool, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), BACKLOG_EVERY)
 
     def _spawn(self, runner: StepRunner, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         task = asyncio.create_task(self._run_step(runner, delivery))
