@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import openai
 
+from tether import tracing
 from tether.agents.conversation import AgentStep, Entry, Journal, Turn, rebuild, step_input
 from tether.agents.models import OpenAIModel, complete
 from tether.agents.schemas import function_tool
@@ -102,9 +103,10 @@ class Agent:
                 f"budget of {budget:,} before answering"
             )
         shapes, specs = await self._tools(ctx)
-        reply = await complete(
-            self._runtime.client(self.model), self.model, journal.messages, specs, ctx.stream
-        )
+        client = self._runtime.client(self.model)
+        with tracing.chat_span(self.model.name, ctx.task_id) as span:
+            reply = await complete(client, self.model, journal.messages, specs, ctx.stream)
+            tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
         ctx.add_usage(reply.usage)
         return _result(after_reply(self.name, journal.turns + 1, reply.message, shapes))
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from tether import tracing
 from tether.client.handle import TaskHandle
 from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
 from tether.nats.connection import Connection, NatsConfig, close, connect
@@ -94,7 +95,7 @@ class Client(Service):
         store = self.store
         if await store.get_record(submit.task_id) is not None:
             raise TaskExistsError(submit.task_id)
-        if not await store.publish_submit(submit):
+        if not await store.publish_submit(submit, tracing.current()):
             raise TaskExistsError(submit.task_id)
         handle = self.handle(submit.task_id)
         # The submission is durable in the stream now; wait (briefly) for the dispatcher to

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether import tracing
 from tether.errors import InvalidTaskError, MessageTooLargeError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
@@ -117,8 +118,12 @@ class Dispatcher(Service):
             await self._reject(store, delivery, str(exc))
             return
         seq = delivery.stream_sequence
+        record = rules.new_record(submit, utcnow(), seq)
+        context = tracing.task_context(delivery.headers, submit.task_id)
+        if context is not None:
+            record = msgspec.structs.replace(record, trace=context)
         try:
-            created = await store.create_record(rules.new_record(submit, utcnow(), seq))
+            created = await store.create_record(record)
         except MessageTooLargeError as exc:
             await self._reject(
                 store, delivery, f"task {submit.task_id!r} is too large to record: {exc}"

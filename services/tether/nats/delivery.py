@@ -26,6 +26,10 @@ class Delivery:
         return int(self._msg.metadata.num_delivered)
 
     @property
+    def headers(self) -> dict[str, str]:
+        return dict(self._msg.headers or {})
+
+    @property
     def stream_sequence(self) -> int:
         return int(self._msg.metadata.sequence.stream)
 

@@ -407,10 +407,12 @@ class Store:
         else:
             await self.nc.publish(subject, encode(chunk))
 
-    async def publish_submit(self, submit: TaskSubmit) -> bool:
-        """Queue a submission for the dispatcher; False when its id was seen in the window."""
+    async def publish_submit(self, submit: TaskSubmit, headers: Headers = None) -> bool:
+        """Queue a submission for the dispatcher; False when its id was seen in the window.
+        `headers`: more headers (the submitter's trace context)."""
         data = encode(submit)  # the client checks the size first; `_publish` the exact limit
-        ack = await self._publish(self.names.submit_subject, data, {MSG_ID: submit.task_id})
+        sent = {**(headers or {}), MSG_ID: submit.task_id}
+        ack = await self._publish(self.names.submit_subject, data, sent)
         return not ack.duplicate
 
     async def dead_letter(self, letter: DeadLetter) -> None:

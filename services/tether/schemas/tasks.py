@@ -165,6 +165,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The child task the current step waits for (no worker holds the step meanwhile)."""
     usage: Usage | None = None
     """Model tokens of every completed step, summed."""
+    trace: dict[str, str] | None = None
+    """The task's W3C trace context (`traceparent`, `tracestate`), from its submission."""
 
     @property
     def plan_length(self) -> int:

@@ -43,6 +43,8 @@ class Tool:
     """An agent asks a person before it calls this tool."""
     schema: dict[str, Any] | None = None
     """The input schema to advertise, when the input type does not say it (an agent's)."""
+    agent: bool = False
+    """The tool runs an agent's turns (`App.agent`)."""
 
     @property
     def ack_wait(self) -> timedelta:
@@ -181,6 +183,7 @@ class App:
                 retry=retry or LLM_RETRY,
                 max_concurrency=chosen.max_concurrency,
                 schema=AGENT_INPUT_SCHEMA,
+                agent=True,
             )
         )
         return agent

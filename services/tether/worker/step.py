@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from tether import tracing
 from tether.errors import (
     BlobNotFoundError,
     InvalidTaskError,
@@ -33,6 +34,7 @@ from tether.schemas.tasks import (
     Checkpoint,
     ErrorInfo,
     StepSpec,
+    TaskRecord,
     TaskStatus,
     Usage,
     WorkMessage,
@@ -280,8 +282,31 @@ class StepRunner:
         except BlobNotFoundError as exc:
             raise _give_up(ErrorInfo(type="BlobNotFound", message=str(exc))) from exc
         args = (ctx, data) if tool.takes_input else (ctx,)
-        call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
-        timeout = decisions.step_timeout(tool.timeout, spec, found.record.deadline_at, utcnow())
+        record = found.record
+        with tracing.step_span(
+            record, work.step, work.branch, tool.name, attempt, tool.agent
+        ) as span:
+            call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))  # in the span
+            try:
+                done = await self._call(heartbeat, ctx, call, tool, spec, record)
+            except _Failed as failed:
+                outcome = "retried" if failed.failure.retryable else "failed"
+                tracing.outcome(span, outcome, failed.__cause__)
+                raise
+            tracing.outcome(span, "completed")
+            return done
+
+    async def _call(
+        self,
+        heartbeat: StepHeartbeat,
+        ctx: StepContext,
+        call: asyncio.Task[Any],
+        tool: Tool,
+        spec: StepSpec,
+        record: TaskRecord,
+    ) -> tuple[Any, Usage | None]:
+        """Wait for the tool: its timeout, its heartbeats, and what its failure means."""
+        timeout = decisions.step_timeout(tool.timeout, spec, record.deadline_at, utcnow())
         heartbeat.attach(ctx, call)
         limit = asyncio.timeout(timeout) if timeout is not None else None
         try:
@@ -300,7 +325,7 @@ class StepRunner:
             failure = decisions.classify(
                 exc,
                 timed_out=limit is not None and limit.expired(),  # not the tool's own TimeoutError
-                deadline_passed=rules.deadline_passed(found.record, utcnow()),
+                deadline_passed=rules.deadline_passed(record, utcnow()),
                 timeout=timeout,
             )
             raise _Failed(failure) from exc
