@@ -129,7 +129,7 @@ class Agent:
         if role.input is not None:  # the first turn: nothing before it is the agent's
             return rebuild(self.instructions, role, []), []
         entries = await self._runtime.history(ctx)
-        start = next((i for i, e in enumerate(entries) if e.spec.tool == self.name), None)
+        start = self._start_of(entries)
         if start is None:
             raise TerminalError(f"step {ctx.step} of agent {self.name!r} has no first turn")
         first = entries[start].spec.input
@@ -137,6 +137,14 @@ class Agent:
             first = entries[start - 1].output
         journal = rebuild(self.instructions, _as_step(first), entries[start:])
         return journal, entries
+
+    def _start_of(self, entries: list[Entry]) -> int | None:
+        """The latest first turn of this agent (a plan may ask the same agent twice)."""
+        for index in range(len(entries) - 1, -1, -1):
+            spec = entries[index].spec
+            if spec.tool == self.name and not _continues(step_input(spec)):
+                return index
+        return None
 
     async def _tools(self, ctx: StepContext) -> tuple[dict[str, ToolShape], list[dict[str, Any]]]:
         shapes: dict[str, ToolShape] = {}
@@ -197,6 +205,11 @@ class _Runtime:
 def _entry(checkpoint: Checkpoint) -> Entry:
     assert checkpoint.spec is not None
     return Entry(checkpoint.spec, checkpoint.output, checkpoint.usage)
+
+
+def _continues(role: AgentStep) -> bool:
+    """Whether a step of the agent continues a conversation (rather than starting one)."""
+    return role.turn is not None or role.approve is not None or role.dispatch is not None
 
 
 def _pending(journal: Journal) -> Turn:
