@@ -29,7 +29,7 @@ class TokenWriter:
         self, store: Store, task_id: str, step: int, attempt: int, branch: int | None
     ) -> None:
         self._store = store
-        self._key = {"task_id": task_id, "step": step, "attempt": attempt, "branch": branch}
+        self._first = TokenChunk(task_id=task_id, step=step, attempt=attempt, seq=0, branch=branch)
         self._seq = 0
 
     async def write(self, delta: str) -> None:
@@ -41,7 +41,7 @@ class TokenWriter:
         await self._chunk(done=True)
 
     async def _chunk(self, delta: str = "", done: bool = False) -> None:
-        chunk = TokenChunk(**self._key, seq=self._seq, delta=delta, done=done)  # type: ignore[arg-type]
+        chunk = msgspec.structs.replace(self._first, seq=self._seq, delta=delta, done=done)
         self._seq += 1
         await self._store.publish_token(chunk)
 
