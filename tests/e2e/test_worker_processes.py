@@ -65,3 +65,25 @@ async def test_sigterm_finishes_the_running_step_then_exits(
     finally:
         stop_worker(replacement)
     assert read_executions(executions)[(handle.task_id, 0)] == 1
+
+
+async def test_otel_variables_make_a_worker_export_its_step_spans(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "worker-under-test")
+    log = tmp_path / "worker.log"
+    worker = start_worker(config, APP, log=log)
+    try:
+        await (await client.submit([{"tool": "fast", "input": 1}])).wait(timeout=20)
+    finally:
+        stop_worker(worker)  # the exporter flushes at exit
+
+    text = log.read_text()
+    assert '"name": "execute_tool fast"' in text, text
+    assert '"service.name": "worker-under-test"' in text

@@ -34,7 +34,7 @@ def gateway(
     from tether.gateway import Gateway
 
     config = nats_config(nats, prefix, "tether-gateway", replicas)
-    serve(Gateway(config, host, port, metrics=metrics_on(metrics_port)))
+    serve(Gateway(config, host, port, metrics=metrics_on(metrics_port)), name=config.name)
 
 
 def register(app: typer.Typer) -> None:

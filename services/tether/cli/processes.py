@@ -25,12 +25,16 @@ from tether.errors import TetherError
 from tether.service import Service
 
 
-def serve(*services: Service) -> None:
+def serve(*services: Service, name: str = "tether") -> None:
     """Run services until SIGTERM or Ctrl-C, then stop them gracefully (last started first).
 
     A service that lost NATS for good stops the process with exit code 1, so that its
-    supervisor (systemd, Kubernetes, `tether dev`'s caller) starts a fresh one.
+    supervisor (systemd, Kubernetes, `tether dev`'s caller) starts a fresh one. Traces
+    are exported as `name` when the `OTEL_*` variables ask for them.
     """
+    from tether import tracing
+
+    tracing.configure(name)
 
     async def run() -> str | None:
         stopping = asyncio.Event()
@@ -88,7 +92,7 @@ def worker(
         fail(str(exc))
     config = nats_config(nats, prefix, "tether-worker", replicas)
     metrics = metrics_on(metrics_port)
-    serve(Worker(loaded, config, concurrency=concurrency, metrics=metrics))
+    serve(Worker(loaded, config, concurrency=concurrency, metrics=metrics), name=config.name)
 
 
 def dispatcher(
@@ -104,7 +108,7 @@ def dispatcher(
 
     config = nats_config(nats, prefix, "tether-dispatcher", replicas)
     dispatching = Dispatcher(config, metrics=metrics_on(metrics_port))
-    serve(dispatching, *([ApiService(config)] if api else []))
+    serve(dispatching, *([ApiService(config)] if api else []), name=config.name)
 
 
 def api(
@@ -115,7 +119,8 @@ def api(
     """Answer the request/reply API on `tether.api.*` (discoverable via `$SRV.*`)."""
     from tether.api import ApiService
 
-    serve(ApiService(nats_config(nats, prefix, "tether-api", replicas)))
+    config = nats_config(nats, prefix, "tether-api", replicas)
+    serve(ApiService(config), name=config.name)
 
 
 def register(app: typer.Typer) -> None:
