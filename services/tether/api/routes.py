@@ -136,8 +136,7 @@ def build_broker(
 
     @route("list")
     async def list_tasks(request: ListRequest) -> ListReply:
-        records = await client().list(request.status)
-        return _page(records, request, client().max_payload - REPLY_MARGIN)
+        return await _list(client(), request)
 
     _control_routes(route, client)
 
@@ -209,25 +208,29 @@ def _fits(client: Client, record: TaskRecord) -> TaskRecord:
     return record
 
 
-def _page(records: list[TaskRecord], request: ListRequest, max_bytes: int) -> ListReply:
-    """Up to `limit` records after the cursor, as many as fit in one reply.
+async def _list(client: Client, request: ListRequest) -> ListReply:
+    if not 1 <= request.limit <= MAX_LIST:
+        raise InvalidRequestError(f"invalid list request: limit must be between 1 and {MAX_LIST}")
+    if request.cursor is not None and await client.store.get_record(request.cursor) is None:
+        raise InvalidRequestError(f"invalid list request: unknown cursor {request.cursor!r}")
+    records, more = await client.list_page(
+        request.status, limit=request.limit, cursor=request.cursor
+    )
+    return _page(records, more, client.max_payload - REPLY_MARGIN)
+
+
+def _page(records: list[TaskRecord], more: bool, max_bytes: int) -> ListReply:
+    """As many of `records` (one page, in order) as fit in one reply; `more`: tasks may
+    follow the page.
 
     A record too large for any reply is named in `omitted` and passed over, so the
     tasks after it stay reachable.
     """
-    if not 1 <= request.limit <= MAX_LIST:
-        raise InvalidRequestError(f"invalid list request: limit must be between 1 and {MAX_LIST}")
-    start = 0
-    if request.cursor is not None:
-        ids = [r.task_id for r in records]
-        if request.cursor not in ids:
-            raise InvalidRequestError(f"invalid list request: unknown cursor {request.cursor!r}")
-        start = ids.index(request.cursor) + 1
     page: list[TaskRecord] = []
     omitted: list[str] = []
     size = 64
-    last = start
-    for record in records[start : start + request.limit]:
+    last = 0
+    for record in records:
         record_size = len(encode(record)) + 1
         if record_size + 64 > max_bytes:
             omitted.append(record.task_id)
@@ -238,7 +241,9 @@ def _page(records: list[TaskRecord], request: ListRequest, max_bytes: int) -> Li
             page.append(record)
             size += record_size
         last += 1
-    more = last < len(records)
+    more = more or last < len(records)
     return ListReply(
-        tasks=page, next_cursor=records[last - 1].task_id if more else None, omitted=omitted
+        tasks=page,
+        next_cursor=records[last - 1].task_id if more and last else None,
+        omitted=omitted,
     )

@@ -15,10 +15,13 @@ from tether.tasks.retention import BLOB_GRACE, DEFAULT_RETENTION
 
 
 async def _gc(
-    nats: str, prefix: str, retention: timedelta, dry_run: bool, as_json: bool
+    nats: str, prefix: str, retention: timedelta, dry_run: bool, reindex: bool, as_json: bool
 ) -> ExitCode:
     async with connected(nats, prefix) as client:
         report = await Sweeper(client.store).sweep(retention, BLOB_GRACE, dry_run)
+        indexed = await client.store.reindex() if reindex and not dry_run else 0
+    if reindex and not as_json:
+        render.print_lines([f"indexed {indexed} task(s)"])
     if as_json:
         render.print_json({**report.__dict__, "dry_run": dry_run})
         return ExitCode.OK
@@ -46,6 +49,14 @@ def gc(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
     ] = False,
+    reindex: Annotated[
+        bool,
+        typer.Option(
+            "--reindex",
+            help="Also rebuild the status index from the records (once, after upgrading "
+            "from a version without it).",
+        ),
+    ] = False,
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
@@ -53,7 +64,7 @@ def gc(
     """Remove finished tasks (record, checkpoints, events) older than --older-than, then
     every blob no kept task refers to. Running tasks are never touched; safe to run
     from cron while workers run."""
-    run(_gc(nats, prefix, timedelta(days=older_than), dry_run, as_json), as_json)
+    run(_gc(nats, prefix, timedelta(days=older_than), dry_run, reindex, as_json), as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -335,8 +335,7 @@ async def _ls(
     nats: str, prefix: str, wanted: TaskStatus | None, limit: int, as_json: bool
 ) -> ExitCode:
     async with connected(nats, prefix) as client:
-        records = await client.list(wanted)
-    newest = sorted(records, key=lambda r: r.updated_at, reverse=True)[:limit]
+        newest, _ = await client.list_page(wanted, limit=limit, newest_first=True)
     if as_json:
         render.print_json(ListReply(tasks=newest))
     else:
@@ -355,7 +354,7 @@ def ls(
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
 ) -> None:
-    """List tasks, most recently updated first."""
+    """List tasks, newest first."""
     run(_ls(nats, prefix, status, limit, as_json), as_json)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import uuid
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from tether.schemas.codec import encode
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
+from tether.tasks import listing
 from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import to_step, validate_submit
 from tether.tasks.service import TaskService
@@ -173,6 +175,46 @@ class Client(Service):
         return sorted(
             (r for r in records if wanted is None or r.status is wanted), key=lambda r: r.created_at
         )
+
+    async def list_page(
+        self,
+        status: TaskStatus | str | None = None,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        newest_first: bool = False,
+    ) -> tuple[builtins.list[TaskRecord], bool]:
+        """A page of tasks in creation order (or newest first), after the task `cursor`,
+        and whether more may follow. Read from the status index, so the first page costs
+        one request and `limit` record reads however many tasks the store holds."""
+        wanted = None if status is None else TaskStatus(status)
+        store = self.store
+        if await store.index_is_empty():  # a store from before the index: read it all
+            records = await self.list(wanted)
+            rows = [listing.Row(listing.created_us(r.created_at), r.task_id, "") for r in records]
+        else:
+            subjects = await store.index_rows(wanted.value if wanted else None)
+            rows = listing.parse(subjects, store.names.prefix)
+        if newest_first:
+            rows.reverse()
+        if cursor is not None:
+            rows = listing.after(rows, await self._position(cursor), reverse=newest_first)
+        page: builtins.list[TaskRecord] = []
+        for index, row in enumerate(rows):
+            found = await store.get_record(row.task_id)
+            if found is None or (wanted is not None and found.record.status is not wanted):
+                continue  # a row the task has left (or a task gone): the record decides
+            if page and page[-1].task_id == row.task_id:
+                continue
+            page.append(found.record)
+            if len(page) == limit:
+                return page, index + 1 < len(rows)
+        return page, False
+
+    async def _position(self, task_id: str) -> tuple[int, str]:
+        """Where task `task_id` sits in creation order."""
+        record = (await self.store.require_record(task_id)).record
+        return listing.created_us(record.created_at), record.task_id
 
     async def cancel(self, task_id: str) -> TaskRecord:
         """Cancel an unfinished task; raises TaskConflictError if it already ended."""

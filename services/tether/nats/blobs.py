@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from nats.js.errors import NotFoundError, ObjectNotFoundError
+from nats.js.errors import ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
@@ -38,6 +38,19 @@ def is_ref(value: Any) -> bool:
 
 def _object_name(ref: str) -> str:
     return OBJECT_PREFIX + ref[len(PREFIX) :]
+
+
+def stored_blob(meta: bytes) -> tuple[str, datetime] | None:
+    """A blob's digest (hex) and when it was stored, from its Object Store meta message
+    (None for a deleted object or another object's)."""
+    try:
+        info = msgspec.json.decode(meta)
+    except msgspec.DecodeError:
+        return None
+    name = info.get("name") if isinstance(info, dict) else None
+    if not isinstance(name, str) or not name.startswith(OBJECT_PREFIX) or info.get("deleted"):
+        return None
+    return name[len(OBJECT_PREFIX) :], _stored_at(info.get("mtime"))
 
 
 def _stored_at(mtime: str | None) -> datetime:
@@ -83,18 +96,6 @@ class Blobs:
         except ObjectNotFoundError:
             raise BlobNotFoundError(ref) from None
         return found.data or b""
-
-    async def stored(self) -> list[tuple[str, datetime]]:
-        """Every blob's digest (hex) and when it was stored."""
-        try:
-            infos = await self._store.list(ignore_deletes=True)
-        except NotFoundError:  # nats-py: an empty store has no objects to list
-            return []
-        return [
-            (info.name[len(OBJECT_PREFIX) :], _stored_at(info.mtime))
-            for info in infos
-            if info.name.startswith(OBJECT_PREFIX)
-        ]
 
     async def remove(self, digest: str) -> None:
         with contextlib.suppress(ObjectNotFoundError):

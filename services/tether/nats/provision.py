@@ -97,6 +97,15 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
             max_age=_seconds(layout.dead_letter_max_age),
         ),
         StreamConfig(
+            name=names.index_stream,
+            subjects=[names.index_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_msgs_per_subject=1,
+            discard=DiscardPolicy.OLD,
+            allow_rollup_hdrs=True,
+            allow_msg_ttl=True,  # a row a task left expires (see `Store.index`)
+        ),
+        StreamConfig(
             name=names.tokens_stream,
             subjects=[names.tokens_subjects],
             retention=RetentionPolicy.LIMITS,

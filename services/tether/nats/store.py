@@ -63,6 +63,7 @@ from tether.schemas.tasks import (
     ToolInfo,
     WorkMessage,
 )
+from tether.tasks.listing import created_us
 
 _tool_decoder = msgspec.json.Decoder(ToolInfo)
 MSG_ID: str = Header.MSG_ID.value
@@ -71,6 +72,8 @@ _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 
 
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
+_ROW_LEFT = {Header.ROLLUP.value: "sub", "Nats-TTL": "1s"}
+"""Replaces a task's old index row and expires (nats-server 2.11+ message TTLs)."""
 Headers = dict[str, str] | None
 
 
@@ -247,6 +250,7 @@ class Store:
             revision = await self._write(self._tasks_prefix + record.task_id, data, 0)
         except KeyWrongLastSequenceError:
             return None
+        await self.index(record)
         return self._written(record, revision, len(data))
 
     async def update_record(
@@ -271,7 +275,40 @@ class Store:
             except KeyWrongLastSequenceError:
                 current = None
                 continue
+            if new.status is not found.record.status:
+                await self.index(new, found.record)
             return self._written(new, revision, len(data)), True
+
+    async def index(self, record: TaskRecord, before: TaskRecord | None = None) -> None:
+        """Move the task's row in the status index (see `tether.tasks.listing`).
+
+        Published without waiting: a row is a hint the reader checks against the record,
+        so a lost one costs a missing or a skipped row, never a wrong answer. The row a
+        task leaves is rolled up into an empty marker that expires a second later.
+        """
+        stamp = created_us(record.created_at)
+        subject = self.names.index_subject(record.status.value, stamp, record.task_id)
+        await self.nc.publish(subject, b"")
+        if before is not None:
+            old = self.names.index_subject(before.status.value, stamp, record.task_id)
+            await self.nc.publish(old, b"", headers=_ROW_LEFT)
+
+    async def reindex(self) -> int:
+        """Write the index row of every record (once, for records from before the index);
+        returns how many."""
+        records = await self.list_records()
+        for record in records:
+            await self.index(record)
+        await self.nc.flush()
+        return len(records)
+
+    async def index_rows(self, status: str | None = None) -> list[str]:
+        """The subjects of the index's rows (of one status, or all)."""
+        return await self._subjects(self.names.index_stream, self.names.index_filter(status))
+
+    async def index_is_empty(self) -> bool:
+        info = await self.js.stream_info(self.names.index_stream)
+        return not info.state.messages
 
     def _written(self, record: TaskRecord, revision: int, size: int) -> Versioned:
         found = Versioned(record, revision)
@@ -286,23 +323,28 @@ class Store:
     async def keys(self, bucket: str) -> list[str]:
         """Every key in a bucket (deleted ones included: reads skip those).
 
-        Read from the stream's subject list, a page of up to 100,000 per request.
         nats-py's `KeyValue.keys()` can come back empty when its watcher's consumer
         info overtakes the entries it has not processed yet.
         """
         prefix = self.names.kv_subject(bucket)
-        keys: list[str] = []
+        subjects = await self._subjects(self.names.kv_stream(bucket), prefix + ">")
+        return [subject[len(prefix) :] for subject in subjects]
+
+    async def _subjects(self, stream: str, subjects_filter: str) -> list[str]:
+        """The subjects of a stream's messages, read from its subject list, a page of up
+        to 100,000 per request."""
+        found: list[str] = []
         while True:
-            body = encode({"subjects_filter": prefix + ">", "offset": len(keys)})
-            subject = self.names.stream_info_subject(self.names.kv_stream(bucket))
+            body = encode({"subjects_filter": subjects_filter, "offset": len(found)})
+            subject = self.names.stream_info_subject(stream)
             reply = await self._requests.request(subject, body, None)
             info = stream_subjects_decoder.decode(reply.data)
             if info.error is not None:
                 raise info.error.exception()
             page = info.state.subjects if info.state and info.state.subjects else {}
-            keys.extend(subject[len(prefix) :] for subject in page)
-            if not page or len(keys) >= info.total:
-                return keys
+            found.extend(page)
+            if not page or len(found) >= info.total:
+                return found
 
     async def list_records(self) -> list[TaskRecord]:
         keys = await self.keys(self.names.tasks_bucket)

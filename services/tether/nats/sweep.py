@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from nats.js.api import DeliverPolicy
 
+from tether.nats.blobs import stored_blob
 from tether.nats.connection import translating
 from tether.nats.store import Store
 from tether.schemas.codec import record_decoder
@@ -49,16 +50,16 @@ class Sweeper:
         now = now or datetime.now(UTC)
         report = SweepReport()
         # Blobs are listed first: one stored after this point is not considered at all.
-        blobs = await self._store.blobs.stored()
+        blobs = [found async for found in self._stored_blobs()]
         referenced: set[str] = set()
-        async for task_id, value in self._values(self._names.tasks_bucket):
+        async for task_id, value in self._bucket(self._names.tasks_bucket):
             if expired(record_decoder.decode(value), now, retention):
                 report.tasks.append(task_id)
             else:
                 report.kept_tasks += 1
                 referenced |= refs_in(value)
         gone = set(report.tasks)
-        async for key, value in self._values(self._names.checkpoints_bucket):
+        async for key, value in self._bucket(self._names.checkpoints_bucket):
             if key.split(".", 1)[0] not in gone:
                 referenced |= refs_in(value)
         report.blobs = garbage(blobs, referenced, now, grace)
@@ -77,16 +78,29 @@ class Sweeper:
             subject=names.kv_subject(names.checkpoints_bucket, task_id + ".>"),
         )
         await js.purge_stream(names.status_stream, subject=names.status_subject(task_id))
+        await js.purge_stream(names.index_stream, subject=names.index_rows_of(task_id))
         # The record goes last: a sweep cut off half-way finds the task again next time.
         await js.purge_stream(
             names.kv_stream(names.tasks_bucket),
             subject=names.kv_subject(names.tasks_bucket, task_id),
         )
 
-    async def _values(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:
-        """The latest value of every key of a bucket, read as one ordered stream."""
-        prefix = self._names.kv_subject(bucket)
-        stream = self._names.kv_stream(bucket)
+    def _bucket(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:
+        """The latest value of every key of a KV bucket."""
+        names = self._names
+        return self._values(names.kv_stream(bucket), names.kv_subject(bucket))
+
+    async def _stored_blobs(self) -> AsyncIterator[tuple[str, datetime]]:
+        """Every blob's digest and when it was stored, from the Object Store's own meta
+        subjects (nats-py's `ObjectStore.list` can wait for ever on a race of its watcher)."""
+        bucket = self._names.blobs_bucket
+        async for _, meta in self._values(f"OBJ_{bucket}", f"$O.{bucket}.M."):
+            found = stored_blob(meta)
+            if found is not None:
+                yield found
+
+    async def _values(self, stream: str, prefix: str) -> AsyncIterator[tuple[str, bytes]]:
+        """The latest message of every subject under `prefix`, read as one ordered stream."""
         info = await self._store.js.stream_info(stream)
         if not info.state.messages:
             return

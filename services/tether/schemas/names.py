@@ -34,6 +34,10 @@ class Names(msgspec.Struct, frozen=True):
     def tokens_stream(self) -> str:
         return f"{self._upper}_TOKENS"
 
+    @property
+    def index_stream(self) -> str:
+        return f"{self._upper}_INDEX"
+
     # -- KV buckets and object store -----------------------------------------
     @property
     def tasks_bucket(self) -> str:
@@ -99,6 +103,22 @@ class Names(msgspec.Struct, frozen=True):
     @property
     def status_subjects(self) -> str:
         return f"{self.prefix}.status.>"
+
+    def index_subject(self, status: str, created_us: int, task_id: str) -> str:
+        """The task's row in the status index: `<prefix>.index.<status>.<µs>.<task_id>`."""
+        return f"{self.prefix}.index.{status}.{created_us:016d}.{task_id}"
+
+    def index_filter(self, status: str | None = None) -> str:
+        """The rows of one status (None: of all)."""
+        return f"{self.prefix}.index.{status or '*'}.>"
+
+    def index_rows_of(self, task_id: str) -> str:
+        """Every row of one task, whatever its status."""
+        return f"{self.prefix}.index.*.*.{task_id}"
+
+    @property
+    def index_subjects(self) -> str:
+        return f"{self.prefix}.index.>"
 
     def tokens_subject(self, task_id: str) -> str:
         """Where a task's steps stream their text (`TokenChunk`s)."""
