@@ -31,6 +31,7 @@ from nats.js.api import Header
 
 from tests.bench.agents import LONG_TURNS, STREAM_WORDS
 from tests.bench.agents import measure as agent_workloads
+from tests.bench.listing import measure as listing_figures
 from tests.bench.nodes import BASE_BUCKET, BASE_STEPS, provision_baseline
 from tether import NatsServer
 from tether.nats.store import Store
@@ -395,6 +396,9 @@ async def main(args: argparse.Namespace) -> list[Result]:
         results.append(w5)
 
         results += await agent_results(url, args.runs)
+        w8 = Result(f"W8 first page of a filtered list, {args.list_tasks:,} tasks", "tether")
+        w8.add(**await listing_figures(url, args.list_tasks))
+        results.append(w8)
 
         w3 = Result("W3 crash recovery", "tether")
         for run in range(args.runs):
@@ -494,6 +498,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=1000, help="W1 tasks")
     parser.add_argument("--latency-tasks", type=int, default=200, help="W2 tasks")
     parser.add_argument("--crash-tasks", type=int, default=200, help="W3 tasks")
+    parser.add_argument("--list-tasks", type=int, default=100_000, help="W8 tasks in the store")
     parser.add_argument(
         "--concurrency", type=int, default=64, help="in-flight steps per tool and process"
     )

@@ -40,6 +40,9 @@ class Layout:
     status_per_task: int = 10_000
     dead_letter_max_age: timedelta = timedelta(days=30)
     heartbeat_ttl: timedelta = timedelta(seconds=30)
+    index_tasks: bool = True
+    """Keep the status index that makes a filtered list's first page fast (three core
+    publishes per task as its status changes); off, listing reads every record."""
     tokens_max_age: timedelta = timedelta(hours=1)
     """How long streamed text stays to follow (or resume) after it was written."""
     blob_threshold: int = 256 * 1024

@@ -115,6 +115,8 @@ class Store:
         """Records written through this store, kept for workers (`remember_records`)."""
         self.blobs: Blobs  # set by `open`
         self.observer: Observer | None = None
+        self.indexing = True
+        """Whether record writes keep the status index (`Layout.index_tasks`)."""
 
     @classmethod
     async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
@@ -136,6 +138,7 @@ class Store:
         }
         store = cls(nc, js, names, buckets)
         store.blobs = Blobs(await js.object_store(names.blobs_bucket), layout.blob_threshold)
+        store.indexing = layout.index_tasks
         await store._requests.start()
         info = await js.stream_info(names.kv_stream(names.tasks_bucket))
         store.direct_reads = bool(info.config.allow_direct)
@@ -286,6 +289,8 @@ class Store:
         so a lost one costs a missing or a skipped row, never a wrong answer. The row a
         task leaves is rolled up into an empty marker that expires a second later.
         """
+        if not self.indexing:
+            return
         stamp = created_us(record.created_at)
         subject = self.names.index_subject(record.status.value, stamp, record.task_id)
         await self.nc.publish(subject, b"")
