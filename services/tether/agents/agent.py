@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import msgspec
 import openai
 
 from tether import tracing
-from tether.agents.conversation import AgentStep, Entry, Journal, Turn, rebuild, step_input
+from tether.agents.conversation import AgentStep, Entry, Journal, Turn, as_step, rebuild
 from tether.agents.models import OpenAIModel, complete
 from tether.agents.schemas import function_tool
 from tether.agents.turns import (
@@ -82,7 +81,7 @@ class Agent:
 
     async def run_step(self, ctx: StepContext, data: Any) -> Any:
         """The tool function: one LLM turn, or an approval gate, of this agent's task."""
-        role = _as_step(data)
+        role = as_step(data)
         journal, before = await self._journal(ctx, role)
         if role.approve is not None:
             return self._gate(journal, role.approve)
@@ -120,7 +119,7 @@ class Agent:
 
     async def _dispatch(self, ctx: StepContext, journal: Journal, gate: Entry) -> Any:
         """After the gate (the step before this one): run what its answer approved."""
-        gated = step_input(gate.spec).approve or []
+        gated = as_step(gate.spec.input).approve or []
         shapes, _ = await self._tools(ctx)
         return _result(after_approval(_pending(journal), gated, gate.output, shapes))
 
@@ -135,14 +134,14 @@ class Agent:
         first = entries[start].spec.input
         if first is None and start > 0:  # the question was the previous step's output
             first = entries[start - 1].output
-        journal = rebuild(self.instructions, _as_step(first), entries[start:])
+        journal = rebuild(self.instructions, as_step(first), entries[start:])
         return journal, entries
 
     def _start_of(self, entries: list[Entry]) -> int | None:
         """The latest first turn of this agent (a plan may ask the same agent twice)."""
         for index in range(len(entries) - 1, -1, -1):
             spec = entries[index].spec
-            if spec.tool == self.name and not _continues(step_input(spec)):
+            if spec.tool == self.name and not as_step(spec.input).continues:
                 return index
         return None
 
@@ -207,25 +206,10 @@ def _entry(checkpoint: Checkpoint) -> Entry:
     return Entry(checkpoint.spec, checkpoint.output, checkpoint.usage)
 
 
-def _continues(role: AgentStep) -> bool:
-    """Whether a step of the agent continues a conversation (rather than starting one)."""
-    return role.turn is not None or role.approve is not None or role.dispatch is not None
-
-
 def _pending(journal: Journal) -> Turn:
     if journal.last_turn is None:
         raise TerminalError("an approval step found no tool calls waiting for it")
     return journal.last_turn
-
-
-def _as_step(data: Any) -> AgentStep:
-    """A step's input: `{"input": ...}` and the other roles, or just the question."""
-    if isinstance(data, str):
-        return AgentStep(input=data)
-    try:
-        return msgspec.convert(data or {}, AgentStep)
-    except msgspec.ValidationError as exc:
-        raise TerminalError(f"not an agent step's input: {exc}") from exc
 
 
 def _result(next_: Next) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from tether.errors import TerminalError
 from tether.schemas.tasks import StepSpec, Usage
 
 
@@ -32,6 +33,11 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     turn: int | None = None
     approve: list[str] | None = None
     dispatch: int | None = None
+
+    @property
+    def continues(self) -> bool:
+        """Whether the step continues a conversation (rather than starting one)."""
+        return self.turn is not None or self.approve is not None or self.dispatch is not None
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -68,10 +74,14 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     """The latest turn that asked for tools, while its results are not all in."""
 
 
-def step_input(spec: StepSpec) -> AgentStep:
-    if not isinstance(spec.input, dict):
-        return AgentStep()
-    return msgspec.convert(spec.input, AgentStep)
+def as_step(value: Any) -> AgentStep:
+    """An agent step's input: `{"input": ...}` and the other roles, or just the question."""
+    if isinstance(value, str):
+        return AgentStep(input=value)
+    try:
+        return msgspec.convert(value or {}, AgentStep)
+    except msgspec.ValidationError as exc:
+        raise TerminalError(f"not an agent step's input: {exc}") from exc
 
 
 def first_messages(instructions: str, start: AgentStep) -> list[dict[str, Any]]:
@@ -94,7 +104,7 @@ def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Jo
     pending: Turn | None = None
     for entry in history:
         usage = usage if entry.usage is None else usage + entry.usage
-        role = step_input(entry.spec) if entry.spec.parallel is None else None
+        role = as_step(entry.spec.input) if entry.spec.parallel is None else None
         if role is not None and role.approve is None and role.dispatch is None:
             turns += 1
             if isinstance(entry.output, dict) and "message" in entry.output:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import uuid
@@ -189,9 +190,12 @@ class Client(Service):
         one request and `limit` record reads however many tasks the store holds."""
         wanted = None if status is None else TaskStatus(status)
         store = self.store
+        known: dict[str, TaskRecord] = {}
         if await store.index_is_empty():  # a store from before the index: read it all
-            records = await self.list(wanted)
-            rows = [listing.Row(listing.created_us(r.created_at), r.task_id, "") for r in records]
+            known = {record.task_id: record for record in await self.list(wanted)}
+            rows = [
+                listing.Row(listing.created_us(r.created_at), r.task_id, "") for r in known.values()
+            ]
         else:
             subjects = await store.index_rows(wanted.value if wanted else None)
             rows = listing.parse(subjects, store.names.prefix)
@@ -200,16 +204,27 @@ class Client(Service):
         if cursor is not None:
             rows = listing.after(rows, await self._position(cursor), reverse=newest_first)
         page: builtins.list[TaskRecord] = []
-        for index, row in enumerate(rows):
-            found = await store.get_record(row.task_id)
-            if found is None or (wanted is not None and found.record.status is not wanted):
-                continue  # a row the task has left (or a task gone): the record decides
-            if page and page[-1].task_id == row.task_id:
-                continue
-            page.append(found.record)
-            if len(page) == limit:
-                return page, index + 1 < len(rows)
+        for start in range(0, len(rows), limit):  # a page's records read at once
+            chunk = [row.task_id for row in rows[start : start + limit]]
+            for offset, record in enumerate(await self._records(chunk, known)):
+                if record is None or (wanted is not None and record.status is not wanted):
+                    continue  # a row the task has left (or a task gone): the record decides
+                if not page or page[-1].task_id != record.task_id:
+                    page.append(record)
+                if len(page) == limit:
+                    return page, start + offset + 1 < len(rows)
         return page, False
+
+    async def _records(
+        self, task_ids: builtins.list[str], known: dict[str, TaskRecord]
+    ) -> builtins.list[TaskRecord | None]:
+        async def record(task_id: str) -> TaskRecord | None:
+            if task_id in known:
+                return known[task_id]
+            found = await self.store.get_record(task_id)
+            return None if found is None else found.record
+
+        return [*await asyncio.gather(*(record(task_id) for task_id in task_ids))]
 
     async def _position(self, task_id: str) -> tuple[int, str]:
         """Where task `task_id` sits in creation order."""

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from tether import Client, Dispatcher, NatsConfig, NatsServer, TaskRecord
-from tether.cli.render import format_usage
+from tether.cli.render import StreamedText, format_usage
 from tether.demo.script import QUESTION, script
 from tether.schemas.events import AnyStatusEvent, Completed, Failed, StepCompleted, StepStarted
 from tether.testing import wait_until
@@ -131,16 +132,16 @@ class Demo:
 
     async def _show_tokens(self, client: Client, task_id: str) -> None:
         """The answer as the model writes it; a cut-off attempt's text is marked."""
-        attempts: dict[int, int] = {}
+        text = StreamedText()
+        headed: set[int] = set()
         async for chunk in client.handle(task_id).stream():
-            if attempts.get(chunk.step) not in (None, chunk.attempt):
-                self.say(f"  [yellow](attempt {attempts[chunk.step]} was cut off)[/]")
-            if chunk.step not in attempts or attempts[chunk.step] != chunk.attempt:
-                attempts[chunk.step] = chunk.attempt
+            if chunk.step not in headed:
+                headed.add(chunk.step)
                 self.say(f"  [magenta]✎ turn {chunk.step // 2 + 1} streams:[/]")
                 self.console.print("    ", end="")
-            self.console.print(chunk.delta, end="", highlight=False, soft_wrap=True)
-            self._mid_line = bool(chunk.delta) or self._mid_line
+            for piece, style in text.add(chunk):
+                self.console.print(Text(piece, style=style), end="", soft_wrap=True)
+                self._mid_line = True
             if chunk.done:
                 self._end_line()
 

@@ -61,8 +61,8 @@ class StepContext:
         """The output of an earlier step of this task."""
         if not 0 <= step < self.step:
             raise ValueError(f"step {step} is not an earlier step of step {self.step}")
-        checkpoint = await self._store.get_checkpoint(self.task_id, step)
-        return None if checkpoint is None else await self._store.blobs.resolve(checkpoint.output)
+        checkpoint = await self._checkpoint(step)
+        return None if checkpoint is None else checkpoint.output
 
     async def outputs(self) -> list[Any]:
         """The outputs of every earlier step, in order."""
@@ -72,15 +72,15 @@ class StepContext:
         """The checkpoints of steps `since`.. up to this one (the step each ran, its output
         resolved, its usage), in order: what a tool that rebuilds state from the task's
         past reads. Checkpoints never change, so a caller may keep what it read."""
+        return list(await asyncio.gather(*(self._checkpoint(i) for i in range(since, self.step))))
 
-        async def resolved(step: int) -> Checkpoint | None:
-            found = await self._store.get_checkpoint(self.task_id, step)
-            if found is None:
-                return None
-            output = await self._store.blobs.resolve(found.output)
-            return msgspec.structs.replace(found, output=output)
-
-        return list(await asyncio.gather(*(resolved(i) for i in range(since, self.step))))
+    async def _checkpoint(self, step: int) -> Checkpoint | None:
+        """A step's checkpoint with its output resolved (a blob reference read)."""
+        found = await self._store.get_checkpoint(self.task_id, step)
+        if found is None:
+            return None
+        output = await self._store.blobs.resolve(found.output)
+        return found if output is found.output else msgspec.structs.replace(found, output=output)
 
     async def tool_info(self, name: str) -> ToolInfo | None:
         """A tool as registered by the workers that serve it (schema, description)."""
