@@ -14,7 +14,7 @@ import pytest
 
 from tests.apps.agents import app as agents
 from tests.apps.tools import read_branch_executions
-from tether import Client, NatsConfig, TaskFailedError, TaskStatus, Worker
+from tether import Client, NatsConfig, TaskFailedError, TaskHandle, TaskStatus, Worker
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
 
@@ -27,6 +27,19 @@ async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Work
 
 def _question() -> str:
     return f"question {uuid.uuid4().hex[:8]}"
+
+
+async def _ask(
+    client: Client,
+    model: ScriptedModel,
+    turns: list[dict[str, Any]],
+    agent: str = "researcher",
+    **options: Any,
+) -> tuple[str, TaskHandle]:
+    """A new question, the model's script for it, and the agent's task asking it."""
+    question = _question()
+    model.load(_script(question, *turns))
+    return question, await client.submit_agent(agent, question, **options)
 
 
 def _script(question: str, *turns: dict[str, Any]) -> dict[str, Any]:
@@ -53,10 +66,7 @@ ANSWER = {
 async def test_parallel_tool_calls_fan_in_to_the_next_turn_and_the_answer_is_the_result(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
-    question = _question()
-    model.load(_script(question, SEARCH_TWICE, ANSWER))
-
-    handle = await client.submit_agent("researcher", question)
+    question, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER])
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
     calls = _calls(model, question)
@@ -79,9 +89,7 @@ async def test_parallel_tool_calls_fan_in_to_the_next_turn_and_the_answer_is_the
 async def test_usage_is_on_each_llm_steps_event(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _question()
-    model.load(_script(question, SEARCH_TWICE, ANSWER))
-    handle = await client.submit_agent("researcher", question)
+    _, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER])
     await handle.wait(timeout=30)
 
     events = [e async for e in handle.events(timeout=5)]
@@ -93,9 +101,7 @@ async def test_usage_is_on_each_llm_steps_event(
 async def test_the_answer_streams_token_by_token_and_a_reader_resumes_without_repeats(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _question()
-    model.load(_script(question, SEARCH_TWICE, ANSWER))
-    handle = await client.submit_agent("researcher", question)
+    _, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER])
     await handle.wait(timeout=30)
 
     chunks = [chunk async for chunk in handle.stream()]
@@ -121,11 +127,8 @@ async def _take(stream: AsyncIterator[Any], n: int) -> AsyncIterator[Any]:
 async def test_a_429_is_retried_after_the_providers_retry_after(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _question()
     limited = {**ANSWER, "faults": [{"status": 429, "retry_after": 1}]}
-    model.load(_script(question, limited))
-
-    handle = await client.submit_agent("researcher", question)
+    question, handle = await _ask(client, model, [limited])
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
     calls = _calls(model, question)
@@ -144,16 +147,13 @@ def _at(call: dict[str, Any]) -> float:
 async def test_a_string_tool_gets_its_input_unwrapped_and_an_unknown_tool_is_told_to_the_model(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _question()
     calls = {
         "tool_calls": [
             {"name": "shout", "arguments": {"input": "quiet"}},
             {"name": "teleport", "arguments": {}},
         ]
     }
-    model.load(_script(question, calls, ANSWER))
-
-    handle = await client.submit_agent("researcher", question)
+    _, handle = await _ask(client, model, [calls, ANSWER])
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
     group = await client.store.get_checkpoint(handle.task_id, 1)
@@ -165,10 +165,8 @@ async def test_a_string_tool_gets_its_input_unwrapped_and_an_unknown_tool_is_tol
 async def test_a_denied_call_is_not_run_and_the_model_is_told_why(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
-    question = _question()
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ceo@example.com"}}]}
-    model.load(_script(question, email, ANSWER))
-    handle = await client.submit_agent("researcher", question)
+    _, handle = await _ask(client, model, [email, ANSWER])
 
     waiting = await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=30)
     assert waiting.input_request is not None
@@ -187,10 +185,8 @@ async def test_a_denied_call_is_not_run_and_the_model_is_told_why(
 async def test_an_approved_call_runs_once(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
-    question = _question()
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "team@example.com"}}]}
-    model.load(_script(question, email, ANSWER))
-    handle = await client.submit_agent("researcher", question)
+    _, handle = await _ask(client, model, [email, ANSWER])
     await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=30)
 
     await handle.send_input({"approved": True})
@@ -204,10 +200,7 @@ async def test_an_approved_call_runs_once(
 async def test_the_token_budget_stops_the_loop_before_the_next_call(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _question()
-    model.load(_script(question, SEARCH_TWICE, ANSWER))
-
-    handle = await client.submit_agent("researcher", question, token_budget=100)
+    question, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER], token_budget=100)
 
     with pytest.raises(TaskFailedError) as failed:
         await handle.wait(timeout=30)
@@ -219,11 +212,8 @@ async def test_the_token_budget_stops_the_loop_before_the_next_call(
 async def test_max_turns_fails_the_task_with_what_to_do(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _question()
     again = {"tool_calls": [{"name": "shout", "arguments": {"input": "again"}}]}
-    model.load(_script(question, *[again] * 6, ANSWER))
-
-    handle = await client.submit_agent("researcher", question)
+    question, handle = await _ask(client, model, [*[again] * 6, ANSWER])
 
     with pytest.raises(TaskFailedError) as failed:
         await handle.wait(timeout=60)
@@ -235,11 +225,8 @@ async def test_max_turns_fails_the_task_with_what_to_do(
 async def test_a_context_length_error_fails_the_task_and_says_what_to_do(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _question()
     too_long = {**ANSWER, "faults": [{"status": 400, "code": "context_length_exceeded"}]}
-    model.load(_script(question, too_long))
-
-    handle = await client.submit_agent("researcher", question)
+    question, handle = await _ask(client, model, [too_long])
 
     with pytest.raises(TaskFailedError) as failed:
         await handle.wait(timeout=30)
@@ -251,11 +238,8 @@ async def test_a_context_length_error_fails_the_task_and_says_what_to_do(
 async def test_an_approval_nobody_answers_expires_by_its_timer(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
-    question = _question()
     search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "anything"}}]}
-    model.load(_script(question, search, ANSWER))
-
-    handle = await client.submit_agent("hasty", question)
+    _, handle = await _ask(client, model, [search, ANSWER], agent="hasty")
 
     with pytest.raises(TaskFailedError) as failed:
         await handle.wait(timeout=30)
