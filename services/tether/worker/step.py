@@ -215,7 +215,9 @@ class StepRunner:
                 raise _give_up(early.error)
             started = await self._start(found, work, attempt)
             try:
-                result, usage = await self._run_tool(heartbeat, tool, spec, work, found, attempt)
+                result, usage = await self._run_tool(
+                    heartbeat, tool, spec, work, found, attempt, policy
+                )
             finally:
                 if started is not None:
                     found = await started.settle()
@@ -266,6 +268,7 @@ class StepRunner:
         work: WorkMessage,
         found: Versioned,
         attempt: int,
+        policy: RetryPolicy,
     ) -> tuple[Any, Usage | None]:
         ctx = StepContext(
             store=self.store,
@@ -290,8 +293,8 @@ class StepRunner:
             try:
                 done = await self._call(heartbeat, ctx, call, tool, spec, record)
             except _Failed as failed:
-                outcome = "retried" if failed.failure.retryable else "failed"
-                tracing.outcome(span, outcome, failed.__cause__)
+                retried = failed.failure.retryable and policy.can_retry(attempt)  # as `outcome`
+                tracing.outcome(span, "retried" if retried else "failed", failed.__cause__)
                 raise
             tracing.outcome(span, "completed")
             return done
