@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -24,6 +27,43 @@ from tether.testing.llm import ScriptedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.apps.tools:app"
+
+
+def _print_tasks(signum: int, frame: object) -> None:
+    """Where every asyncio task of the running loop waits, printed to stderr."""
+    loop = asyncio._get_running_loop()
+    print(f"--- asyncio tasks {'' if loop else '(no running loop)'}", file=sys.stderr)
+    for task in asyncio.all_tasks(loop) if loop else ():
+        print(f"{task!r}", file=sys.stderr)
+        awaited = task.get_coro()
+        while awaited is not None:  # the whole chain of awaits, not only the outer frame
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is not None:
+                print(
+                    f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}",
+                    file=sys.stderr,
+                )
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """A test about to hit pytest-timeout first prints where its tasks wait: a hang in
+    an awaited call shows only the event loop's `select` in the timeout's own report."""
+    limit = float(item.config.getini("timeout") or 0)
+    marker = item.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker and marker.args else limit
+    if limit <= 10 or threading.current_thread() is not threading.main_thread():
+        return (yield)
+    previous = signal.signal(signal.SIGUSR2, _print_tasks)
+    timer = threading.Timer(limit - 5, os.kill, (os.getpid(), signal.SIGUSR2))
+    timer.daemon = True
+    timer.start()
+    try:
+        return (yield)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR2, previous)
 
 
 @pytest.fixture(scope="module")

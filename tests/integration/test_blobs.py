@@ -3,6 +3,7 @@ once in the Object Store and travel as {"$blob": "sha256:...", "size": n}."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ import pytest
 from tests.apps.tools import app
 from tests.conftest import Raw
 from tether import App, Client, NatsConfig, Parallel, Step, StepContext, Worker
+from tether.errors import BlobNotFoundError
 from tether.nats.feeds import last_event
 from tether.nats.sweep import Sweeper
 from tether.schemas import StepCompleted
@@ -182,3 +184,20 @@ async def test_gc_keeps_a_blob_younger_than_the_grace_even_with_no_reference(
 
     assert handle.task_id in report.tasks  # finished, so past a zero retention
     assert report.blobs == [] and report.kept_blobs >= 1  # stored seconds ago
+
+
+async def test_a_blob_read_sees_it_stored_again_and_says_when_its_chunks_are_gone(
+    client: Client,
+) -> None:
+    blobs, js = client.store.blobs, client.store.js
+    data = msgspec.json.encode("y" * LARGE)
+    ref = msgspec.json.decode(await blobs.by_reference(data))["$blob"]
+    name = "sha256-" + ref.removeprefix("sha256:")
+    bucket = client.store.names.blobs_bucket
+
+    await (await js.object_store(bucket)).put(name, data)  # stored again: new chunks
+    assert await blobs.load(ref) == data
+
+    await js.purge_stream(f"OBJ_{bucket}", subject=f"$O.{bucket}.C.>")  # every chunk gone
+    with pytest.raises(BlobNotFoundError):
+        await asyncio.wait_for(blobs.load(ref), timeout=10)  # an error, never a hang

@@ -7,13 +7,15 @@ messages, checkpoints, records and events; tools and clients get the value back.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from nats.js.errors import ObjectNotFoundError
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
@@ -34,6 +36,11 @@ def is_ref(value: Any) -> bool:
         and value[REF_KEY].startswith(PREFIX)
         and isinstance(value.get("size"), int)
     )
+
+
+def object_stream(bucket: str) -> str:
+    """The stream behind an Object Store bucket."""
+    return f"OBJ_{bucket}"
 
 
 def _object_name(ref: str) -> str:
@@ -66,8 +73,12 @@ def _stored_at(mtime: str | None) -> datetime:
 class Blobs:
     """The blob store of one Tether prefix; `threshold` in bytes of JSON."""
 
-    def __init__(self, store: ObjectStore, threshold: int) -> None:
+    def __init__(
+        self, js: JetStreamContext, store: ObjectStore, bucket: str, threshold: int
+    ) -> None:
+        self._js = js
         self._store = store
+        self._bucket = bucket
         self.threshold = threshold
 
     async def by_reference(self, data: bytes) -> bytes:
@@ -91,11 +102,31 @@ class Blobs:
         return msgspec.Raw(await self.by_reference(bytes(output)))
 
     async def load(self, ref: str) -> bytes:
+        """The blob's bytes, read chunk by chunk with bounded requests: nats-py's
+        `ObjectStore.get` waits for ever on a subscription when the chunks it was told of
+        are gone (an object stored again, or removed, between its two reads)."""
+        for _ in range(2):  # a second look when the object changed while it was read
+            try:
+                info = await self._store.get_info(_object_name(ref))
+            except ObjectNotFoundError:
+                break
+            data = await self._chunks(info.nuid or "", info.chunks or 0)
+            if data is not None and _matches(data, info.digest or ""):
+                return data
+        raise BlobNotFoundError(ref)
+
+    async def _chunks(self, nuid: str, count: int) -> bytes | None:
+        """The `count` chunks stored under `nuid`, or None when they are gone."""
+        subject, stream = f"$O.{self._bucket}.C.{nuid}", object_stream(self._bucket)
+        data, seq = bytearray(), 0
         try:
-            found = await self._store.get(_object_name(ref))
-        except ObjectNotFoundError:
-            raise BlobNotFoundError(ref) from None
-        return found.data or b""
+            for _ in range(count):
+                msg = await self._js.get_msg(stream, seq=seq + 1, subject=subject, next=True)
+                data += msg.data or b""
+                seq = msg.seq or seq + 1
+        except NotFoundError:
+            return None
+        return bytes(data)
 
     async def remove(self, digest: str) -> None:
         with contextlib.suppress(ObjectNotFoundError):
@@ -109,6 +140,15 @@ class Blobs:
         if isinstance(value, list) and any(is_ref(item) for item in value):
             return [await self.resolve(item) if is_ref(item) else item for item in value]
         return value
+
+
+def _matches(data: bytes, digest: str) -> bool:
+    """Whether `data` has the digest an Object Store meta names (`SHA-256=<base64url>`)."""
+    kind, _, encoded = digest.partition("=")
+    return (
+        kind.upper() == "SHA-256"
+        and base64.urlsafe_b64decode(encoded + "==") == hashlib.sha256(data).digest()
+    )
 
 
 def _now() -> datetime:

@@ -137,7 +137,8 @@ class Store:
             "tools": await js.key_value(names.tools_bucket),
         }
         store = cls(nc, js, names, buckets)
-        store.blobs = Blobs(await js.object_store(names.blobs_bucket), layout.blob_threshold)
+        bucket = names.blobs_bucket
+        store.blobs = Blobs(js, await js.object_store(bucket), bucket, layout.blob_threshold)
         store.indexing = layout.index_tasks
         await store._requests.start()
         info = await js.stream_info(names.kv_stream(names.tasks_bucket))

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from nats.js.api import DeliverPolicy
 
-from tether.nats.blobs import stored_blob
+from tether.nats.blobs import object_stream, stored_blob
 from tether.nats.connection import translating
 from tether.nats.store import Store
 from tether.schemas.codec import record_decoder
@@ -94,7 +94,7 @@ class Sweeper:
         """Every blob's digest and when it was stored, from the Object Store's own meta
         subjects (nats-py's `ObjectStore.list` can wait for ever on a race of its watcher)."""
         bucket = self._names.blobs_bucket
-        async for _, meta in self._values(f"OBJ_{bucket}", f"$O.{bucket}.M."):
+        async for _, meta in self._values(object_stream(bucket), f"$O.{bucket}.M."):
             found = stored_blob(meta)
             if found is not None:
                 yield found
