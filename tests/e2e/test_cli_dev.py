@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from mcp import Client as McpClient
 
@@ -64,6 +65,8 @@ async def _start_dev(tmp_path: Path, log: Path) -> tuple[asyncio.subprocess.Proc
         str(tmp_path / "state"),
         "--gateway-port",
         "0",
+        "--ui-port",
+        "0",
         cwd=tmp_path,
         env=_env(),
         stdout=out,
@@ -98,6 +101,11 @@ async def test_dev_serves_tasks_stops_cleanly_and_keeps_them(tmp_path: Path) -> 
         async with McpClient(mcp_url.group(1), mode="legacy") as mcp:
             tools = {tool.name for tool in (await mcp.list_tools()).tools}
         assert {"run_plan", "search", "summarize", "write_report"} <= tools
+        ui_url = re.search(r"dashboard\s+(http://\S+/)", (tmp_path / "dev-1.log").read_text())
+        assert ui_url, (tmp_path / "dev-1.log").read_text()
+        async with httpx.AsyncClient() as http:
+            page = await http.get(ui_url.group(1))
+        assert page.status_code == 200 and 'href="/tasks/kept"' in page.text
     finally:
         code = await _stop(process)
     assert code == 0, (tmp_path / "dev-1.log").read_text()

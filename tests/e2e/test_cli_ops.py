@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import httpx
 import pytest
 
 from tests.conftest import APP, ROOT, start_worker, stop_worker
@@ -351,3 +353,25 @@ async def test_an_unreachable_nats_exits_2_with_one_line(config: NatsConfig) -> 
 
     assert run.code == 2, run
     assert_one_line_error(run, "cannot reach NATS at nats://127.0.0.1:1")
+
+
+async def test_ui_on_another_address_than_loopback_makes_a_token_and_prints_the_url_with_it(
+    config: NatsConfig,
+) -> None:
+    process = await spawn(config, "ui", "--port", "0", "--host", "0.0.0.0")
+    try:
+        assert process.stderr is not None
+        line = ""
+        while "dashboard at " not in line:
+            line = (await asyncio.wait_for(process.stderr.readline(), CLI_TIMEOUT)).decode()
+            assert line, "tether ui exited before serving"
+        url = line.split("dashboard at ", 1)[1].strip()
+        assert re.fullmatch(r"http://0\.0\.0\.0:\d+/\?token=[\w-]{20,}", url), url
+        base = url.split("?")[0].replace("0.0.0.0", "127.0.0.1")
+        async with httpx.AsyncClient(follow_redirects=True) as http:
+            assert (await http.get(base)).status_code == 401
+            page = await http.get(url.replace("0.0.0.0", "127.0.0.1"))
+        assert page.status_code == 200 and "every status" in page.text
+    finally:
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), CLI_TIMEOUT) == 0

@@ -124,8 +124,10 @@ def test_shared_types_are_the_same_objects() -> None:
     assert tether.Step is schemas.StepSpec
 
 
-def test_the_cli_gateway_port_default_is_the_gateways() -> None:
-    from tether.cli.common import DEFAULT_GATEWAY_PORT
+def test_the_cli_port_defaults_are_the_services() -> None:
+    from tether.cli.common import DEFAULT_GATEWAY_PORT, DEFAULT_UI_PORT
     from tether.gateway import DEFAULT_PORT
+    from tether.ui import DEFAULT_PORT as DASHBOARD_PORT
 
     assert DEFAULT_GATEWAY_PORT == DEFAULT_PORT
+    assert DEFAULT_UI_PORT == DASHBOARD_PORT

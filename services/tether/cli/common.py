@@ -46,8 +46,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts
 DEFAULT_NATS = DEFAULT_URL
 DEFAULT_PREFIX = "tether"
 DEFAULT_GATEWAY_PORT = 8765
-"""`Gateway`'s default port, kept here so option defaults need not import the gateway
-(a unit test keeps the two equal)."""
+DEFAULT_UI_PORT = 8233
+"""`Gateway`'s and `Dashboard`'s default ports, kept here so option defaults need not
+import them (a unit test keeps each pair equal)."""
 
 
 def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int = 1) -> NatsConfig:
@@ -59,6 +60,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code=code)
 
+
+PortOption = Annotated[int, typer.Option(metavar="PORT", help="Port to listen on (0: a free one).")]
 
 MetricsPortOption = Annotated[
     int | None,

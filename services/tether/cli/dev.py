@@ -11,22 +11,29 @@ import contextlib
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
 
-from tether.cli.common import DEFAULT_GATEWAY_PORT, PrefixOption, fail, nats_config
+from tether.cli.common import (
+    DEFAULT_GATEWAY_PORT,
+    DEFAULT_UI_PORT,
+    PrefixOption,
+    fail,
+    nats_config,
+)
 from tether.cli.loading import AppLoadError, load_app
 from tether.errors import TetherError
-from tether.nats.connection import NatsConfig
 from tether.nats.server import NatsServer, NatsServerError
+from tether.service import Service
 
 if TYPE_CHECKING:
-    from tether.gateway import Gateway
     from tether.worker import App
+
+S = TypeVar("S", bound=Service)
 
 DEMO_APP = "tether.demo.research:app"
 DEV_PORT = 4222
@@ -50,22 +57,22 @@ async def _nats_url(url: str | None, data_dir: Path, port: int) -> AsyncIterator
 
 
 @contextlib.asynccontextmanager
-async def _gateway(config: NatsConfig, port: int | None) -> AsyncIterator[Gateway | None]:
-    """The MCP gateway on `port` (0: a free one), or none when `port` is None."""
+async def _listening(
+    make: Callable[[int], S], port: int | None, option: str, off: str
+) -> AsyncIterator[S | None]:
+    """The HTTP service `make(port)` makes (port 0: a free one), or none when `port` is None."""
     if port is None:
         yield None
         return
-    from tether.gateway import Gateway, GatewayError
-
-    gateway = Gateway(config, port=port)
+    service = make(port)
     try:
-        await gateway.start()
-    except GatewayError as exc:
-        fail(f"{exc}: pass another --gateway-port (0 for a free one), or --no-gateway")
+        await service.start()
+    except TetherError as exc:
+        fail(f"{exc}: pass another {option} (0 for a free one), or {off}")
     try:
-        yield gateway
+        yield service
     finally:
-        await gateway.stop()
+        await service.stop()
 
 
 async def _dev(
@@ -76,9 +83,12 @@ async def _dev(
     port: int,
     concurrency: int,
     gateway_port: int | None,
+    ui_port: int | None,
 ) -> None:
     from tether.api import ApiService
     from tether.dispatcher import Dispatcher
+    from tether.gateway import Gateway
+    from tether.ui import Dashboard
     from tether.worker import Worker
 
     console = Console()
@@ -92,13 +102,23 @@ async def _dev(
             Dispatcher(config),
             ApiService(config),
             Worker(apps, config, concurrency=concurrency) as worker,
-            _gateway(config, gateway_port) as gateway,
+            _listening(
+                lambda port: Gateway(config, port=port),
+                gateway_port,
+                "--gateway-port",
+                "--no-gateway",
+            ) as gateway,
+            _listening(
+                lambda port: Dashboard(config, port=port), ui_port, "--ui-port", "--no-ui"
+            ) as dashboard,
         ):
             console.print(f"[bold]Tether dev[/]\n  NATS        [cyan]{nats_url}[/] ({where})")
             console.print(f"  dispatcher  running; API on {config.names.api_subject('*')}")
             console.print(f"  worker      {', '.join(worker.tools)}")
             if gateway is not None:
                 console.print(f"  MCP         [cyan]{gateway.url}[/] (Streamable HTTP, tasks)")
+            if dashboard is not None:
+                console.print(f"  dashboard   [cyan]{dashboard.url}[/]")
             console.print(f"\nTry: {_example(nats_url, worker.tools)}", soft_wrap=True)
             console.print("Ctrl-C stops everything; tasks wait in JetStream for the next start.")
             await stopping.wait()
@@ -145,16 +165,31 @@ def dev(
         int, typer.Option(metavar="PORT", help="Port of the MCP gateway (0: a free one).")
     ] = DEFAULT_GATEWAY_PORT,
     gateway: Annotated[bool, typer.Option(help="Serve the MCP gateway.")] = True,
+    ui_port: Annotated[
+        int, typer.Option(metavar="PORT", help="Port of the dashboard (0: a free one).")
+    ] = DEFAULT_UI_PORT,
+    ui: Annotated[bool, typer.Option(help="Serve the dashboard.")] = True,
 ) -> None:
-    """Run an embedded nats-server, the dispatcher, workers and the MCP gateway in one process."""
+    """Run an embedded nats-server, the dispatcher, workers, the MCP gateway and the
+    dashboard in one process."""
     try:
         loaded = [load_app(spec) for spec in apps or [DEMO_APP]]
     except AppLoadError as exc:
         fail(str(exc))
     mcp_port = gateway_port if gateway else None
+    dashboard_port = ui_port if ui else None
     try:
         asyncio.run(
-            _dev(loaded, nats, prefix, data_dir, port if port else -1, concurrency, mcp_port)
+            _dev(
+                loaded,
+                nats,
+                prefix,
+                data_dir,
+                port if port else -1,
+                concurrency,
+                mcp_port,
+                dashboard_port,
+            )
         )
     except TetherError as exc:
         fail(str(exc))

@@ -12,6 +12,7 @@ from tether.cli.common import (
     DEFAULT_PREFIX,
     MetricsPortOption,
     NatsOption,
+    PortOption,
     PrefixOption,
     ReplicasOption,
     metrics_on,
@@ -21,9 +22,7 @@ from tether.cli.processes import serve
 
 
 def gateway(
-    port: Annotated[
-        int, typer.Option(metavar="PORT", help="Port to listen on (0: a free one).")
-    ] = DEFAULT_GATEWAY_PORT,
+    port: PortOption = DEFAULT_GATEWAY_PORT,
     host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on.")] = "127.0.0.1",
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,

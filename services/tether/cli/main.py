@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tether.cli import dev, dlq, fork, gateway, gc, processes, tasks
+from tether.cli import dev, dlq, fork, gateway, gc, processes, tasks, ui
 
 app = typer.Typer(
     name="tether",
@@ -44,6 +44,7 @@ dlq.register(app)
 fork.register(app)
 gc.register(app)
 gateway.register(app)
+ui.register(app)
 
 
 def main() -> None:

@@ -56,6 +56,31 @@ async def task_events(
             await sub.unsubscribe()
 
 
+async def task_history(store: Store, task_id: str, limit: int = 10_000) -> list[AnyStatusEvent]:
+    """The task's events so far (the latest `limit`), with no wait for more."""
+    subject = store.names.status_subject(task_id)
+    try:
+        last = await store.js.get_last_msg(store.names.status_stream, subject)
+    except NotFoundError:
+        return []
+    with failures_translated():
+        sub = await store.js.subscribe(
+            subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+        )
+    events: list[AnyStatusEvent] = []
+    try:
+        while True:
+            with failures_translated():
+                msg = await sub.next_msg(timeout=5)
+            with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
+                events.append(event_decoder.decode(msg.data))
+            if msg.metadata.num_pending == 0 or msg.metadata.sequence.stream >= (last.seq or 0):
+                return events[-limit:]
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+
 @translated
 async def last_event(store: Store, task_id: str) -> AnyStatusEvent | None:
     try:

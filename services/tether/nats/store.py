@@ -7,6 +7,8 @@ in one place.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
@@ -23,6 +25,7 @@ from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NoStreamResponseError,
+    NotFoundError,
 )
 from nats.js.kv import KeyValue
 
@@ -61,6 +64,7 @@ from tether.schemas.tasks import (
     Timer,
     TokenChunk,
     ToolInfo,
+    WorkerBeat,
     WorkMessage,
 )
 from tether.tasks.listing import created_us
@@ -69,6 +73,13 @@ _tool_decoder = msgspec.json.Decoder(ToolInfo)
 MSG_ID: str = Header.MSG_ID.value
 _PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
+_worker_decoder = msgspec.json.Decoder(WorkerBeat)
+WORKER_KEYS = "workers."
+"""Where workers beat in the heartbeats bucket (a task id has no dot)."""
+
+
+def _worker_key(worker_id: str) -> str:
+    return WORKER_KEYS + re.sub(r"[^A-Za-z0-9_=-]", "_", worker_id)
 
 
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
@@ -480,6 +491,38 @@ class Store:
         except KeyNotFoundError:
             return None
         return _heartbeat_decoder.decode(entry.value) if entry.value else None
+
+    async def beat_worker(self, beat: WorkerBeat) -> None:
+        await self._heartbeats.put(_worker_key(beat.worker_id), encode(beat))
+
+    async def forget_worker(self, worker_id: str) -> None:
+        await self._heartbeats.delete(_worker_key(worker_id))
+
+    async def list_workers(self) -> list[WorkerBeat]:
+        """Every worker that beat within the heartbeats' TTL, by id."""
+        names = self.names
+        bucket = names.heartbeats_bucket
+        prefix = names.kv_subject(bucket)
+        subjects = await self._subjects(names.kv_stream(bucket), prefix + WORKER_KEYS + ">")
+        workers = []
+        for subject in sorted(subjects):
+            with contextlib.suppress(KeyNotFoundError):
+                entry = await self._heartbeats.get(subject[len(prefix) :])
+                if entry.value:
+                    workers.append(_worker_decoder.decode(entry.value))
+        return workers
+
+    async def tool_backlog(self, tool: str) -> tuple[int, int, int] | None:
+        """A tool's queue, steps in flight and redeliveries, from its consumer (None when
+        no worker has served it yet)."""
+        try:
+            info = await self.js.consumer_info(
+                self.names.work_stream, self.names.tool_consumer(tool)
+            )
+        except NotFoundError:
+            return None
+        pending, in_flight = int(info.num_pending or 0), int(info.num_ack_pending or 0)
+        return pending, in_flight, int(info.num_redelivered or 0)
 
     async def register_tool(self, info: ToolInfo) -> None:
         await self._tools.put(info.name, encode(info))

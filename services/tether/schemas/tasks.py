@@ -285,6 +285,18 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     time: datetime
 
 
+class WorkerBeat(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker that is up, written every few seconds under `workers.<id>` in the
+    heartbeats bucket (whose TTL removes a dead worker's)."""
+
+    worker_id: str
+    tools: list[str]
+    concurrency: int
+    in_flight: int = 0
+    started_at: datetime
+    time: datetime
+
+
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     """A message Tether gave up on, on `tether.dead.<tool>`.
 

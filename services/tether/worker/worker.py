@@ -17,7 +17,7 @@ from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.provision import ConsumerOptions, Layout
 from tether.nats.store import Store
-from tether.schemas.tasks import ToolInfo
+from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.tasks.rules import utcnow
 from tether.worker.app import App, Tool
@@ -30,8 +30,9 @@ log = logging.getLogger("tether.worker")
 
 FETCH_TIMEOUT = 1.0
 CANCEL_GRACE = 5.0
-BACKLOG_EVERY = 5.0
-"""Seconds between reads of the tools' consumer state (one request per tool)."""
+REPORT_EVERY = 5.0
+"""Seconds between the worker's beats (one KV put) and, with metrics on, reads of its
+tools' consumer state (one request per tool)."""
 
 
 def default_worker_id() -> str:
@@ -76,6 +77,7 @@ class Worker(Service):
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._started_at = utcnow()
 
     async def start(self) -> None:
         self._nc = await connect(self.nats, self.connection_lost)
@@ -88,7 +90,9 @@ class Worker(Service):
             self._loops.append(asyncio.create_task(self._serve(consumer, runner, tool)))
         if self.metrics is not None:
             self.metrics.attach(store)
-            self._loops.append(asyncio.create_task(self._report_backlog(consumers)))
+        self._started_at = utcnow()
+        await self._beat(store)  # listed once started, not a few seconds later
+        self._loops.append(asyncio.create_task(self._report(store, consumers)))
         log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
 
     async def _register(self, store: Store, tool: Tool) -> Consumer:
@@ -129,17 +133,33 @@ class Worker(Service):
             for _ in range(free - len(deliveries)):
                 slots.release()
 
-    async def _report_backlog(self, consumers: dict[str, Consumer]) -> None:
-        """Each tool's queue and unacknowledged steps, for the metrics, every few seconds."""
-        assert self.metrics is not None
+    async def _report(self, store: Store, consumers: dict[str, Consumer]) -> None:
+        """That the worker is up (for the dashboard) and, with metrics on, each tool's
+        queue and unacknowledged steps, every few seconds until it stops."""
         while not self._stopping.is_set():
-            for tool, consumer in consumers.items():
-                try:
-                    self.metrics.consumer_state(tool, *await consumer.backlog())
-                except Exception as exc:  # NATS away: the next round tries again
-                    log.debug("no backlog of %s: %s", tool, exc)
+            try:
+                await self._beat(store)
+                if self.metrics is not None:
+                    for tool, consumer in consumers.items():
+                        self.metrics.consumer_state(tool, *await consumer.backlog())
+            except Exception as exc:  # NATS away: the next round tries again
+                log.debug("no worker report: %s", exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), BACKLOG_EVERY)
+                await asyncio.wait_for(self._stopping.wait(), REPORT_EVERY)
+        with contextlib.suppress(Exception):
+            await store.forget_worker(self.worker_id)
+
+    async def _beat(self, store: Store) -> None:
+        await store.beat_worker(
+            WorkerBeat(
+                worker_id=self.worker_id,
+                tools=sorted(self.tools),
+                concurrency=self.concurrency,
+                in_flight=len(self._in_flight),
+                started_at=self._started_at,
+                time=utcnow(),
+            )
+        )
 
     def _spawn(self, runner: StepRunner, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         task = asyncio.create_task(self._run_step(runner, delivery))

@@ -1,0 +1,63 @@
+"""`tether ui`: the web dashboard."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from typing import Annotated
+
+import typer
+
+from tether.cli.common import (
+    DEFAULT_NATS,
+    DEFAULT_PREFIX,
+    DEFAULT_UI_PORT,
+    NatsOption,
+    PortOption,
+    PrefixOption,
+    nats_config,
+)
+from tether.cli.processes import serve
+
+
+def ui(
+    port: PortOption = DEFAULT_UI_PORT,
+    host: Annotated[
+        str,
+        typer.Option(
+            metavar="HOST",
+            help="Address to listen on (another than loopback "
+            "gets a token, generated when none is given).",
+        ),
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_UI_TOKEN",
+            metavar="TOKEN",
+            help="Require this bearer token (the printed URL carries it once, into a cookie).",
+        ),
+    ] = None,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Serve the dashboard: tasks, their timelines and tokens live, dead letters, workers."""
+    from tether.ui import Dashboard
+
+    if token is None and not _loopback(host):
+        token = secrets.token_urlsafe(24)
+    config = nats_config(nats, prefix, "tether-ui")
+    serve(Dashboard(config, host, port, token=token), name=config.name)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(ui)

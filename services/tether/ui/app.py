@@ -1,0 +1,252 @@
+"""The dashboard's Starlette app: server-rendered pages over a `Client`, form posts for
+the actions, server-sent events for what changes while a page is open."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from tether.client import Client
+from tether.errors import BlobNotFoundError, TaskConflictError, TaskNotFoundError, TetherError
+from tether.nats.blobs import is_ref
+from tether.nats.feeds import dead_letters, task_history
+from tether.schemas.codec import to_builtins
+from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.tasks.listing import parse
+from tether.ui import views
+from tether.ui.auth import TokenAuth
+from tether.ui.live import changes, task_feed, until_closed
+
+HERE = Path(__file__).parent
+PAGE = 50
+SCAN = 2_000
+"""Records a filtered list (by tool or text) reads at most for one page."""
+
+
+def build_app(client: Client, closing: asyncio.Event, token: str | None = None) -> Starlette:
+    """`closing`: set when the server stops, to end the pages' open streams."""
+    pages = Pages(client, closing)
+    routes = [
+        Route("/", pages.tasks),
+        Route("/live", pages.list_live),
+        Route("/tasks/{task_id}", pages.task),
+        Route("/tasks/{task_id}.json", pages.record_json),
+        Route("/tasks/{task_id}/live", pages.task_live),
+        Route("/tasks/{task_id}/{verb:str}", pages.action, methods=["POST"]),
+        Route("/dlq", pages.dlq),
+        Route("/tools", pages.tools),
+        Route("/blobs/{ref}", pages.blob),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    app.add_middleware(TokenAuth, token=token)
+    return app
+
+
+class Pages:
+    """The handlers, over one client."""
+
+    def __init__(self, client: Client, closing: asyncio.Event) -> None:
+        self._client = client
+        self._closing = closing
+        self._templates = Jinja2Templates(directory=HERE / "templates")
+        env = self._templates.env
+        env.globals.update(views=views, is_ref=is_ref, statuses=[s.value for s in TaskStatus])
+        env.filters.update(pretty=views.pretty, tokens=views.tokens)
+
+    def _page(
+        self, request: Request, name: str, status_code: int = 200, **context: Any
+    ) -> Response:
+        context.setdefault("now", datetime.now(UTC))
+        return self._templates.TemplateResponse(request, name, context, status_code=status_code)
+
+    def _missing(self, request: Request, message: str, status_code: int = 404) -> Response:
+        return self._page(request, "error.html", status_code, message=message)
+
+    async def tasks(self, request: Request) -> Response:
+        client, query = self._client, request.query_params
+        status, tool, text = query.get("status") or None, query.get("tool"), query.get("q")
+        if text and await client.store.get_record(text.strip()) is not None:
+            return RedirectResponse(f"/tasks/{text.strip()}", status_code=303)
+        if status is not None and status not in {s.value for s in TaskStatus}:
+            return self._missing(request, f"no status {status!r}", 400)
+        records, more = await _filtered(client, status, tool, text, query.get("cursor"))
+        inbox: list[TaskRecord] = []
+        if status is None:
+            inbox, _ = await client.list_page("waiting", limit=10, newest_first=True)
+        rows = parse(await client.store.index_rows(), client.store.names.prefix)
+        rest = {k: v for k, v in query.items() if v and k not in ("part", "cursor")}
+        next_url = None
+        if more and records:
+            next_url = "/?" + urlencode({**rest, "cursor": records[-1].task_id})
+        return self._page(
+            request,
+            "tasks_body.html" if query.get("part") == "body" else "tasks.html",
+            records=records,
+            counts=views.counts(row.status for row in rows),
+            inbox=inbox,
+            status=status,
+            tool=tool or "",
+            q=text or "",
+            next_url=next_url,
+            part_url="/?" + urlencode({**rest, "part": "body"}),
+        )
+
+    async def task(self, request: Request) -> Response:
+        task_id = request.path_params["task_id"]
+        found = await self._client.store.get_record(task_id)
+        if found is None:
+            return self._missing(request, f"no task {task_id!r}")
+        context = await _task_context(self._client, found.record)
+        context["note"] = request.query_params.get("note")
+        name = "task_body.html" if request.query_params.get("part") == "body" else "task.html"
+        return self._page(request, name, **context)
+
+    async def task_live(self, request: Request) -> Response:
+        seen = int(request.query_params.get("seen") or 0)
+        after = int(request.headers.get("last-event-id") or 0)
+        feed = task_feed(self._client.store, request.path_params["task_id"], seen, after)
+        return EventSourceResponse(until_closed(self._closing, feed), ping=15)
+
+    async def list_live(self, request: Request) -> Response:
+        feed = until_closed(self._closing, changes(self._client.store))
+        return EventSourceResponse(feed, ping=15)
+
+    async def action(self, request: Request) -> Response:
+        task_id, verb = request.path_params["task_id"], request.path_params["verb"]
+        form = {key: str(value) for key, value in (await request.form()).items()}
+        try:
+            note, where = await _act(self._client, task_id, verb, form)
+        except (views.FormError, TetherError, ValueError) as exc:
+            found = await self._client.store.get_record(task_id)
+            if found is None:
+                return self._missing(request, str(exc))
+            context = await _task_context(self._client, found.record)
+            code = 409 if isinstance(exc, TaskConflictError) else 400
+            return self._page(request, "task.html", code, error=str(exc), **context)
+        return RedirectResponse(f"/tasks/{where}?" + urlencode({"note": note}), status_code=303)
+
+    async def dlq(self, request: Request) -> Response:
+        store = self._client.store
+        letters = list(reversed(await dead_letters(store, 100)))  # newest first
+        now: dict[str, str] = {}
+        for task_id in {letter.task_id for letter in letters if letter.task_id}:
+            found = await store.get_record(task_id)
+            if found is not None:
+                now[task_id] = found.record.status.value
+        return self._page(request, "dlq.html", letters=letters, task_status=now)
+
+    async def tools(self, request: Request) -> Response:
+        store = self._client.store
+        infos, workers = await store.list_tools(), await store.list_workers()
+        backlog = await asyncio.gather(*(store.tool_backlog(info.name) for info in infos))
+        rows = [
+            {
+                "info": info,
+                "backlog": state,
+                "workers": [w for w in workers if info.name in w.tools],
+            }
+            for info, state in zip(infos, backlog, strict=True)
+        ]
+        return self._page(request, "tools.html", rows=rows, workers=workers)
+
+    async def blob(self, request: Request) -> Response:
+        ref = request.path_params["ref"]
+        try:
+            data = await self._client.store.blobs.load(ref)
+        except BlobNotFoundError:
+            return self._missing(request, f"no blob {ref!r} (removed by `tether gc`?)")
+        return Response(data, media_type="application/json")
+
+    async def record_json(self, request: Request) -> Response:
+        try:
+            record = await self._client.get(request.path_params["task_id"])
+        except TaskNotFoundError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        return JSONResponse(to_builtins(record))
+
+
+async def _filtered(
+    client: Client, status: str | None, tool: str | None, text: str | None, cursor: str | None
+) -> tuple[list[TaskRecord], bool]:
+    """A page of tasks, newest first; with a tool or text filter, read on through at most
+    `SCAN` records to fill it."""
+    if not tool and not text:
+        return await client.list_page(status, limit=PAGE, cursor=cursor, newest_first=True)
+    found: list[TaskRecord] = []
+    scanned = 0
+    while scanned < SCAN:
+        records, more = await client.list_page(status, limit=PAGE, cursor=cursor, newest_first=True)
+        scanned += len(records)
+        for record in records:
+            if views.matches(record, tool, text):
+                found.append(record)
+                if len(found) == PAGE:
+                    return found, True
+        if not more or not records:
+            return found, False
+        cursor = records[-1].task_id
+    return found, True
+
+
+async def _task_context(client: Client, record: TaskRecord) -> dict[str, Any]:
+    handle = client.handle(record.task_id)
+    events = await task_history(client.store, record.task_id)
+    plan = await handle.plan()
+    children = []
+    for child_id in record.children:
+        found = await client.store.get_record(child_id)
+        children.append((child_id, found.record if found else None))
+    parent = None
+    if record.parent is not None:
+        found = await client.store.get_record(record.parent.task_id)
+        parent = found.record if found else None
+    heartbeat = None
+    if record.status is TaskStatus.RUNNING:
+        heartbeat = await client.store.get_heartbeat(record.task_id)
+    now = datetime.now(UTC)
+    return {
+        "record": record,
+        "timeline": views.timeline(events, now, plan),
+        "events": events,
+        "plan": plan,
+        "children": children,
+        "parent": parent,
+        "heartbeat": heartbeat,
+        "tool": views.current_tool(record),
+        "fields": views.form_fields(record.input_request.schema) if record.input_request else None,
+        "now": now,
+    }
+
+
+async def _act(client: Client, task_id: str, verb: str, form: dict[str, str]) -> tuple[str, str]:
+    """Run a task's action; returns the note to show and the task to show it on."""
+    if verb == "cancel":
+        await client.cancel(task_id)
+        return "cancelled", task_id
+    if verb == "retry":
+        await client.retry(task_id)
+        return "retrying from the failed step", task_id
+    if verb == "input":
+        record = await client.get(task_id)
+        schema = record.input_request.schema if record.input_request else {}
+        await client.send_input(task_id, views.answer_from_form(schema, form))
+        return "answer sent", task_id
+    if verb == "fork":
+        step = int(form.get("step", "0"))
+        raw = form.get("input", "").strip()
+        new_input = views.answer_from_form({}, {"json": raw}) if raw else None
+        handle = await client.fork(task_id, step, input=new_input)
+        return f"forked from {task_id} at step {step}", handle.task_id
+    raise ValueError(f"no action {verb!r}: cancel, retry, input or fork")

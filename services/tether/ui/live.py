@@ -1,0 +1,112 @@
+"""Server-sent events for the dashboard's pages, followed from NATS: a task's status
+events and token stream, and a beat whenever any task changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+from sse_starlette import ServerSentEvent
+
+from tether.nats.feeds import AllEvents, task_events
+from tether.nats.store import Store
+from tether.nats.tokens import token_chunks
+from tether.schemas.codec import encode
+from tether.schemas.events import TERMINAL_EVENTS
+
+T = TypeVar("T")
+CHANGES_EVERY = 1.0
+"""At most one `changed` event a second on the list page, however busy the tasks."""
+
+
+async def task_feed(
+    store: Store, task_id: str, seen: int, after: int
+) -> AsyncIterator[ServerSentEvent]:
+    """`status` for each event after the first `seen` (the page shows those), `token` for
+    each chunk after stream sequence `after` (the `id` a reconnect sends back)."""
+    queue: asyncio.Queue[ServerSentEvent | None] = asyncio.Queue()
+
+    async def statuses() -> None:
+        count = 0
+        async for event, _ in task_events(store, task_id):
+            count += 1
+            if count > seen:
+                await queue.put(ServerSentEvent(encode(event).decode(), event="status"))
+            if isinstance(event, TERMINAL_EVENTS):
+                break
+
+    async def tokens() -> None:
+        async for chunk, sequence in token_chunks(store, task_id, after):
+            data = encode(chunk).decode()
+            await queue.put(ServerSentEvent(data, event="token", id=str(sequence)))
+
+    async for item in _merged(queue, [statuses, tokens]):
+        yield item
+
+
+async def changes(store: Store) -> AsyncIterator[ServerSentEvent]:
+    """A `changed` event (at most one a second) when any task's status moves."""
+    moved = asyncio.Event()
+    feed = AllEvents(store, lambda _: moved.set())
+    await feed.start()
+    try:
+        while True:
+            await moved.wait()
+            moved.clear()
+            yield ServerSentEvent("", event="changed")
+            await asyncio.sleep(CHANGES_EVERY)
+    finally:
+        await feed.stop()
+
+
+async def _merged(
+    queue: asyncio.Queue[ServerSentEvent | None],
+    producers: list[Callable[[], Awaitable[None]]],
+) -> AsyncIterator[ServerSentEvent]:
+    """What every producer puts on `queue`, until all are done; stopped with the reader."""
+
+    async def run(producer: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await producer()
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(run(producer)) for producer in producers]
+    try:
+        running = len(tasks)
+        while running:
+            item = await queue.get()
+            if item is None:
+                running -= 1
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+async def until_closed(closing: asyncio.Event, feed: AsyncIterator[T]) -> AsyncIterator[T]:
+    """`feed` until `closing` is set: an open page's stream must not hold up a stop."""
+    closed = asyncio.ensure_future(closing.wait())
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(feed))
+            await asyncio.wait({following, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                with contextlib.suppress(BaseException):
+                    await following
+                return
+            try:
+                yield following.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        closed.cancel()
+        with contextlib.suppress(BaseException):
+            await feed.aclose()  # type: ignore[attr-defined]
