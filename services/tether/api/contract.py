@@ -29,6 +29,7 @@ from tether.schemas.tasks import (
     TaskSubmit,
     TokenChunk,
     ToolInfo,
+    WorkerBeat,
     WorkMessage,
 )
 
@@ -45,6 +46,7 @@ MESSAGES: dict[str, Any] = {
     "Heartbeat": Heartbeat,
     "DeadLetter": DeadLetter,
     "ToolInfo": ToolInfo,
+    "WorkerBeat": WorkerBeat,
     "TokenChunk": TokenChunk,
     "ErrorReply": ErrorReply,
     **{verb.request.__name__: verb.request for verb in VERBS.values()},
