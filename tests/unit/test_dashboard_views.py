@@ -8,6 +8,7 @@ import pytest
 
 from tether.schemas.events import (
     Completed,
+    Failed,
     StepCompleted,
     StepRetrying,
     StepStarted,
@@ -167,3 +168,18 @@ def test_only_an_object_schema_gets_fields_and_counts_name_every_status() -> Non
     counts = views.counts(["running", "running", "failed", "junk"])
     assert counts["running"] == 2 and counts["failed"] == 1 and counts["waiting"] == 0
     assert views.duration(0.25) == "250ms" and views.duration(90) == "1.5m"
+
+
+def test_a_task_retried_by_hand_shows_the_failed_attempt_then_the_new_one() -> None:
+    error = ErrorInfo(type="TerminalError", message="the gate is closed")
+    events = [
+        started(0, 1, 1),
+        Failed(task_id="t", status=TaskStatus.FAILED, step=0, attempt=1, time=at(2), error=error),
+        StepRetrying(task_id="t", status=RUNNING, step=0, time=at(5)),  # `tether retry`
+        started(0, 1, 5),
+        completed(0, 1, 6),
+    ]
+
+    (lane,) = views.timeline(events, now=at(7)).lanes
+
+    assert [a.outcome for a in lane.attempts] == ["failed", "completed"]

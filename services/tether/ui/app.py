@@ -4,6 +4,7 @@ the actions, server-sent events for what changes while a page is open."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tether.ui.live import changes, task_feed, until_closed
 
 HERE = Path(__file__).parent
 PAGE = 50
+COUNTS_EVERY = 2.0
 SCAN = 2_000
 """Records a filtered list (by tool or text) reads at most for one page."""
 
@@ -60,6 +62,7 @@ class Pages:
     def __init__(self, client: Client, closing: asyncio.Event) -> None:
         self._client = client
         self._closing = closing
+        self._counted: tuple[float, dict[str, int]] | None = None
         self._templates = Jinja2Templates(directory=HERE / "templates")
         env = self._templates.env
         env.globals.update(views=views, is_ref=is_ref, statuses=[s.value for s in TaskStatus])
@@ -70,6 +73,16 @@ class Pages:
     ) -> Response:
         context.setdefault("now", datetime.now(UTC))
         return self._templates.TemplateResponse(request, name, context, status_code=status_code)
+
+    async def _counts(self) -> dict[str, int]:
+        """Tasks per status, from the status index's subject list (one request, but of
+        every row): read at most every `COUNTS_EVERY` seconds however many pages ask."""
+        now = time.monotonic()
+        if self._counted is None or now - self._counted[0] > COUNTS_EVERY:
+            store = self._client.store
+            rows = parse(await store.index_rows(), store.names.prefix)
+            self._counted = (now, views.counts(row.status for row in rows))
+        return self._counted[1]
 
     def _missing(self, request: Request, message: str, status_code: int = 404) -> Response:
         return self._page(request, "error.html", status_code, message=message)
@@ -85,7 +98,6 @@ class Pages:
         inbox: list[TaskRecord] = []
         if status is None:
             inbox, _ = await client.list_page("waiting", limit=10, newest_first=True)
-        rows = parse(await client.store.index_rows(), client.store.names.prefix)
         rest = {k: v for k, v in query.items() if v and k not in ("part", "cursor")}
         next_url = None
         if more and records:
@@ -94,7 +106,7 @@ class Pages:
             request,
             "tasks_body.html" if query.get("part") == "body" else "tasks.html",
             records=records,
-            counts=views.counts(row.status for row in rows),
+            counts=await self._counts(),
             inbox=inbox,
             status=status,
             tool=tool or "",

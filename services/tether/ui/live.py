@@ -32,8 +32,9 @@ async def task_feed(
         count = 0
         async for event, _ in task_events(store, task_id):
             count += 1
-            if count > seen:
-                await queue.put(ServerSentEvent(encode(event).decode(), event="status"))
+            if count <= seen:
+                continue  # the page has it (an end among them is a run before a retry)
+            await queue.put(ServerSentEvent(encode(event).decode(), event="status"))
             if isinstance(event, TERMINAL_EVENTS):
                 break
 

@@ -136,6 +136,8 @@ def _apply(lane: Lane, event: AnyStatusEvent) -> None:
             last.ended, last.outcome = event.time, "crashed"
         lane.attempts.append(Attempt(event.attempt or len(lane.attempts) + 1, event.time))
         return
+    if isinstance(event, StepRetrying) and (last is None or last.ended is not None):
+        return  # a failed task retried by hand: its next attempt starts the step again
     if last is None or last.ended is not None:  # an end with no start seen (a checkpoint)
         last = Attempt(event.attempt or 1, event.time)
         lane.attempts.append(last)
