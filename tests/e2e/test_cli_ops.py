@@ -375,3 +375,16 @@ async def test_ui_on_another_address_than_loopback_makes_a_token_and_prints_the_
     finally:
         process.terminate()
         assert await asyncio.wait_for(process.wait(), CLI_TIMEOUT) == 0
+
+
+async def test_submit_no_strict_keeps_a_task_for_a_tool_not_served_yet_and_status_says_so(
+    config: NatsConfig, client: Client, dispatcher: object
+) -> None:
+    submitted = await tether(config, "submit", "--no-strict", "--id", "early", "not_served_yet")
+    assert submitted.code == 0, submitted
+
+    shown = await tether(config, "status", "early")
+
+    assert shown.code == 0, shown
+    assert "pending" in shown.out and "no worker serves 'not_served_yet' yet" in shown.out
+    await client.cancel("early")

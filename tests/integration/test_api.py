@@ -401,7 +401,7 @@ def invalid_bodies(verb: str) -> list[tuple[Any, str]]:
             ({"steps": FAST, "deadline_ms": -1}, "deadline_ms must be between"),
             ({"steps": [{"tool": "fa.st"}]}, "tool name 'fa.st' is not valid"),
             ({"steps": [{"tool": "fast", "timeout_ms": 0}]}, "timeout_ms must be positive"),
-            ({"task_id": "unknown", "steps": [{"tool": "nope"}]}, "unknown tool 'nope'"),
+            ({"task_id": "unknown", "steps": [{"tool": "nope"}], "strict": True}, "unknown tool"),
             ({"task_id": "empty", "steps": []}, "'empty' has no steps"),
             (
                 {"task_id": "huge-plan", "steps": [{"tool": "fast"}] * 10_000},

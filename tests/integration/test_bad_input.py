@@ -221,8 +221,8 @@ BAD_SUBMISSIONS = [
         "tool name 'fa.st' is not valid",
     ),
     Bad(
-        "unknown-tool",
-        submission(task_id="unknown-tool", steps=[{"tool": "nope"}]),
+        "unknown-tool-strict",  # without `strict` the task waits for a worker instead
+        submission(task_id="unknown-tool", steps=[{"tool": "nope"}], strict=True),
         "unknown-tool",
         "unknown tool 'nope'",
     ),
@@ -306,7 +306,8 @@ async def test_a_large_invalid_submission_is_still_rejected(
 ) -> None:
     """Under max_payload as sent, but its dead letter (bytes as base64) would be over it."""
     names = client.store.names
-    data = submission(task_id="big-unknown", steps=[{"tool": "nope", "input": "x" * 900_000}])
+    steps = [{"tool": "nope", "input": "x" * 900_000}]
+    data = submission(task_id="big-unknown", steps=steps, strict=True)
     assert len(data) < client.max_payload
 
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
@@ -363,7 +364,7 @@ async def test_client_refuses_invalid_plans_before_publishing(
     with pytest.raises(InvalidTaskError, match="'empty' has no steps"):
         await client.submit([], task_id="empty")
     with pytest.raises(InvalidTaskError, match="unknown tool 'nope': no worker has registered it"):
-        await client.submit([{"tool": "nope"}], task_id="unknown")
+        await client.submit([{"tool": "nope"}], task_id="unknown", strict=True)
     with pytest.raises(InvalidTaskError, match=r"tool name 'fa\.st' is not valid"):
         await client.submit(["fa.st"], task_id="bad-tool")
     with pytest.raises(InvalidTaskError, match="invalid step"):

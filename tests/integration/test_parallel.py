@@ -518,7 +518,7 @@ async def test_an_invalid_group_is_refused_at_submit(
     """Every case in one test: a worker per case would cost a second of teardown each."""
     for case, step, message in INVALID_STEPS:
         try:
-            await client.submit([step])
+            await client.submit([step], strict=True)
         except InvalidTaskError as exc:
             assert re.search(message, str(exc)), f"{case}: {exc}"
         else:

@@ -46,6 +46,7 @@ EVENT_EXTRAS = {
     "step_completed": {"skipped", "wake_at", "usage"},
     "step_retrying": {"retry_in_ms"},
     "waiting": {"input_request"},
+    "submitted": {"note"},
 }
 RECORD_FIELDS = {
     "task_id",
@@ -256,7 +257,11 @@ async def test_api_submit_result_and_list(
     assert listed["next_cursor"] is None
     again = {"task_id": task_id, "steps": [{"tool": "fast"}]}
     assert await call_error(nc, prefix, "submit", again) == "already_exists"
-    assert await call_error(nc, prefix, "submit", {"steps": [{"tool": "nope"}]}) == "invalid"
+    strict = {"steps": [{"tool": "nope"}], "strict": True}
+    assert await call_error(nc, prefix, "submit", strict) == "invalid"
+    kept = await call_ok(nc, prefix, "submit", {"steps": [{"tool": "nope"}]})  # waits
+    waiting = await call_ok(nc, prefix, "get", {"task_id": kept["task_id"]})
+    assert waiting["status"] == "pending" and "no worker serves 'nope'" in waiting["note"]
 
 
 async def test_api_input_resumes_a_waiting_task(

@@ -115,6 +115,7 @@ def build_broker(
             task_id=request.task_id,
             metadata=request.metadata,
             deadline=None if request.deadline_ms is None else _ms(request.deadline_ms),
+            strict=request.strict,
         )
         return SubmitReply(task_id=handle.task_id)
 

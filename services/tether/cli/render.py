@@ -20,6 +20,7 @@ from tether.schemas.events import (
     StepCompleted,
     StepRetrying,
     StepStarted,
+    Submitted,
     Waiting,
 )
 from tether.schemas.tasks import (
@@ -155,6 +156,8 @@ def record_table(
     ]
     if heartbeat is not None:
         rows.append(("heartbeat", _progress(heartbeat)))
+    if record.note is not None and record.status is TaskStatus.PENDING:
+        rows.append(("note", Text(record.note, style="yellow")))
     if record.input_request is not None and record.status is TaskStatus.WAITING:
         rows.append(("waiting for", record.input_request.prompt))
         if record.input_request.schema:
@@ -247,6 +250,8 @@ def _detail(event: AnyStatusEvent) -> Text:
         return Text(f"  retry in {event.retry_in_ms / 1000:.1f}s")
     if isinstance(event, StepCompleted) and event.skipped:
         return Text("  (from checkpoint)")
+    if isinstance(event, Submitted) and event.note:
+        return Text(f"  {event.note}", style="yellow")
     if isinstance(event, Waiting) and event.input_request is not None:
         return Text(
             f"  {event.input_request.prompt}  (answer: tether input {event.task_id} JSON)",

@@ -103,6 +103,7 @@ def build_request(
     deadline: float | None,
     agent: str | None = None,
     budget: int | None = None,
+    strict: bool = True,
 ) -> SubmitRequest:
     """The task to submit; options on the command line win over the file's fields."""
     if file is not None and (steps or agent):
@@ -124,6 +125,7 @@ def build_request(
         task_id=task_id or base.task_id,
         metadata={**base.metadata, **parse_meta(meta)},
         deadline_ms=int(deadline * 1000) if deadline is not None else base.deadline_ms,
+        strict=strict,
     )
 
 
@@ -137,6 +139,7 @@ async def _submit(
             task_id=request.task_id,
             metadata=request.metadata,
             deadline=None if deadline is None else timedelta(milliseconds=deadline),
+            strict=request.strict,
         )
         if as_json:
             render.print_json(SubmitReply(task_id=handle.task_id))
@@ -190,12 +193,19 @@ def submit(
     wait: Annotated[
         bool, typer.Option("--wait", help="Follow the task to its end, like watch.")
     ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            help="Fail at once when no worker serves a tool (--no-strict: keep the task, "
+            "pending, until one does)."
+        ),
+    ] = True,
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
 ) -> None:
     """Submit a task (or a question to an agent) and print its id."""
-    request = build_request(steps or [], file, task_id, meta or [], deadline, agent, budget)
+    request = build_request(steps or [], file, task_id, meta or [], deadline, agent, budget, strict)
     run(_submit(nats, prefix, request, wait, as_json), as_json)
 
 

@@ -82,19 +82,27 @@ class Client(Service):
         task_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         deadline: timedelta | None = None,
+        strict: bool = False,
     ) -> TaskHandle:
-        """Start a task and return its handle at once; the task runs whether or not you wait."""
+        """Start a task and return its handle at once; the task runs whether or not you wait.
+
+        A tool no worker serves yet does not lose the task: it waits, pending, with a
+        note saying so, until a worker for the tool starts. `strict=True` raises
+        InvalidTaskError instead, for callers who want a typo to fail at once.
+        """
         specs = [await self._by_reference(to_step(step)) for step in steps]
         submit = TaskSubmit(
             task_id=uuid.uuid4().hex if task_id is None else task_id,
             steps=specs,
             metadata=dict(metadata or {}),
             deadline_ms=None if deadline is None else int(deadline.total_seconds() * 1000),
+            strict=strict,
         )
         validate_submit(submit)
         self._check_size(submit.task_id, encode(submit))
-        assert self._known_tools is not None
-        await self._known_tools.check(submit.steps)
+        if strict:
+            assert self._known_tools is not None
+            await self._known_tools.check(submit.steps)
         store = self.store
         if await store.get_record(submit.task_id) is not None:
             raise TaskExistsError(submit.task_id)
@@ -117,6 +125,7 @@ class Client(Service):
         task_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         deadline: timedelta | None = None,
+        strict: bool = False,
     ) -> TaskHandle:
         """Start agent `agent` (see `App.agent`) on `input`: a question, or a list of chat
         messages. `await handle.wait()` is its final answer; `handle.stream()` its text
@@ -125,7 +134,9 @@ class Client(Service):
         if token_budget is not None:
             start["token_budget"] = token_budget
         step = StepSpec(tool=agent, input=start)
-        return await self.submit([step], task_id=task_id, metadata=metadata, deadline=deadline)
+        return await self.submit(
+            [step], task_id=task_id, metadata=metadata, deadline=deadline, strict=strict
+        )
 
     async def _by_reference(self, spec: StepSpec) -> StepSpec:
         """The step with a large input stored once as a blob; the tool gets the value."""

@@ -21,7 +21,7 @@ from tether.schemas.names import SUBMIT_DEAD_LETTER
 from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit, Timer
 from tether.service import Service
 from tether.tasks import rules
-from tether.tasks.known_tools import KnownTools
+from tether.tasks.known_tools import KnownTools, waiting_note
 from tether.tasks.plans import task_id_of, validate_submit
 from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
@@ -113,12 +113,16 @@ class Dispatcher(Service):
         try:
             submit = _decode(delivery.data)
             assert self._known_tools is not None
-            await self._known_tools.check(submit.steps)
+            if submit.strict:
+                await self._known_tools.check(submit.steps)
+                missing = []
+            else:
+                missing = await self._known_tools.unknown(submit.steps)
         except InvalidTaskError as exc:
             await self._reject(store, delivery, str(exc))
             return
         seq = delivery.stream_sequence
-        record = rules.new_record(submit, utcnow(), seq)
+        record = rules.new_record(submit, utcnow(), seq, note=waiting_note(missing))
         context = tracing.task_context(delivery.headers, submit.task_id)
         if context is not None:
             record = msgspec.structs.replace(record, trace=context)

@@ -41,6 +41,8 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: TaskId | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     deadline_ms: DurationMs | None = None
+    strict: bool = False
+    """As `TaskSubmit.strict`: an error reply when a tool has no worker."""
 
 
 class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,7 +31,8 @@ class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
 
 
 class Submitted(StatusEvent, frozen=True, kw_only=True, tag="submitted"):
-    pass
+    note: str | None = None
+    """Why the task will not start yet: "no worker serves 's3' yet"."""
 
 
 class StepStarted(StatusEvent, frozen=True, kw_only=True, tag="step_started"):

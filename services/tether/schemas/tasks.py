@@ -110,13 +110,16 @@ class InputRequest(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: datetime | None = None
 
 
-class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True):
+class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Published on `tether.submit` by any client; the publisher owns the task id."""
 
     task_id: TaskId
     steps: Plan
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     deadline_ms: DurationMs | None = None
+    strict: bool = False
+    """Reject the task at once when a tool of it has no worker; by default it is kept,
+    pending, until a worker serves the tool (as a queue holds work for its consumer)."""
 
 
 class ParentStep(msgspec.Struct, frozen=True, kw_only=True):
@@ -167,6 +170,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Model tokens of every completed step, summed."""
     trace: dict[str, str] | None = None
     """The task's W3C trace context (`traceparent`, `tracestate`), from its submission."""
+    note: str | None = None
+    """Why a pending task has not started: "no worker serves 's3' yet"."""
 
     @property
     def plan_length(self) -> int:

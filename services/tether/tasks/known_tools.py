@@ -19,15 +19,32 @@ class KnownTools:
         self._store = store
         self._until: dict[str, float] = {}
 
-    async def check(self, steps: list[StepSpec]) -> None:
-        """Raise InvalidTaskError naming the first tool no worker has registered."""
+    async def unknown(self, steps: list[StepSpec]) -> list[str]:
+        """The plan's tools no worker has registered, by name."""
         now = time.monotonic()
-        for tool in plans.tools_of(steps):
+        missing = []
+        for tool in sorted(plans.tools_of(steps)):
             if self._until.get(tool, 0.0) > now:
                 continue
             if await self._store.get_tool(tool) is None:
-                raise InvalidTaskError(
-                    f"unknown tool {tool!r}: no worker has registered it; start a worker "
-                    "that serves it ('tether worker MODULE:APP')"
-                )
-            self._until[tool] = now + KNOWN_TOOL_TTL
+                missing.append(tool)
+            else:
+                self._until[tool] = now + KNOWN_TOOL_TTL
+        return missing
+
+    async def check(self, steps: list[StepSpec]) -> None:
+        """Raise InvalidTaskError naming the first tool no worker has registered."""
+        missing = await self.unknown(steps)
+        if missing:
+            raise InvalidTaskError(
+                f"unknown tool {missing[0]!r}: no worker has registered it; start a worker "
+                "that serves it ('tether worker MODULE:APP')"
+            )
+
+
+def waiting_note(missing: list[str]) -> str | None:
+    """What a task kept for tools no worker serves yet says about itself."""
+    if not missing:
+        return None
+    names = ", ".join(repr(tool) for tool in missing)
+    return f"no worker serves {names} yet: the task starts when one does"

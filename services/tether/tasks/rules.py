@@ -46,7 +46,9 @@ def event_output(output: Any) -> Any:
     return output if size <= EVENT_OUTPUT_LIMIT else None
 
 
-def new_record(submit: TaskSubmit, now: datetime, submit_seq: int = 0) -> TaskRecord:
+def new_record(
+    submit: TaskSubmit, now: datetime, submit_seq: int = 0, note: str | None = None
+) -> TaskRecord:
     deadline = None
     if submit.deadline_ms is not None:
         deadline = now + timedelta(milliseconds=submit.deadline_ms)
@@ -59,6 +61,7 @@ def new_record(submit: TaskSubmit, now: datetime, submit_seq: int = 0) -> TaskRe
         updated_at=now,
         deadline_at=deadline,
         submit_seq=submit_seq,
+        note=note,
     )
 
 
@@ -222,7 +225,7 @@ def start_step(record: TaskRecord, step: int, now: datetime) -> TaskRecord | Non
     """pending → running when the first step starts; no write for later steps."""
     if record.status is not TaskStatus.PENDING or record.current_step != step:
         return None
-    return msgspec.structs.replace(record, status=TaskStatus.RUNNING, updated_at=now)
+    return msgspec.structs.replace(record, status=TaskStatus.RUNNING, note=None, updated_at=now)
 
 
 def plan_after(record: TaskRecord, step: int, checkpoint: Checkpoint) -> list[StepSpec]:
@@ -249,6 +252,7 @@ def complete_step(
         status=TaskStatus.COMPLETED if done else TaskStatus.RUNNING,
         result=checkpoint.output if done else None,
         input_request=None,
+        note=None,
         done_branches=[],
         awaiting=None,
         wake_at=None if done else checkpoint.wake_at,
@@ -263,7 +267,9 @@ def complete_branch(record: TaskRecord, step: int, branch: int, now: datetime) -
         return None
     done = sorted([*record.done_branches, branch])
     status = TaskStatus.RUNNING if record.status is TaskStatus.PENDING else record.status
-    return msgspec.structs.replace(record, done_branches=done, status=status, updated_at=now)
+    return msgspec.structs.replace(
+        record, done_branches=done, status=status, note=None, updated_at=now
+    )
 
 
 def all_branches_done(record: TaskRecord, step: int) -> bool:

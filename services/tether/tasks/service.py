@@ -182,7 +182,9 @@ class TaskService:
     async def hand_off_first(self, record: TaskRecord) -> None:
         """Emit `submitted`, set the deadline's timer and publish the first step (all
         idempotent on a replay)."""
-        await self.emit(Submitted, record, status=TaskStatus.PENDING, time=record.created_at)
+        await self.emit(
+            Submitted, record, status=TaskStatus.PENDING, time=record.created_at, note=record.note
+        )
         if record.deadline_at is not None:
             timer = Timer(task_id=record.task_id, kind="deadline")
             subject = self.store.names.deadline_timer(record.task_id)
