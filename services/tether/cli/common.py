@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from tether.cli import credentials
 from tether.nats.connection import DEFAULT_URL, NatsConfig
 from tether.schemas.names import Names
 
@@ -52,7 +53,19 @@ import them (a unit test keeps each pair equal)."""
 
 
 def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int = 1) -> NatsConfig:
-    return NatsConfig(url=url, names=Names(prefix=prefix), name=name, replicas=replicas)
+    """The command's NATS config, with the credentials it was given (`--creds`, ...)."""
+    given = credentials.current()
+    return NatsConfig(
+        url=url,
+        names=Names(prefix=prefix),
+        name=name,
+        replicas=replicas,
+        credentials=given.creds,
+        nkey_seed=given.nkey,
+        tls_ca=given.tls_ca,
+        tls_cert=given.tls_cert,
+        tls_key=given.tls_key,
+    )
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tether.cli import dev, dlq, fork, gateway, gc, processes, tasks, ui
+from tether.cli import credentials, dev, dlq, fork, gateway, gc, processes, tasks, ui
 
 app = typer.Typer(
     name="tether",
@@ -45,6 +45,7 @@ fork.register(app)
 gc.register(app)
 gateway.register(app)
 ui.register(app)
+credentials.add_to_commands(app)  # --creds, --nkey, --tls-* on every NATS command
 
 
 def main() -> None:

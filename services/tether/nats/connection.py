@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
 import logging
+import os
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -30,6 +33,17 @@ C = TypeVar("C", bound=type)
 _closing: weakref.WeakSet[NatsClient] = weakref.WeakSet()
 
 
+def _not_eof_noise(record: logging.LogRecord) -> bool:
+    """asyncio warns "returning true from eof_received() has no effect when using ssl" at
+    every close of nats-py's TLS connection: harmless, and not for users to read."""
+    return not record.getMessage().startswith("returning true from eof_received()")
+
+
+logging.getLogger("asyncio").addFilter(_not_eof_noise)
+CONNECT_BOUND = 2.0
+"""The first connect gives up after this many connect timeouts, however it is stuck."""
+
+
 @dataclass(frozen=True)
 class NatsConfig:
     """How to reach NATS. Build it once at the edge (CLI, test, app) and pass it in."""
@@ -37,10 +51,14 @@ class NatsConfig:
     url: str = DEFAULT_URL
     """One URL or a comma-separated list of cluster seeds; may carry user:password@."""
     credentials: str | None = None
-    """Path to a `.creds` file (NATS decentralized auth)."""
+    """Path to a `.creds` file (NATS decentralized auth: a user JWT and its nkey seed)."""
+    nkey_seed: str | None = None
+    """Path to a file holding an nkey seed (`SU...`), for a server that lists nkey users."""
     token: str | None = None
     tls_ca: str | None = None
+    """CA bundle to verify the server's certificate with (and to turn TLS on)."""
     tls_cert: str | None = None
+    """Client certificate, for a server that verifies clients (`verify: true`)."""
     tls_key: str | None = None
     name: str = "tether"
     """Client name shown in the server's connection list."""
@@ -51,8 +69,26 @@ class NatsConfig:
     """Replicas of Tether's streams and buckets when it creates them (3 on a cluster)."""
 
     @property
+    def safe_url(self) -> str:
+        """The URL with any password or token in it blanked, for messages and logs."""
+        return ",".join(_redacted(server) for server in self.url.split(","))
+
+    @property
     def servers(self) -> list[str]:
         return [part.strip() for part in self.url.split(",") if part.strip()]
+
+    def check_files(self) -> None:
+        """Raise NatsUnavailableError naming a credentials or TLS file that is not there
+        (nats-py would report a missing file as an unreachable server)."""
+        for what, path in (
+            ("credentials file", self.credentials),
+            ("nkey seed file", self.nkey_seed),
+            ("TLS CA file", self.tls_ca),
+            ("TLS certificate", self.tls_cert),
+            ("TLS key", self.tls_key),
+        ):
+            if path is not None and not os.path.isfile(path):
+                raise NatsUnavailableError(f"the {what} {path!r} does not exist")
 
     def tls_context(self) -> ssl.SSLContext | None:
         if not (self.tls_ca or self.tls_cert):
@@ -74,35 +110,70 @@ async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = No
     async def closed() -> None:
         if nc in _closing or on_lost is None:
             return
-        reason = f"the NATS connection to {config.url} closed for good ({nc.last_error})"
+        reason = f"the NATS connection to {config.safe_url} closed for good ({nc.last_error})"
         log.error("%s", reason)
         on_lost(reason)
 
+    config.check_files()
+    refusals: list[Exception] = []
+
+    async def errors(exc: Exception) -> None:
+        if _refused(exc):
+            refusals.append(exc)  # nats-py then says only "no servers available"
+
+    nc = NatsClient()
+    bound = CONNECT_BOUND * config.connect_timeout
     try:
-        nc = await nats.connect(
-            servers=config.servers,
-            name=config.name,
-            user_credentials=config.credentials,
-            token=config.token,
-            tls=config.tls_context(),
-            connect_timeout=config.connect_timeout,
-            allow_reconnect=True,
-            # A few tries at first so a wrong URL fails fast; nats-py has no separate
-            # option for the initial connect, so the limit is lifted once connected.
-            max_reconnect_attempts=3,
-            reconnect_time_wait=0.25,
-            error_cb=_quiet,
-            disconnected_cb=_noop,
-            reconnected_cb=_noop,
-            closed_cb=closed,
-        )
-    except (OSError, nats.errors.Error, TimeoutError) as exc:
+        # nats-py can wait for ever on a TLS handshake that fails (a tls:// server and no
+        # CA to verify it): the whole connect is bounded, not only each attempt.
+        await asyncio.wait_for(_connect(nc, config, errors, closed), bound)
+    except TimeoutError as exc:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        hint = "" if config.tls_ca else "; a server that requires TLS needs --tls-ca (and "
+        hint += "" if config.tls_ca else "--tls-cert/--tls-key if it verifies clients)"
         raise NatsUnavailableError(
-            f"cannot reach NATS at {config.url} ({exc or type(exc).__name__}): "
+            f"cannot reach NATS at {config.safe_url} (no answer within {bound:.0f}s{hint})"
+        ) from exc
+    except (OSError, nats.errors.Error) as exc:
+        if refusals or _refused(exc):
+            why = refusals[-1] if refusals else exc
+            raise NatsUnavailableError(
+                f"NATS at {config.safe_url} refused the credentials ({why}): pass --creds "
+                "FILE, --nkey FILE, or user:password@ / token@ in the URL (TETHER_NATS_CREDS, ...)"
+            ) from exc
+        raise NatsUnavailableError(
+            f"cannot reach NATS at {config.safe_url} ({exc or type(exc).__name__}): "
             "start a server ('tether dev') or pass its URL with --nats / TETHER_NATS_URL"
         ) from exc
     nc.options["max_reconnect_attempts"] = -1
     return nc
+
+
+async def _connect(
+    nc: NatsClient,
+    config: NatsConfig,
+    errors: Callable[[Exception], Awaitable[None]],
+    closed: Callable[[], Awaitable[None]],
+) -> None:
+    await nc.connect(
+        servers=config.servers,
+        name=config.name,
+        user_credentials=config.credentials,
+        nkeys_seed=config.nkey_seed,
+        token=config.token,
+        tls=config.tls_context(),
+        connect_timeout=config.connect_timeout,  # type: ignore[arg-type]  # floats work
+        allow_reconnect=True,
+        # A few tries at first so a wrong URL fails fast; nats-py has no separate
+        # option for the initial connect, so the limit is lifted once connected.
+        max_reconnect_attempts=3,
+        reconnect_time_wait=0.25,  # type: ignore[arg-type]
+        error_cb=errors,
+        disconnected_cb=_noop,
+        reconnected_cb=_noop,
+        closed_cb=closed,
+    )
 
 
 async def close(nc: NatsClient) -> None:
@@ -114,8 +185,19 @@ async def close(nc: NatsClient) -> None:
         log.debug("closing the NATS connection: %s", exc)
 
 
-async def _quiet(exc: Exception) -> None:
-    """nats-py reports reconnect noise through this callback; the client recovers by itself."""
+def _refused(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "authorization" in text or "authentication" in text
+
+
+def _redacted(server: str) -> str:
+    """`nats://alice:***@host` for `nats://alice:pw@host`, `nats://***@host` for a token."""
+    parts = urlsplit(server.strip())
+    if "@" not in parts.netloc:
+        return server.strip()
+    user, _, host = parts.netloc.rpartition("@")
+    shown = f"{user.split(':', 1)[0]}:***" if ":" in user else "***"
+    return urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
 
 
 async def _noop() -> None:
