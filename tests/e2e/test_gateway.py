@@ -148,10 +148,12 @@ async def gateways(
             assert process.wait(15) == 0, log.read_text()
 
 
-def _start_gateway(config: NatsConfig, log: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
+def _start_gateway(
+    config: NatsConfig, log: Path, *options: str
+) -> tuple[subprocess.Popen[bytes], Path, str]:
     """`tether gateway` as a real process; returns it, its log and its MCP URL."""
     port = _free_port()
-    command = [sys.executable, "-m", "tether.cli", "gateway", "--port", str(port)]
+    command = [sys.executable, "-m", "tether.cli", "gateway", "--port", str(port), *options]
     command += ["--nats", config.url, "--prefix", config.names.prefix]
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -673,3 +675,61 @@ async def test_the_mcp_name_header_must_name_the_task(gateways: tuple[str, str])
         wrong = await http.post(gateways[1], json=body, headers={**headers, "mcp-name": "other"})
     assert right.status_code == 200 and _messages(right)[0]["result"]["taskId"] == task_id
     assert _messages(wrong)[0]["error"]["code"] == -32020  # header mismatch
+
+
+@pytest.fixture(scope="module")
+async def guarded(
+    stack: NatsConfig, workers: Workers, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
+    """A gateway that takes two callers' tokens."""
+    log = tmp_path_factory.mktemp("guarded") / "gateway.log"
+    process, log, url = _start_gateway(
+        stack, log, "--token", "alice=alice-token", "--token", "bob=bob-token"
+    )
+    try:
+        await wait_until(
+            lambda: "MCP gateway serving" in log.read_text() or process.poll() is not None,
+            timeout=30,
+            message="the gateway to start",
+        )
+        assert process.poll() is None, log.read_text()
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) == 0, log.read_text()
+
+
+@contextlib.asynccontextmanager
+async def caller(url: str, token: str) -> AsyncIterator[RawSession]:
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
+        session = await RawSession(url, http).open()
+        try:
+            yield session
+        finally:
+            await session.close()
+
+
+async def test_a_gateway_with_tokens_refuses_a_call_without_one(guarded: str) -> None:
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+    async with httpx.AsyncClient(timeout=30) as http:
+        anonymous = await http.post(guarded, json=init)
+        forged = await http.post(guarded, json=init, headers={"authorization": "Bearer nope"})
+    assert anonymous.status_code == 401 and forged.status_code == 401
+    assert anonymous.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_a_callers_tasks_are_hidden_from_another_caller(guarded: str) -> None:
+    async with caller(guarded, "alice-token") as alice, caller(guarded, "bob-token") as bob:
+        arguments = {"name": "slow", "arguments": {"sleep": 5}, "task": {}}
+        task_id = (await alice.call("tools/call", arguments))["task"]["taskId"]
+
+        assert (await alice.call("tasks/get", {"taskId": task_id}))["taskId"] == task_id
+        for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            with pytest.raises(RpcError, match="not found"):
+                await bob.call(method, {"taskId": task_id})
+        listed = await bob.call("tasks/list", {})
+        assert task_id not in [task["taskId"] for task in listed["tasks"]]
+        mine = await alice.call("tasks/list", {})
+        assert task_id in [task["taskId"] for task in mine["tasks"]]
+        assert (await alice.call("tasks/get", {"taskId": task_id}))["status"] == "working"
+        await alice.call("tasks/cancel", {"taskId": task_id})  # its owner may

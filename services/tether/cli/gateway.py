@@ -15,6 +15,7 @@ from tether.cli.common import (
     PortOption,
     PrefixOption,
     ReplicasOption,
+    loopback,
     metrics_on,
     nats_config,
 )
@@ -28,12 +29,32 @@ def gateway(
     prefix: PrefixOption = DEFAULT_PREFIX,
     replicas: ReplicasOption = 1,
     metrics_port: MetricsPortOption = None,
+    token: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--token",
+            envvar="TETHER_GATEWAY_TOKENS",
+            metavar="NAME=TOKEN",
+            help="Require a bearer token; each names a caller, whose MCP tasks no other caller "
+            "sees. Repeatable; the variable takes NAME=TOKEN,NAME=TOKEN.",
+        ),
+    ] = None,
 ) -> None:
     """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
     from tether.gateway import Gateway
+    from tether.gateway.callers import parse_tokens
 
+    tokens = parse_tokens(token or [])
+    if not tokens and not loopback(host):
+        typer.secho(
+            f"warning: the gateway on {host} takes no token: anyone who reaches it can run "
+            "tools and read every MCP task (pass --token NAME=TOKEN)",
+            err=True,
+            fg=typer.colors.YELLOW,
+        )
     config = nats_config(nats, prefix, "tether-gateway", replicas)
-    serve(Gateway(config, host, port, metrics=metrics_on(metrics_port)), name=config.name)
+    gateway = Gateway(config, host, port, metrics=metrics_on(metrics_port), tokens=tokens)
+    serve(gateway, name=config.name)
 
 
 def register(app: typer.Typer) -> None:

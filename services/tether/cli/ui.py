@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from typing import Annotated
 
@@ -15,6 +14,7 @@ from tether.cli.common import (
     NatsOption,
     PortOption,
     PrefixOption,
+    loopback,
     nats_config,
 )
 from tether.cli.processes import serve
@@ -44,19 +44,10 @@ def ui(
     """Serve the dashboard: tasks, their timelines and tokens live, dead letters, workers."""
     from tether.ui import Dashboard
 
-    if token is None and not _loopback(host):
+    if token is None and not loopback(host):
         token = secrets.token_urlsafe(24)
     config = nats_config(nats, prefix, "tether-ui")
     serve(Dashboard(config, host, port, token=token), name=config.name)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def register(app: typer.Typer) -> None:

@@ -21,7 +21,7 @@ from tether.errors import (
 )
 from tether.gateway import errors
 from tether.gateway.inputs import AnswerError, answer, input_key
-from tether.gateway.tasks import MCP_METADATA_KEY
+from tether.gateway.tasks import MCP_METADATA_KEY, owner
 from tether.gateway.tools import RUN_PLAN, plan_steps, tool_step
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import Heartbeat, StepSpec, TaskRecord, TaskStatus
@@ -53,13 +53,17 @@ class TaskBackend:
         self.client = client
         self.options = options
 
-    async def record(self, task_id: str) -> TaskRecord:
-        """The task's record; the spec's invalid-params error when there is none."""
+    async def record(self, task_id: str, caller: str | None = None) -> TaskRecord:
+        """The task's record; the spec's invalid-params error when there is none, or when
+        it belongs to another caller (who must not learn that it exists)."""
         try:
             validate_task_id(task_id)
-            return await self.client.get(task_id)
+            record = await self.client.get(task_id)
         except (InvalidNameError, TaskNotFoundError):
             raise errors.task_not_found(task_id) from None
+        if caller is not None and owner(record) != caller:
+            raise errors.task_not_found(task_id)
+        return record
 
     async def heartbeat(self, record: TaskRecord) -> Heartbeat | None:
         """The running step's latest heartbeat, for progress in the status message."""
@@ -68,7 +72,11 @@ class TaskBackend:
         return await self.client.store.get_heartbeat(record.task_id)
 
     async def submit(
-        self, name: str, arguments: dict[str, Any] | None, ttl_ms: int | None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        ttl_ms: int | None,
+        caller: str | None = None,
     ) -> TaskRecord:
         """Start a task for a tool call and return its record once a dispatcher created it.
 
@@ -79,6 +87,8 @@ class TaskBackend:
         request: dict[str, Any] = {"tool": name}
         if ttl_ms is not None:
             request["ttl_ms"] = ttl_ms
+        if caller is not None:
+            request["caller"] = caller  # the task is bound to it
         try:
             handle = await self.client.submit(
                 steps, task_id=new_task_id(), metadata={MCP_METADATA_KEY: request}
@@ -142,9 +152,9 @@ class TaskBackend:
         except TaskConflictError:
             pass
 
-    async def cancel(self, task_id: str) -> TaskRecord | None:
+    async def cancel(self, task_id: str, caller: str | None = None) -> TaskRecord | None:
         """Cancel the task; None when it had already ended (the record stays as it was)."""
-        await self.record(task_id)
+        await self.record(task_id, caller)
         try:
             return await self.client.cancel(task_id)
         except TaskConflictError:

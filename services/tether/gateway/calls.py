@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
+from tether.gateway.callers import caller_of
 from tether.gateway.elicitation import follow
 from tether.gateway.inputs import input_key, input_requests
 from tether.gateway.notifications import LegacyPush
@@ -76,18 +77,18 @@ class ToolCalls:
         if not is_modern(ctx.protocol_version):
             if params.name == RUN_PLAN:
                 raise errors.task_required(RUN_PLAN)
-            record = await self.backend.submit(params.name, params.arguments, None)
+            record = await self.backend.submit(params.name, params.arguments, None, caller_of(ctx))
             async with token_progress(self.backend, ctx, record.task_id):
                 ended = await follow(self.backend, ctx, record.task_id, give_up=True)
             return direct_result(ended)
         if params.request_state is not None:
             return await self._resume(ctx, params)
         if declares_tasks(ctx.session.client_capabilities):
-            record = await self.backend.submit(params.name, params.arguments, None)
+            record = await self.backend.submit(params.name, params.arguments, None, caller_of(ctx))
             return {"resultType": TASK_RESULT_TYPE, **modern_task(record, self._poll_ms)}
         if params.name == RUN_PLAN:
             raise errors.missing_tasks_extension()
-        record = await self.backend.submit(params.name, params.arguments, None)
+        record = await self.backend.submit(params.name, params.arguments, None, caller_of(ctx))
         async with token_progress(self.backend, ctx, record.task_id):
             return await self._direct_modern(record.task_id, set())
 
@@ -104,7 +105,7 @@ class ToolCalls:
     async def _resume(self, ctx: Context, params: types.CallToolRequestParams) -> dict[str, Any]:
         """The retry of a plain 2026-07-28 call that was asked a question (MRTR)."""
         assert params.request_state is not None
-        record = await self.backend.record(params.request_state)
+        record = await self.backend.record(params.request_state, caller_of(ctx))
         key = input_key(record)
         answered: set[str] = set()
         for name, response in (params.input_responses or {}).items():
@@ -120,7 +121,7 @@ class ToolCalls:
         except ValidationError as exc:
             raise errors.invalid_params(f"invalid tools/call params: {exc}") from None
         ttl = params.task.ttl if params.task is not None else None
-        record = await self.backend.submit(params.name, params.arguments, ttl)
+        record = await self.backend.submit(params.name, params.arguments, ttl, caller_of(ctx))
         task = legacy_task(as_created(record), self._poll_ms)
         self.push.follow(ctx, record.task_id, task["status"])
         return {

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from tether.client import Client
 from tether.errors import TetherError
 from tether.gateway.backend import GatewayOptions, TaskBackend
+from tether.gateway.callers import BearerAuth
 from tether.gateway.calls import ToolCalls
 from tether.gateway.methods import TaskMethods
 from tether.gateway.notifications import LegacyPush, StatusFeed, TaskListen
@@ -50,8 +52,12 @@ class Gateway(Service):
         options: GatewayOptions | None = None,
         layout: Layout | None = None,
         metrics: Metrics | None = None,
+        tokens: Mapping[str, str] | None = None,
     ) -> None:
+        """`tokens` (token -> caller name): require one as a bearer token, and bind each
+        MCP task to the caller that created it (see `tether.gateway.callers`)."""
         self.nats = nats or NatsConfig()
+        self.tokens = dict(tokens or {})
         self.metrics = metrics
         self._http = HttpServer(host, port, "the MCP gateway", GatewayError)
         self.options = options or GatewayOptions()
@@ -93,9 +99,11 @@ class Gateway(Service):
         log.info("MCP gateway serving %s", self.url)
 
     async def _start_http(self) -> None:
-        app = self._server.streamable_http_app(
+        app: Any = self._server.streamable_http_app(
             streamable_http_path=self.options.path, host=self.host
         )
+        if self.tokens:
+            app = BearerAuth(app, self.tokens)
         await self._http.start(app)
 
     async def stop(self) -> None:

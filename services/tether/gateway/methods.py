@@ -15,6 +15,7 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
+from tether.gateway.callers import caller_of
 from tether.gateway.elicitation import follow
 from tether.gateway.inputs import input_key
 from tether.gateway.notifications import LegacyPush
@@ -31,6 +32,7 @@ from tether.gateway.tasks import (
     failure_message,
     legacy_task,
     mcp_status,
+    owner,
     tool_error,
     tool_result,
 )
@@ -92,7 +94,7 @@ class TaskMethods:
         modern = is_modern(ctx.protocol_version)
         if modern:
             _check_modern(ctx, params.task_id)
-        record = await self.backend.record(params.task_id)
+        record = await self.backend.record(params.task_id, caller_of(ctx))
         heartbeat = await self.backend.heartbeat(record)
         if modern:
             return detailed_task(record, self._poll_ms, heartbeat)
@@ -102,14 +104,19 @@ class TaskMethods:
 
     async def get_result(self, ctx: Context, params: TaskIdParams) -> HandlerResult:
         _legacy_only(ctx)
-        await self.backend.record(params.task_id)
+        await self.backend.record(params.task_id, caller_of(ctx))
         record = await follow(self.backend, ctx, params.task_id, give_up=False)
         return final_result(record)
 
     async def list_tasks(self, ctx: Context, params: ListTasksParams) -> HandlerResult:
         _legacy_only(ctx)
         offset = _cursor_offset(params.cursor)
-        records = await self.backend.client.list()
+        caller = caller_of(ctx)
+        records = [
+            record
+            for record in await self.backend.client.list()
+            if caller is None or owner(record) == caller
+        ]
         page = records[offset : offset + PAGE_SIZE]
         answer: dict[str, Any] = {"tasks": [legacy_task(r, self._poll_ms) for r in page]}
         if offset + PAGE_SIZE < len(records):
@@ -120,11 +127,11 @@ class TaskMethods:
         modern = is_modern(ctx.protocol_version)
         if modern:
             _check_modern(ctx, params.task_id)
-        cancelled = await self.backend.cancel(params.task_id)
+        cancelled = await self.backend.cancel(params.task_id, caller_of(ctx))
         if modern:  # an acknowledgement; a task that had ended simply stays as it was
             return {}
         if cancelled is None:
-            record = await self.backend.record(params.task_id)
+            record = await self.backend.record(params.task_id, caller_of(ctx))
             status = mcp_status(record.status)
             raise errors.invalid_params(
                 f"Cannot cancel task: already in terminal status {status!r}"
@@ -134,7 +141,7 @@ class TaskMethods:
     async def update_task(self, ctx: Context, params: UpdateTaskParams) -> HandlerResult:
         _modern_only(ctx)
         _check_modern(ctx, params.task_id)
-        record = await self.backend.record(params.task_id)
+        record = await self.backend.record(params.task_id, caller_of(ctx))
         response = params.input_responses.get(input_key(record))
         # Keys that are not outstanding (answered, superseded, unknown) are ignored.
         if record.status is TaskStatus.WAITING and response is not None:

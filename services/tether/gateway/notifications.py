@@ -32,6 +32,7 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from tether.errors import TaskNotFoundError
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
+from tether.gateway.callers import caller_of
 from tether.gateway.protocol import declares_tasks
 from tether.gateway.tasks import detailed_task, legacy_task, mcp_status
 from tether.nats.feeds import AllEvents
@@ -209,7 +210,7 @@ class TaskListen:
         requested = (params.notifications.model_extra or {}).get("taskIds")
         if requested is not None and not declares_tasks(ctx.session.client_capabilities):
             raise errors.missing_tasks_extension()
-        honored = await self._known(requested)
+        honored = await self._known(requested, caller_of(ctx))
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
         queue: asyncio.Queue[str] = asyncio.Queue()
         self._queues.add(queue)
@@ -224,14 +225,14 @@ class TaskListen:
             self._queues.discard(queue)
         return types.SubscriptionsListenResult(_meta=meta)
 
-    async def _known(self, requested: Any) -> list[str]:
+    async def _known(self, requested: Any, caller: str | None) -> list[str]:
         """The requested task ids that exist: the ones the server agrees to report on."""
         if not isinstance(requested, list):
             return []
         known = []
         for task_id in dict.fromkeys(item for item in requested if isinstance(item, str)):
             with contextlib.suppress(Exception):
-                await self._backend.record(task_id)
+                await self._backend.record(task_id, caller)
                 known.append(task_id)
         return known
 

@@ -28,6 +28,13 @@ _STATUS = {
 }
 
 
+def owner(record: TaskRecord) -> str | None:
+    """The caller an MCP task is bound to (None: created with no token, or not by MCP)."""
+    requested = record.metadata.get(MCP_METADATA_KEY)
+    found = requested.get("caller") if isinstance(requested, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def mcp_status(status: TaskStatus) -> str:
     """pending/running → working, waiting → input_required, the terminal three unchanged."""
     return _STATUS[status]

@@ -1,0 +1,77 @@
+"""Who calls the gateway: bearer tokens, each naming a caller, and the binding of MCP
+tasks to the caller that created them (the MCP spec asks that another caller's
+`tasks/get`, `tasks/result`, `tasks/cancel` and `tasks/list` neither see nor touch them).
+
+Without tokens the gateway is open (it binds to 127.0.0.1 by default) and tasks are
+bound to no one.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+CALLER = "tether_caller"
+"""Where the middleware puts the caller on the request's state."""
+DEFAULT_CALLER = "default"
+_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+
+
+def parse_tokens(specs: list[str]) -> dict[str, str]:
+    """`NAME=TOKEN` (or a bare `TOKEN`, for caller `default`) per item, as token -> caller."""
+    tokens: dict[str, str] = {}
+    for spec in specs:
+        for item in (part.strip() for part in spec.split(",")):
+            if not item:
+                continue
+            name, _, token = item.partition("=")
+            if not (token and _NAME.fullmatch(name)):  # a bare token (base64 may end in =)
+                name, token = DEFAULT_CALLER, item
+            tokens[token] = name
+    return tokens
+
+
+class BearerAuth:
+    """ASGI middleware: a request must carry one of `tokens` (token -> caller) as
+    `Authorization: Bearer <token>`; its caller is then on `request.state`."""
+
+    def __init__(self, app: ASGIApp, tokens: Mapping[str, str]) -> None:
+        self._app = app
+        self._tokens = dict(tokens)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        caller = self._caller(Headers(scope=scope).get("authorization", ""))
+        if caller is None:
+            refusal = JSONResponse(
+                {"error": "unauthorized: send Authorization: Bearer <token>"},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="tether"'},
+            )
+            await refusal(scope, receive, send)
+            return
+        scope.setdefault("state", {})[CALLER] = caller
+        await self._app(scope, receive, send)
+
+    def _caller(self, header: str) -> str | None:
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not presented:
+            return None
+        for token, caller in self._tokens.items():
+            if hmac.compare_digest(presented.strip().encode(), token.encode()):
+                return caller
+        return None
+
+
+def caller_of(ctx: Any) -> str | None:
+    """The caller of an MCP request (None when the gateway takes no tokens)."""
+    state = getattr(getattr(ctx, "request", None), "state", None)
+    return getattr(state, CALLER, None) if state is not None else None
