@@ -44,6 +44,20 @@ class NatsUnavailableError(TetherError):
     pass
 
 
+class NotProvisionedError(NatsUnavailableError):
+    """No Tether installation (or only part of one) lives under the prefix."""
+
+    def __init__(self, prefix: str, missing: list[str]) -> None:
+        self.prefix = prefix
+        self.missing = missing
+        what = "nothing of it is there" if len(missing) > 4 else "missing: " + ", ".join(missing)
+        super().__init__(
+            f"no Tether installation under prefix {prefix!r} ({what}): check --prefix / "
+            "TETHER_PREFIX, or create it with 'tether provision' (a dispatcher or worker "
+            "also creates it when it starts)"
+        )
+
+
 class InvalidTaskError(TetherError, ValueError):
     pass
 

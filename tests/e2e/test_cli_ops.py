@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 import httpx
 import pytest
 
-from tests.conftest import APP, ROOT, start_worker, stop_worker
+from tests.conftest import APP, ROOT, Raw, start_worker, stop_worker
 from tether import Client, NatsConfig, TaskStatus
+from tether.schemas import Names
 
 CLI_TIMEOUT = 30.0
 
@@ -326,7 +327,7 @@ async def test_dlq_ls_shows_a_dead_letter_and_dlq_retry_reruns_the_task(
     ],
 )
 async def test_an_unknown_task_id_exits_4_with_one_line(
-    config: NatsConfig, command: list[str]
+    config: NatsConfig, client: Client, command: list[str]
 ) -> None:
     run = await tether(config, *("no-such-task" if arg == "ID" else arg for arg in command))
 
@@ -388,3 +389,18 @@ async def test_submit_no_strict_keeps_a_task_for_a_tool_not_served_yet_and_statu
     assert shown.code == 0, shown
     assert "pending" in shown.out and "no worker serves 'not_served_yet' yet" in shown.out
     await client.cancel("early")
+
+
+async def test_a_wrong_prefix_says_no_installation_lives_there_and_creates_none(
+    config: NatsConfig, client: Client, raw: Raw
+) -> None:
+    wrong = NatsConfig(url=config.url, names=Names(prefix=config.names.prefix + "x"))
+
+    run = await tether(wrong, "ls")
+
+    assert run.code == 2, run
+    assert_one_line_error(run, "no Tether installation under prefix", "tether provision")
+    assert wrong.names.submit_stream not in [s.config.name for s in await raw.js.streams_info()]
+    provisioned = await tether(wrong, "provision")
+    assert provisioned.code == 0, provisioned
+    assert (await tether(wrong, "ls")).code == 0

@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from tether.cli import credentials, dev, dlq, fork, gateway, gc, processes, tasks, ui
+from tether.cli import (
+    credentials,
+    dev,
+    dlq,
+    fork,
+    gateway,
+    gc,
+    processes,
+    provision,
+    tasks,
+    ui,
+)
 
 app = typer.Typer(
     name="tether",
@@ -43,6 +54,7 @@ tasks.register(app)
 dlq.register(app)
 fork.register(app)
 gc.register(app)
+provision.register(app)
 gateway.register(app)
 ui.register(app)
 credentials.add_to_commands(app)  # --creds, --nkey, --tls-* on every NATS command

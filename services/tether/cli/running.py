@@ -101,7 +101,9 @@ def describe(exc: BaseException) -> tuple[str, ExitCode]:
 
 @contextlib.asynccontextmanager
 async def connected(nats: str, prefix: str) -> AsyncIterator[Client]:
-    async with Client(nats_config(nats, prefix)) as client:
+    """A client of the installation under `prefix`, which must exist: a typo in --prefix
+    says so instead of creating an empty installation."""
+    async with Client(nats_config(nats, prefix), provision=False) as client:
         yield client
 
 

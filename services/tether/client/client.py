@@ -43,17 +43,30 @@ class Client(Service):
     """
 
     def __init__(
-        self, nats: NatsConfig | str | None = None, *, layout: Layout | None = None
+        self,
+        nats: NatsConfig | str | None = None,
+        *,
+        layout: Layout | None = None,
+        provision: bool = True,
     ) -> None:
+        """`provision=False`: do not create Tether's streams and buckets; raise
+        NotProvisionedError at connect when they are not there (a wrong prefix, or a
+        role that may not create them)."""
         self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)
+        self.provision = provision
         self._nc: Connection | None = None
         self._store: Store | None = None
         self._known_tools: KnownTools | None = None
 
     async def connect(self) -> None:
         self._nc = await connect(self.nats, self.connection_lost)
-        self._store = await Store.open(self._nc, self.layout)
+        try:
+            self._store = await Store.open(self._nc, self.layout, provision=self.provision)
+        except BaseException:
+            await close(self._nc)
+            self._nc = None
+            raise
         self._known_tools = KnownTools(self._store)
 
     async def start(self) -> None:

@@ -153,6 +153,27 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
             raise
 
 
+def expected_streams(names: Names) -> list[str]:
+    """Every stream Tether's installation under `names` has (buckets and store included)."""
+    buckets = [names.tasks_bucket, names.checkpoints_bucket, names.tools_bucket]
+    buckets.append(names.heartbeats_bucket)
+    streams = [names.submit_stream, names.work_stream, names.status_stream]
+    streams += [names.dead_letter_stream, names.index_stream, names.tokens_stream]
+    return [*streams, *(names.kv_stream(b) for b in buckets), f"OBJ_{names.blobs_bucket}"]
+
+
+async def missing(js: JetStreamContext, names: Names) -> list[str]:
+    """The streams of the installation under `names` that are not there (all of them when
+    nothing lives under that prefix)."""
+    absent = []
+    for stream in expected_streams(names):
+        try:
+            await js.stream_info(stream)
+        except NotFoundError:
+            absent.append(stream)
+    return absent
+
+
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     """Create the stream, or update what Tether owns of an existing one.
 

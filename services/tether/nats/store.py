@@ -29,7 +29,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from tether.errors import NatsUnavailableError, TaskNotFoundError
+from tether.errors import NatsUnavailableError, NotProvisionedError, TaskNotFoundError
 from tether.nats.blobs import Blobs
 from tether.nats.connection import translating
 from tether.nats.delivery import Consumer
@@ -40,8 +40,9 @@ from tether.nats.provision import (
     ensure_dispatcher_consumer,
     ensure_timers_consumer,
     ensure_tool_consumer,
-    provision,
+    missing,
 )
+from tether.nats.provision import provision as provision_all
 from tether.nats.recent import RecentRecords, Versioned
 from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
 from tether.nats.requests import Requester
@@ -130,17 +131,23 @@ class Store:
         """Whether record writes keep the status index (`Layout.index_tasks`)."""
 
     @classmethod
-    async def open(cls, nc: NatsClient, layout: Layout | None = None) -> Store:
-        """Provision (idempotently) and bind to Tether's buckets."""
+    async def open(
+        cls, nc: NatsClient, layout: Layout | None = None, provision: bool = True
+    ) -> Store:
+        """Bind to Tether's buckets; with `provision`, create (idempotently) what is
+        missing first, else raise NotProvisionedError naming it."""
         layout = layout or Layout()
         js = nc.jetstream()
+        names = layout.names
         try:
-            await provision(js, layout)
+            if provision:
+                await provision_all(js, layout)
+            elif absent := await missing(js, names):
+                raise NotProvisionedError(names.prefix, absent)
         except NoRespondersError as exc:
             raise NatsUnavailableError(
                 "the NATS server has no JetStream: start it with JetStream enabled (-js)"
             ) from exc
-        names = layout.names
         buckets = {
             "tasks": await js.key_value(names.tasks_bucket),
             "checkpoints": await js.key_value(names.checkpoints_bucket),
