@@ -176,14 +176,15 @@ async def test_wrong_or_no_credentials_say_that_nats_refused_them(auth_server: s
 async def test_the_cli_takes_tls_options_and_their_variables(
     tls_server: str, pki: Pki, prefix: str
 ) -> None:
-    base = [sys.executable, "-m", "tether.cli", "ls", "--nats", tls_server, "--prefix", prefix]
+    cli = [sys.executable, "-m", "tether.cli"]
+    where = ["--nats", tls_server, "--prefix", prefix]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TETHER_NATS_TLS_KEY": str(pki.client_key)}
     options = ["--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert)]
-    by_options = await _run([*base, *options], env)
+    by_options = await _run([*cli, "provision", *where, *options], env)
     ca, cert = str(pki.ca), str(pki.client_cert)
     env_only = {**env, "TETHER_NATS_TLS_CA": ca, "TETHER_NATS_TLS_CERT": cert}
-    by_variables = await _run(base, env_only)
-    without = await _run(base, {**os.environ, "PYTHONPATH": str(ROOT)})
+    by_variables = await _run([*cli, "ls", *where], env_only)
+    without = await _run([*cli, "ls", *where], {**os.environ, "PYTHONPATH": str(ROOT)})
 
     assert by_options == (0, "") and by_variables == (0, "")
     assert without[0] == 2 and "cannot reach NATS" in without[1]
