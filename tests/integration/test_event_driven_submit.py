@@ -4,13 +4,16 @@ runs when a worker starts (as a queue holds work for a consumer that is not up y
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
 from tests.apps.tools import app
 from tests.conftest import Raw
 from tether import Client, InvalidTaskError, NatsConfig, Worker
-from tether.schemas import Submitted, TaskStatus
+from tether.schemas import Submitted, TaskStatus, ToolInfo
+from tether.tasks.known_tools import FORGET_AFTER
+from tether.tasks.rules import utcnow
 from tether.testing import eventually
 
 
@@ -55,3 +58,19 @@ async def test_strict_refuses_a_tool_no_worker_serves_and_the_sdk_keeps_it_by_de
     assert record.note == "no worker serves 'fast', 'not_yet' yet: the task starts when one does"
     await kept.cancel()  # a task that waits can still be cancelled
     assert (await kept.get()).status is TaskStatus.CANCELLED
+
+
+async def test_a_tool_no_worker_has_served_for_a_day_is_no_longer_known(
+    client: Client, dispatcher: object, config: NatsConfig
+) -> None:
+    stale = ToolInfo(name="retired", updated_at=utcnow() - FORGET_AFTER - timedelta(minutes=1))
+    await client.store.register_tool(stale)
+    with pytest.raises(InvalidTaskError, match="unknown tool 'retired'"):
+        await client.submit(["retired"], strict=True)
+
+    async with Worker(app, config):  # a live worker's tools are known however old
+        await client.store.register_tool(
+            ToolInfo(name="fast", updated_at=utcnow() - 2 * FORGET_AFTER)
+        )
+        handle = await client.submit(["fast"], strict=True)
+        assert await handle.wait(timeout=20) == {"step": 0, "payload": None}

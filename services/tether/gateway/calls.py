@@ -39,6 +39,8 @@ from tether.gateway.tasks import (
 )
 from tether.gateway.tools import RUN_PLAN, mcp_tool, run_plan_tool
 from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.tasks.known_tools import live_tools, served
+from tether.tasks.rules import utcnow
 
 Context = ServerRequestContext[Any, Any]
 
@@ -69,7 +71,9 @@ class ToolCalls:
 
     async def list_tools(self, ctx: Context, params: types.PaginatedRequestParams) -> HandlerResult:
         legacy = not is_modern(ctx.protocol_version)
-        advertised = await self.backend.client.store.list_tools()
+        store = self.backend.client.store
+        live, now = await live_tools(store), utcnow()
+        advertised = [info for info in await store.list_tools() if served(info, live, now)]
         tools = [mcp_tool(info, legacy=legacy) for info in advertised if info.name != RUN_PLAN]
         return types.ListToolsResult(tools=[run_plan_tool(legacy=legacy), *tools])
 

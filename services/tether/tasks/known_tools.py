@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
+from datetime import datetime, timedelta
 
 from tether.errors import InvalidTaskError
 from tether.nats.store import Store
-from tether.schemas.tasks import StepSpec
+from tether.schemas.tasks import StepSpec, ToolInfo
 from tether.tasks import plans
+from tether.tasks.rules import utcnow
 
 KNOWN_TOOL_TTL = 30.0
+FORGET_AFTER = timedelta(days=1)
+"""A tool no live worker serves stops being known this long after it was registered."""
+
+
+def served(info: ToolInfo, live: Collection[str], now: datetime) -> bool:
+    """Whether a registered tool still counts as served: a live worker lists it, or one
+    registered it less than `FORGET_AFTER` ago (a worker restarting, or one that does
+    not beat, such as an older version or another language's)."""
+    return info.name in live or now - info.updated_at < FORGET_AFTER
+
+
+async def live_tools(store: Store) -> set[str]:
+    """The tools the workers that beat right now serve."""
+    return {tool for worker in await store.list_workers() for tool in worker.tools}
 
 
 class KnownTools:
@@ -21,12 +38,16 @@ class KnownTools:
 
     async def unknown(self, steps: list[StepSpec]) -> list[str]:
         """The plan's tools no worker has registered, by name."""
-        now = time.monotonic()
+        now, today = time.monotonic(), utcnow()
         missing = []
+        live: set[str] = set()  # read only for a registration older than FORGET_AFTER
         for tool in sorted(plans.tools_of(steps)):
             if self._until.get(tool, 0.0) > now:
                 continue
-            if await self._store.get_tool(tool) is None:
+            info = await self._store.get_tool(tool)
+            if info is not None and not live and not served(info, live, today):
+                live = await live_tools(self._store)
+            if info is None or not served(info, live, today):
                 missing.append(tool)
             else:
                 self._until[tool] = now + KNOWN_TOOL_TTL
