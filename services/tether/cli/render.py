@@ -32,6 +32,7 @@ from tether.schemas.tasks import (
     TokenChunk,
     Usage,
 )
+from tether.tasks.plans import current_tool
 
 STATUS_STYLES = {
     TaskStatus.PENDING: "dim",
@@ -86,12 +87,6 @@ def step_position(record: TaskRecord) -> str:
     """`current_step/steps`, as the record has them: steps count from 0, as in events
     and dead letters, so `0/3` is the first of three and `3/3` a finished plan."""
     return f"{record.current_step}/{record.plan_length}"
-
-
-def current_tool(record: TaskRecord) -> str:
-    if not record.steps:
-        return "-"
-    return record.spec(min(record.current_step, record.plan_length - 1)).label
 
 
 # -- tables -------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tether.schemas.tasks import (
     MAX_DURATION_MS,
     MAX_STEPS,
     StepSpec,
+    TaskRecord,
     TaskSubmit,
 )
 
@@ -140,3 +141,10 @@ def task_id_of(data: bytes) -> str | None:
         return validate_task_id(task_id)
     except InvalidNameError:
         return None
+
+
+def current_tool(record: TaskRecord) -> str:
+    """The agent or tool of the task's current step (its last, once finished)."""
+    if not record.steps:
+        return "-"
+    return record.spec(min(record.current_step, record.plan_length - 1)).label

@@ -13,18 +13,18 @@ from urllib.parse import urlencode
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from tether.client import Client
-from tether.errors import BlobNotFoundError, TaskConflictError, TaskNotFoundError, TetherError
+from tether.errors import BlobNotFoundError, TaskConflictError, TetherError
 from tether.nats.blobs import is_ref
 from tether.nats.feeds import dead_letters, task_history
-from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import TaskRecord, TaskStatus
 from tether.tasks.listing import parse
+from tether.tasks.service import TaskService
 from tether.ui import views
 from tether.ui.auth import TokenAuth
 from tether.ui.live import changes, task_feed, until_closed
@@ -43,7 +43,6 @@ def build_app(client: Client, closing: asyncio.Event, token: str | None = None) 
         Route("/", pages.tasks),
         Route("/live", pages.list_live),
         Route("/tasks/{task_id}", pages.task),
-        Route("/tasks/{task_id}.json", pages.record_json),
         Route("/tasks/{task_id}/live", pages.task_live),
         Route("/tasks/{task_id}/{verb:str}", pages.action, methods=["POST"]),
         Route("/dlq", pages.dlq),
@@ -181,13 +180,6 @@ class Pages:
             return self._missing(request, f"no blob {ref!r} (removed by `tether gc`?)")
         return Response(data, media_type="application/json")
 
-    async def record_json(self, request: Request) -> Response:
-        try:
-            record = await self._client.get(request.path_params["task_id"])
-        except TaskNotFoundError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404)
-        return JSONResponse(to_builtins(record))
-
 
 async def _filtered(
     client: Client, status: str | None, tool: str | None, text: str | None, cursor: str | None
@@ -213,9 +205,8 @@ async def _filtered(
 
 
 async def _task_context(client: Client, record: TaskRecord) -> dict[str, Any]:
-    handle = client.handle(record.task_id)
     events = await task_history(client.store, record.task_id)
-    plan = await handle.plan()
+    plan = await TaskService(client.store).forks.plan(record)
     children = []
     for child_id in record.children:
         found = await client.store.get_record(child_id)

@@ -20,6 +20,7 @@ from tether.schemas.events import (
     Waiting,
 )
 from tether.schemas.tasks import ErrorInfo, StepSpec, TaskRecord, TaskStatus, Usage
+from tether.tasks.plans import current_tool as current_tool  # the pages name it from here
 
 
 @dataclass
@@ -49,7 +50,6 @@ class Lane:
     tool: str
     attempts: list[Attempt] = field(default_factory=list)
     output: Any = None
-    finished: bool = False
     usage: Usage | None = None
     wake_at: datetime | None = None
 
@@ -143,7 +143,7 @@ def _apply(lane: Lane, event: AnyStatusEvent) -> None:
         lane.attempts.append(last)
     if isinstance(event, StepCompleted):
         last.ended, last.outcome = event.time, "skipped" if event.skipped else "completed"
-        lane.output, lane.finished, lane.usage = event.output, True, event.usage
+        lane.output, lane.usage = event.output, event.usage
         lane.wake_at = event.wake_at
     elif isinstance(event, StepRetrying):
         last.ended, last.outcome = event.time, "retrying"
@@ -152,10 +152,8 @@ def _apply(lane: Lane, event: AnyStatusEvent) -> None:
         last.outcome = "waiting"
     elif isinstance(event, Failed):
         last.ended, last.outcome, last.error = event.time, "failed", event.error
-        lane.finished = True
     elif event.status is TaskStatus.CANCELLED:
         last.ended, last.outcome = event.time, "cancelled"
-        lane.finished = True
 
 
 def step_input(plan: Sequence[StepSpec], step: int, branch: int | None) -> Any:
@@ -166,13 +164,6 @@ def step_input(plan: Sequence[StepSpec], step: int, branch: int | None) -> Any:
     if branch is not None and spec.parallel is not None and branch < len(spec.parallel):
         spec = spec.parallel[branch]
     return spec.input
-
-
-def current_tool(record: TaskRecord) -> str:
-    """The agent or tool of the task's current step (its last, once finished)."""
-    if not record.steps:
-        return "-"
-    return record.spec(min(record.current_step, record.plan_length - 1)).label
 
 
 def matches(record: TaskRecord, tool: str | None, text: str | None) -> bool:
