@@ -116,10 +116,9 @@ class Pages:
 
     async def task(self, request: Request) -> Response:
         task_id = request.path_params["task_id"]
-        found = await self._client.store.get_record(task_id)
-        if found is None:
+        context = await _task_context(self._client, task_id)
+        if context is None:
             return self._missing(request, f"no task {task_id!r}")
-        context = await _task_context(self._client, found.record)
         context["note"] = request.query_params.get("note")
         name = "task_body.html" if request.query_params.get("part") == "body" else "task.html"
         return self._page(request, name, **context)
@@ -140,10 +139,9 @@ class Pages:
         try:
             note, where = await _act(self._client, task_id, verb, form)
         except (views.FormError, TetherError, ValueError) as exc:
-            found = await self._client.store.get_record(task_id)
-            if found is None:
+            context = await _task_context(self._client, task_id)
+            if context is None:
                 return self._missing(request, str(exc))
-            context = await _task_context(self._client, found.record)
             code = 409 if isinstance(exc, TaskConflictError) else 400
             return self._page(request, "task.html", code, error=str(exc), **context)
         return RedirectResponse(f"/tasks/{where}?" + urlencode({"note": note}), status_code=303)
@@ -204,8 +202,16 @@ async def _filtered(
     return found, True
 
 
-async def _task_context(client: Client, record: TaskRecord) -> dict[str, Any]:
-    events = await task_history(client.store, record.task_id)
+async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
+    """What a task page shows; None when there is no such task. The events are read
+    before the record, so the record is never older than the events the page counts as
+    seen: the live feed sends only the later ones, and a terminal event among those read
+    would otherwise leave the page showing a status it never refreshes."""
+    events = await task_history(client.store, task_id)
+    found = await client.store.get_record(task_id)
+    if found is None:
+        return None
+    record = found.record
     plan = await TaskService(client.store).forks.plan(record)
     children = []
     for child_id in record.children:

@@ -94,14 +94,12 @@ async def _merged(
 async def until_closed(closing: asyncio.Event, feed: AsyncIterator[T]) -> AsyncIterator[T]:
     """`feed` until `closing` is set: an open page's stream must not hold up a stop."""
     closed = asyncio.ensure_future(closing.wait())
+    following: asyncio.Future[T] | None = None
     try:
         while True:
             following = asyncio.ensure_future(anext(feed))
             await asyncio.wait({following, closed}, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
-                following.cancel()
-                with contextlib.suppress(BaseException):
-                    await following
                 return
             try:
                 yield following.result()
@@ -109,5 +107,10 @@ async def until_closed(closing: asyncio.Event, feed: AsyncIterator[T]) -> AsyncI
                 return
     finally:
         closed.cancel()
+        if following is not None and not following.done():
+            following.cancel()  # also when the reader went away mid-wait
+        with contextlib.suppress(BaseException):
+            if following is not None:
+                await following
         with contextlib.suppress(BaseException):
             await feed.aclose()  # type: ignore[attr-defined]
