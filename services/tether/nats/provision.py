@@ -20,6 +20,7 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, NotFoundError
 
+from tether.errors import NotProvisionedError
 from tether.nats.connection import NatsConfig
 from tether.schemas.names import DEFAULT_NAMES, Names
 
@@ -128,6 +129,7 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
         (names.checkpoints_bucket, None),
         (names.tools_bucket, None),
         (names.heartbeats_bucket, _seconds(layout.heartbeat_ttl)),
+        (names.workers_bucket, None),
     ):
         # Direct gets are one request instead of a JSON API call, but on a cluster any
         # replica may answer them, possibly before it has applied the latest write; the
@@ -153,10 +155,20 @@ async def provision(js: JetStreamContext, layout: Layout = Layout()) -> None:
             raise
 
 
+async def open_installation(js: JetStreamContext, layout: Layout, create: bool) -> None:
+    """Make sure the installation under `layout.names` is there before a process binds to
+    it: with `create`, create or update it; without, raise NotProvisionedError naming
+    what is missing."""
+    if create:
+        await provision(js, layout)
+    elif absent := await missing(js, layout.names):
+        raise NotProvisionedError(layout.names.prefix, absent)
+
+
 def expected_streams(names: Names) -> list[str]:
     """Every stream Tether's installation under `names` has (buckets and store included)."""
     buckets = [names.tasks_bucket, names.checkpoints_bucket, names.tools_bucket]
-    buckets.append(names.heartbeats_bucket)
+    buckets += [names.heartbeats_bucket, names.workers_bucket]
     streams = [names.submit_stream, names.work_stream, names.status_stream]
     streams += [names.dead_letter_stream, names.index_stream, names.tokens_stream]
     return [*streams, *(names.kv_stream(b) for b in buckets), f"OBJ_{names.blobs_bucket}"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import msgspec
@@ -29,7 +29,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from tether.errors import NatsUnavailableError, NotProvisionedError, TaskNotFoundError
+from tether.errors import NatsUnavailableError, TaskNotFoundError
 from tether.nats.blobs import Blobs
 from tether.nats.connection import translating
 from tether.nats.delivery import Consumer
@@ -40,9 +40,8 @@ from tether.nats.provision import (
     ensure_dispatcher_consumer,
     ensure_timers_consumer,
     ensure_tool_consumer,
-    missing,
+    open_installation,
 )
-from tether.nats.provision import provision as provision_all
 from tether.nats.recent import RecentRecords, Versioned
 from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
 from tether.nats.requests import Requester
@@ -75,12 +74,13 @@ MSG_ID: str = Header.MSG_ID.value
 _PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 _worker_decoder = msgspec.json.Decoder(WorkerBeat)
-WORKER_KEYS = "workers."
-"""Where workers beat in the heartbeats bucket (a task id has no dot)."""
+LIVE_FOR = timedelta(seconds=30)
+"""A worker whose last beat is older is not listed as serving anything."""
 
 
-def _worker_key(worker_id: str) -> str:
-    return WORKER_KEYS + re.sub(r"[^A-Za-z0-9_=-]", "_", worker_id)
+def worker_key(worker_id: str) -> str:
+    """The worker's key in the workers bucket: one token (its steps are under it)."""
+    return re.sub(r"[^A-Za-z0-9_=-]", "_", worker_id)
 
 
 EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
@@ -119,6 +119,7 @@ class Store:
         self._checkpoints = buckets["checkpoints"]
         self._heartbeats = buckets["heartbeats"]
         self._tools = buckets["tools"]
+        self.workers = buckets["workers"]
         self._tasks_prefix = names.kv_subject(names.tasks_bucket)
         self._checkpoints_prefix = names.kv_subject(names.checkpoints_bucket)
         self.direct_reads = False
@@ -140,10 +141,7 @@ class Store:
         js = nc.jetstream()
         names = layout.names
         try:
-            if provision:
-                await provision_all(js, layout)
-            elif absent := await missing(js, names):
-                raise NotProvisionedError(names.prefix, absent)
+            await open_installation(js, layout, provision)
         except NoRespondersError as exc:
             raise NatsUnavailableError(
                 "the NATS server has no JetStream: start it with JetStream enabled (-js)"
@@ -153,6 +151,7 @@ class Store:
             "checkpoints": await js.key_value(names.checkpoints_bucket),
             "heartbeats": await js.key_value(names.heartbeats_bucket),
             "tools": await js.key_value(names.tools_bucket),
+            "workers": await js.key_value(names.workers_bucket),
         }
         store = cls(nc, js, names, buckets)
         bucket = names.blobs_bucket
@@ -500,23 +499,25 @@ class Store:
         return _heartbeat_decoder.decode(entry.value) if entry.value else None
 
     async def beat_worker(self, beat: WorkerBeat) -> None:
-        await self._heartbeats.put(_worker_key(beat.worker_id), encode(beat))
+        await self.workers.put(worker_key(beat.worker_id), encode(beat))
 
     async def forget_worker(self, worker_id: str) -> None:
-        await self._heartbeats.delete(_worker_key(worker_id))
+        await self.workers.delete(worker_key(worker_id))
 
     async def list_workers(self) -> list[WorkerBeat]:
-        """Every worker that beat within the heartbeats' TTL, by id."""
+        """Every worker that beat within `LIVE_FOR`, by id."""
         names = self.names
-        bucket = names.heartbeats_bucket
-        prefix = names.kv_subject(bucket)
-        subjects = await self._subjects(names.kv_stream(bucket), prefix + WORKER_KEYS + ">")
+        prefix = names.kv_subject(names.workers_bucket)
+        subjects = await self._subjects(names.kv_stream(names.workers_bucket), prefix + "*")
         workers = []
+        since = datetime.now(UTC) - LIVE_FOR
         for subject in sorted(subjects):
             with contextlib.suppress(KeyNotFoundError):
-                entry = await self._heartbeats.get(subject[len(prefix) :])
+                entry = await self.workers.get(subject[len(prefix) :])
                 if entry.value:
-                    workers.append(_worker_decoder.decode(entry.value))
+                    beat = _worker_decoder.decode(entry.value)
+                    if beat.time >= since:
+                        workers.append(beat)
         return workers
 
     async def tool_backlog(self, tool: str) -> tuple[int, int, int] | None:

@@ -52,6 +52,12 @@ class Names(msgspec.Struct, frozen=True):
         return f"{self.prefix}-heartbeats"
 
     @property
+    def workers_bucket(self) -> str:
+        """Each worker's beat (`<worker>`) and the steps it holds (`<worker>.<step key>`);
+        no TTL: a dead worker's entries stay until a survivor hands its steps on."""
+        return f"{self.prefix}-workers"
+
+    @property
     def tools_bucket(self) -> str:
         return f"{self.prefix}-tools"
 

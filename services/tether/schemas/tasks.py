@@ -291,8 +291,8 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WorkerBeat(msgspec.Struct, frozen=True, kw_only=True):
-    """A worker that is up, written every few seconds under `workers.<id>` in the
-    heartbeats bucket (whose TTL removes a dead worker's)."""
+    """A worker that is up, written under `<worker>` in `tether-workers` every
+    half second: the liveness that decides when its held steps run elsewhere."""
 
     worker_id: str
     tools: list[str]
