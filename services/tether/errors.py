@@ -45,17 +45,33 @@ class NatsUnavailableError(TetherError):
 
 
 class NotProvisionedError(NatsUnavailableError):
-    """No Tether installation (or only part of one) lives under the prefix."""
+    """No Tether installation (or only part of one) lives under the prefix, or this NATS
+    user may not create or update it (`refused`: the server's words)."""
 
-    def __init__(self, prefix: str, missing: list[str]) -> None:
+    def __init__(self, prefix: str, missing: list[str], refused: str | None = None) -> None:
         self.prefix = prefix
         self.missing = missing
+        self.refused = refused
         what = "nothing of it is there" if len(missing) > 4 else "missing: " + ", ".join(missing)
-        super().__init__(
-            f"no Tether installation under prefix {prefix!r} ({what}): check --prefix / "
-            "TETHER_PREFIX, or create it with 'tether provision' (a dispatcher or worker "
-            "also creates it when it starts)"
-        )
+        if refused is None:
+            message = (
+                f"no Tether installation under prefix {prefix!r} ({what}): check --prefix / "
+                "TETHER_PREFIX, or create it with 'tether provision' (a dispatcher or worker "
+                "also creates it when it starts)"
+            )
+        elif missing:
+            message = (
+                f"no Tether installation under prefix {prefix!r} ({what}), and this NATS "
+                f"user may not create it ({refused}): an operator must run 'tether "
+                "provision' as a user allowed to create streams, then start this again"
+            )
+        else:
+            message = (
+                f"this NATS user may not create or update the streams under prefix "
+                f"{prefix!r} ({refused}): run 'tether provision' as a user allowed to "
+                "(the operator in deploy/nats/roles.conf)"
+            )
+        super().__init__(message)
 
 
 class InvalidTaskError(TetherError, ValueError):

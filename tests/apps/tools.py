@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,7 +32,7 @@ APPROVAL = {
     "properties": {"approved": {"type": "boolean"}},
     "required": ["approved"],
 }
-BEAT = 0.5  # heartbeat (s): a killed worker's steps come back after 5 x BEAT
+BEAT = 0.5  # heartbeat (s): a killed worker's unheld steps come back after 2.5 x BEAT
 
 
 def record(ctx: StepContext, tag: str = "") -> None:
@@ -246,3 +247,11 @@ async def sized(ctx: StepContext, size: int) -> str:
     """Returns a string of `size` characters: an output of a chosen size from a tiny input."""
     record(ctx)
     return "x" * size
+
+
+@app.tool(heartbeat=BEAT, retry=RetryPolicy(max_attempts=2))
+async def dies_held(ctx: StepContext, data: Any) -> Any:
+    """SIGKILLs its own worker once the step is held, on every attempt (an OOM loop)."""
+    record(ctx)
+    await asyncio.sleep(4 * BEAT)
+    os.kill(os.getpid(), signal.SIGKILL)

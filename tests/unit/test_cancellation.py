@@ -20,6 +20,7 @@ class SwallowingDelivery:
     3.11's `wait_for` does when the reply is in, and nats-py's flush always does."""
 
     subject = "tether.work.slow"
+    held = False  # a step that keeps its message (no custody)
 
     def __init__(self) -> None:
         self.beats = 0

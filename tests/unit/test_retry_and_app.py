@@ -171,7 +171,7 @@ def test_bare_decorator_registers_with_defaults() -> None:
     assert tool.timeout is None
     assert tool.max_concurrency is None
     assert tool.heartbeat == timedelta(seconds=1)
-    assert tool.ack_wait == timedelta(seconds=5)
+    assert tool.ack_wait == timedelta(seconds=2.5)
 
 
 def test_decorator_with_options() -> None:
@@ -197,7 +197,7 @@ def test_decorator_with_options() -> None:
     assert tool.timeout == timedelta(seconds=2.5)
     assert tool.max_concurrency == 4
     assert tool.heartbeat == timedelta(seconds=3)
-    assert tool.ack_wait == timedelta(seconds=15)
+    assert tool.ack_wait == timedelta(seconds=7.5)
 
 
 def test_timedelta_options_are_kept() -> None:
@@ -209,7 +209,7 @@ def test_timedelta_options_are_kept() -> None:
     tool = app.tools["slow"]
     assert tool.timeout == timedelta(minutes=1)
     assert tool.heartbeat == timedelta(milliseconds=200)
-    assert tool.ack_wait == timedelta(seconds=1)
+    assert tool.ack_wait == timedelta(seconds=0.5)
 
 
 def test_tool_without_data_takes_no_input() -> None:

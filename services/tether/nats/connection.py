@@ -31,6 +31,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 C = TypeVar("C", bound=type)
 _closing: weakref.WeakSet[NatsClient] = weakref.WeakSet()
+PERMISSIONS_VIOLATION = "permissions violation"
+"""How nats-py words (lower-cased) the server's refusal of a publish or subscribe."""
 
 
 def _not_eof_noise(record: logging.LogRecord) -> bool:
@@ -42,6 +44,43 @@ def _not_eof_noise(record: logging.LogRecord) -> bool:
 logging.getLogger("asyncio").addFilter(_not_eof_noise)
 CONNECT_BOUND = 2.0
 """The first connect gives up after this many connect timeouts, however it is stuck."""
+
+
+class Refusals:
+    """The permission violations the server reports on one connection.
+
+    nats-py hands them only to the error callback: a refused request just goes
+    unanswered until it times out. Whoever would rather know at once waits on `next`.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[str, asyncio.Future[str]]] = []
+
+    def next(self, about: str = "") -> asyncio.Future[str]:
+        """The server's words for the next refusal that mentions `about` (a subject or
+        its start, any case); cancel the future when no longer interested."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._waiting = [(a, f) for a, f in self._waiting if not f.done()]
+        self._waiting.append((about.lower(), future))
+        return future
+
+    def report(self, text: str) -> None:
+        waiting, self._waiting = self._waiting, []
+        for about, future in waiting:
+            if future.done():
+                continue
+            if about in text.lower():
+                future.set_result(text)
+            else:
+                self._waiting.append((about, future))
+
+
+_refusals: weakref.WeakKeyDictionary[NatsClient, Refusals] = weakref.WeakKeyDictionary()
+
+
+def refusals(nc: NatsClient) -> Refusals | None:
+    """The refusals of a connection made by `connect` (None for any other)."""
+    return _refusals.get(nc)
 
 
 @dataclass(frozen=True)
@@ -115,13 +154,17 @@ async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = No
         on_lost(reason)
 
     config.check_files()
-    refusals: list[Exception] = []
+    failures: list[Exception] = []
 
     async def errors(exc: Exception) -> None:
         if _refused(exc):
-            refusals.append(exc)  # nats-py then says only "no servers available"
+            failures.append(exc)  # nats-py then says only "no servers available"
+        elif PERMISSIONS_VIOLATION in str(exc).lower():
+            log.warning("NATS refused this user: %s", str(exc).removeprefix("nats: "))
+            denied.report(str(exc))
 
     nc = NatsClient()
+    denied = _refusals[nc] = Refusals()
     bound = CONNECT_BOUND * config.connect_timeout
     try:
         # nats-py can wait for ever on a TLS handshake that fails (a tls:// server and no
@@ -136,8 +179,8 @@ async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = No
             f"cannot reach NATS at {config.safe_url} (no answer within {bound:.0f}s{hint})"
         ) from exc
     except (OSError, nats.errors.Error) as exc:
-        if refusals or _refused(exc):
-            why = refusals[-1] if refusals else exc
+        if failures or _refused(exc):
+            why = failures[-1] if failures else exc
             raise NatsUnavailableError(
                 f"NATS at {config.safe_url} refused the credentials ({why}): pass --creds "
                 "FILE, --nkey FILE, or user:password@ / token@ in the URL (TETHER_NATS_CREDS, ...)"

@@ -1,15 +1,31 @@
 """A message being worked on, and the pull consumers that hand them out.
 
 Every JetStream verb on a work or submit message is called here, and nowhere else:
-done → `+ACK`, retry → `-NAK` with a delay, give up → `+TERM`, extend → `+WPI`.
+done → `+ACK`, retry → `-NAK` with a delay, give up → `+TERM`, extend → `+WPI`. A
+delivery handed to its worker's custody (`hold`) is acknowledged at once and settled
+through the custody instead (see `tether.nats.custody`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from typing import Protocol
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import Header
+
+PRIOR_ATTEMPTS = "Tether-Prior-Attempts"
+"""On a step published again: the attempts earlier messages of this step made."""
+
+
+class Keeper(Protocol):
+    """Where a held delivery lives (`tether.nats.custody.Custody`)."""
+
+    async def hold(self, delivery: Delivery) -> str: ...
+    async def release(self, key: str) -> None: ...
+    async def reissue(self, delivery: Delivery, key: str, delay: timedelta | None) -> None: ...
 
 
 class Delivery:
@@ -19,11 +35,20 @@ class Delivery:
         self._msg = msg
         self.subject: str = msg.subject
         self.data: bytes = msg.data
+        self._keeper: Keeper | None = None
+        self._held = ""
+        self._settling = asyncio.Lock()  # a hold and a settlement never interleave
+        self._settled = False
+        headers = msg.headers or {}
+        self._prior = int(headers.get(PRIOR_ATTEMPTS) or 0)
+        self.msg_id: str = headers.get(Header.MSG_ID.value) or f"s{self.stream_sequence}"
+        self.ack_subject: str | None = msg.reply or None
 
     @property
     def attempt(self) -> int:
-        """The delivery count (1 on a first delivery, as far as the consumer remembers)."""
-        return int(self._msg.metadata.num_delivered)
+        """Attempts of this step so far, this one included: the delivery count (as far as
+        the consumer remembers) plus those of the messages this one replaced."""
+        return self._prior + int(self._msg.metadata.num_delivered)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -33,20 +58,52 @@ class Delivery:
     def stream_sequence(self) -> int:
         return int(self._msg.metadata.sequence.stream)
 
+    @property
+    def held(self) -> bool:
+        return self._keeper is not None
+
+    async def hold(self, keeper: Keeper) -> None:
+        """Hand the step to `keeper` (stored there first), then acknowledge the message:
+        from here on, holding it costs JetStream nothing."""
+        async with self._settling:
+            if self._settled or self._keeper is not None:
+                return
+            self._held = await keeper.hold(self)
+            self._keeper = keeper
+            # Waits for JetStream's answer: an ack lost on the way would have the message
+            # redelivered later, and the step run twice (never lost: the copy is held).
+            await self._msg.ack_sync()
+
     async def done(self) -> None:
-        await self._msg.ack()
+        async with self._settling:
+            self._settled = True
+            if self._keeper is not None:
+                await self._keeper.release(self._held)
+            else:
+                await self._msg.ack()
 
     async def retry(self, delay: timedelta | None = None) -> None:
         """Deliver again after `delay` (a bare nak would skip the consumer's backoff)."""
-        await self._msg.nak(delay=None if delay is None else delay.total_seconds())
+        async with self._settling:
+            self._settled = True
+            if self._keeper is not None:
+                await self._keeper.reissue(self, self._held, delay)
+            else:
+                await self._msg.nak(delay=None if delay is None else delay.total_seconds())
 
     async def give_up(self) -> None:
         """Never deliver again (the caller dead-lettered it first)."""
-        await self._msg.term()
+        async with self._settling:
+            self._settled = True
+            if self._keeper is not None:
+                await self._keeper.release(self._held)
+            else:
+                await self._msg.term()
 
     async def extend(self) -> None:
-        """Still working: restart the ack-wait clock."""
-        await self._msg.in_progress()
+        """Still working: restart the ack-wait clock (a held step has none)."""
+        if self._keeper is None:
+            await self._msg.in_progress()
 
 
 class Consumer:

@@ -87,6 +87,7 @@ EXPECTED_LAST_SUBJECT_SEQUENCE: str = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.valu
 _ROW_LEFT = {Header.ROLLUP.value: "sub", "Nats-TTL": "1s"}
 """Replaces a task's old index row and expires (nats-server 2.11+ message TTLs)."""
 Headers = dict[str, str] | None
+_GONE = {"KV-Operation": "DEL", "Nats-TTL": "30s"}
 
 
 PUBLISH_TIMEOUT = 5.0
@@ -119,7 +120,8 @@ class Store:
         self._checkpoints = buckets["checkpoints"]
         self._heartbeats = buckets["heartbeats"]
         self._tools = buckets["tools"]
-        self.workers = buckets["workers"]
+        self._workers = buckets["workers"]
+        self._workers_prefix = names.kv_subject(names.workers_bucket)
         self._tasks_prefix = names.kv_subject(names.tasks_bucket)
         self._checkpoints_prefix = names.kv_subject(names.checkpoints_bucket)
         self.direct_reads = False
@@ -343,14 +345,15 @@ class Store:
         """Updates of one record: the current value first, then a None marker, then changes."""
         return await self._tasks.watch(task_id)
 
-    async def keys(self, bucket: str) -> list[str]:
-        """Every key in a bucket (deleted ones included: reads skip those).
+    async def keys(self, bucket: str, match: str = ">") -> list[str]:
+        """The keys in a bucket that `match` (a subject pattern; deleted keys included:
+        reads skip those).
 
         nats-py's `KeyValue.keys()` can come back empty when its watcher's consumer
         info overtakes the entries it has not processed yet.
         """
         prefix = self.names.kv_subject(bucket)
-        subjects = await self._subjects(self.names.kv_stream(bucket), prefix + ">")
+        subjects = await self._subjects(self.names.kv_stream(bucket), prefix + match)
         return [subject[len(prefix) :] for subject in subjects]
 
     async def _subjects(self, stream: str, subjects_filter: str) -> list[str]:
@@ -492,17 +495,50 @@ class Store:
         await self._heartbeats.put(heartbeat.task_id, data)
 
     async def get_heartbeat(self, task_id: str) -> Heartbeat | None:
+        """The running step's heartbeat, its `time` the last beat of the worker that
+        holds it (a held step writes its own only once, and on progress)."""
         try:
             entry = await self._heartbeats.get(task_id)
         except KeyNotFoundError:
             return None
-        return _heartbeat_decoder.decode(entry.value) if entry.value else None
+        if not entry.value:
+            return None
+        heartbeat = _heartbeat_decoder.decode(entry.value)
+        found = await self.worker_entry(worker_key(heartbeat.worker_id))
+        if found is not None:
+            beat = _worker_decoder.decode(found[0])
+            if beat.claimed_by is None and beat.time > heartbeat.time:
+                return msgspec.structs.replace(heartbeat, time=beat.time)
+        return heartbeat
 
     async def beat_worker(self, beat: WorkerBeat) -> None:
-        await self.workers.put(worker_key(beat.worker_id), encode(beat))
+        await self.put_worker_entry(worker_key(beat.worker_id), encode(beat))
 
     async def forget_worker(self, worker_id: str) -> None:
-        await self.workers.delete(worker_key(worker_id))
+        await self.remove_worker_entry(worker_key(worker_id))
+
+    async def worker_entry(self, key: str) -> tuple[bytes, int] | None:
+        """A beat or a held step in the workers bucket, with its revision."""
+        return await self._read(self._workers, self._workers_prefix, key)
+
+    async def put_worker_entry(self, key: str, data: bytes, last: int | None = None) -> int:
+        """Write a beat or a held step (compare-and-set with `last`); its revision."""
+        if last is not None:
+            return await self._write(self._workers_prefix + key, data, last)
+        return (await self._publish(self._workers_prefix + key, data, None)).seq
+
+    async def remove_worker_entry(self, key: str) -> None:
+        """Delete a beat or a held step with a marker that expires (a plain KV delete
+        would leave one behind for every step ever held)."""
+        await self._publish(self._workers_prefix + key, b"", _GONE)
+
+    async def acknowledge(self, ack_subject: str) -> None:
+        """Acknowledge a message another process received (its holder died)."""
+        await self.nc.publish(ack_subject, b"+ACK")
+
+    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> bool:
+        """Publish an encoded message (a held step again); False for a duplicate id."""
+        return not (await self._publish(subject, data, headers)).duplicate
 
     async def list_workers(self) -> list[WorkerBeat]:
         """Every worker that beat within `LIVE_FOR`, by id."""
@@ -513,10 +549,10 @@ class Store:
         since = datetime.now(UTC) - LIVE_FOR
         for subject in sorted(subjects):
             with contextlib.suppress(KeyNotFoundError):
-                entry = await self.workers.get(subject[len(prefix) :])
+                entry = await self._workers.get(subject[len(prefix) :])
                 if entry.value:
                     beat = _worker_decoder.decode(entry.value)
-                    if beat.time >= since:
+                    if beat.time >= since and beat.claimed_by is None:
                         workers.append(beat)
         return workers
 

@@ -300,6 +300,23 @@ class WorkerBeat(msgspec.Struct, frozen=True, kw_only=True):
     in_flight: int = 0
     started_at: datetime
     time: datetime
+    claimed_by: str | None = None
+    """Set by the survivor that is handing this silent worker's steps on."""
+
+
+class HeldStep(msgspec.Struct, frozen=True, kw_only=True):
+    """A step its worker holds, under `<worker>.<Nats-Msg-Id>` in `tether-workers`: the
+    work message it acknowledged, for a survivor to publish again if the worker dies."""
+
+    subject: str
+    msg_id: str
+    attempt: int
+    """The attempt that was running (the step's next message makes attempt + 1)."""
+    work: msgspec.Raw
+    """The `WorkMessage` as it came."""
+    ack: str | None = None
+    """The message's ack subject: a survivor acknowledges it too, in case the holder died
+    between storing this and acknowledging the message itself."""
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

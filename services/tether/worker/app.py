@@ -38,7 +38,9 @@ class Tool:
     max_concurrency: int | None = None
     """Steps of this tool in flight across all workers (the consumer's max-ack-pending)."""
     heartbeat: timedelta = timedelta(seconds=1)
-    """How often a running step proves it is alive; a step silent for 5× this is redelivered."""
+    """A step still running after half of this is held by its worker (whose beat keeps
+    it); one that keeps its message (a tool with `max_concurrency`) extends it this often,
+    and is redelivered when silent for `ack_wait`."""
     approval: bool = False
     """An agent asks a person before it calls this tool."""
     schema: dict[str, Any] | None = None
@@ -48,7 +50,9 @@ class Tool:
 
     @property
     def ack_wait(self) -> timedelta:
-        return self.heartbeat * 5
+        """How long a step's message waits for its worker before another takes it: the
+        recovery time of a step a crash cut short before it was held."""
+        return self.heartbeat * 2.5
 
     def input_schema(self) -> dict[str, Any]:
         if self.schema is not None:

@@ -9,6 +9,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from tether.nats.cancellation import raise_if_cancelled
+from tether.nats.custody import Custody
 from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.worker.context import StepContext
@@ -17,20 +18,34 @@ log = logging.getLogger("tether.worker")
 
 
 class StepHeartbeat:
-    """From receipt to settlement, every `interval`: `extend()` the delivery so
-    JetStream does not redeliver it. Once a tool runs (`attach`), also a put to the
-    heartbeat bucket and a look at the task record: when the task has ended
-    (cancelled), the tool's task is cancelled and `ended` is set.
+    """From receipt to settlement, keep the message without costing a message a second.
+
+    Half an `interval` in, a step that is still running goes into its worker's custody
+    (`custody`, see `tether.nats.custody`): its message is acknowledged and the worker's
+    own beat keeps it from then on. A tool with a global concurrency limit keeps its
+    message instead (an acknowledged step would not count against the limit), and so does
+    any step while custody fails: those `extend()` every `interval`. The step's
+    heartbeat key (worker, progress) is written once the tool runs, and again when it
+    reports progress. Cancellation comes as a notice (`end`), or from the worker's rare
+    look at the records of what it runs.
     """
 
-    def __init__(self, delivery: Delivery, store: Store, interval: timedelta) -> None:
+    def __init__(
+        self,
+        delivery: Delivery,
+        store: Store,
+        interval: timedelta,
+        custody: Custody | None = None,
+    ) -> None:
         self._delivery = delivery
         self._store = store
         self._interval = interval.total_seconds()
+        self._custody = custody
         self._ctx: StepContext | None = None
         self._tool: asyncio.Future[object] | None = None
         self._loop: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._shown = False
         self.ended = False
 
     def attach(self, ctx: StepContext, tool: asyncio.Future[object]) -> None:
@@ -49,7 +64,8 @@ class StepHeartbeat:
 
     async def __aenter__(self) -> StepHeartbeat:
         # A timer, not a task: most steps end before their first beat.
-        self._timer = asyncio.get_running_loop().call_later(self._interval, self._fire)
+        first = self._interval / 2 if self._custody is not None else self._interval
+        self._timer = asyncio.get_running_loop().call_later(first, self._fire)
         return self
 
     async def __aexit__(
@@ -72,7 +88,8 @@ class StepHeartbeat:
     async def _run(self) -> None:
         while not self.ended:
             try:
-                await self._beat()
+                if await self._beat():
+                    return  # held: nothing more to do until it settles
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS away for a moment: keep beating
@@ -80,12 +97,18 @@ class StepHeartbeat:
             raise_if_cancelled()  # or a loop whose cancel a NATS call ate beats on forever
             await asyncio.sleep(self._interval)
 
-    async def _beat(self) -> None:
-        await self._delivery.extend()
-        ctx, tool = self._ctx, self._tool
-        if ctx is None or tool is None:
-            return
-        await self._store.beat(ctx.heartbeat())
-        found = await self._store.get_record(ctx.task_id)
-        if found is None or found.record.status.is_terminal:
-            self.end()
+    async def _beat(self) -> bool:
+        """One beat; True once the step is held and shown."""
+        delivery = self._delivery
+        if self._custody is not None and not delivery.held:
+            try:
+                await delivery.hold(self._custody)
+            except Exception as exc:  # NATS away: keep the message the old way meanwhile
+                log.warning("could not hold %s: %s", delivery.subject, exc)
+        if not delivery.held:
+            await delivery.extend()
+        ctx = self._ctx
+        if ctx is not None and not self._shown:
+            await self._store.beat(ctx.heartbeat())
+            self._shown = True
+        return delivery.held and self._shown

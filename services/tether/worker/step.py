@@ -24,6 +24,7 @@ from tether.errors import (
     MessageTooLargeError,
     TaskExistsError,
 )
+from tether.nats.custody import Custody
 from tether.nats.delivery import Delivery
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
@@ -76,6 +77,8 @@ class StepRunner:
     tools: dict[str, Tool]
     worker_id: str
     rng: random.Random
+    custody: Custody | None = None
+    """Where steps that run long are held; None: every step keeps its message."""
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -85,8 +88,10 @@ class StepRunner:
         """Process one message; never raises, so one bad step cannot stop a worker."""
         tool = self.tools.get(_tool_of(delivery))
         interval = tool.heartbeat if tool else timedelta(seconds=1)
+        # A held step leaves the consumer's ack-pending count: not for a limited tool.
+        custody = self.custody if tool is not None and tool.max_concurrency is None else None
         try:
-            async with StepHeartbeat(delivery, self.store, interval) as heartbeat:
+            async with StepHeartbeat(delivery, self.store, interval, custody) as heartbeat:
                 await self._handle(delivery, heartbeat)
         except asyncio.CancelledError:
             raise
@@ -98,6 +103,21 @@ class StepRunner:
         """A cancellation notice: end the task's running steps now."""
         for heartbeat in self._running.get(task_id, ()):
             heartbeat.end()
+
+    async def stop_ended(self, at_once: int = 64) -> int:
+        """Read the record of every task with a running step, `at_once` at a time, and
+        stop those that ended: the fallback for a cancellation notice this process
+        missed (it was disconnected). Returns how many it stopped."""
+        stopped = 0
+        task_ids = list(self._running)
+        for start in range(0, len(task_ids), at_once):
+            batch = task_ids[start : start + at_once]
+            found = await asyncio.gather(*(self.store.get_record(t) for t in batch))
+            for task_id, record in zip(batch, found, strict=True):
+                if record is None or record.record.status.is_terminal:
+                    self.stop_task(task_id)
+                    stopped += 1
+        return stopped
 
     async def _handle(self, delivery: Delivery, heartbeat: StepHeartbeat) -> None:
         work = await self._decode(delivery)

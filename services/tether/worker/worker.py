@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.connection import Connection, NatsConfig, close, connect
+from tether.nats.custody import BEAT_EVERY, Custody, Succession
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.provision import ConsumerOptions, Layout
-from tether.nats.store import Store
+from tether.nats.store import Store, worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.tasks.rules import utcnow
@@ -31,8 +33,14 @@ log = logging.getLogger("tether.worker")
 FETCH_TIMEOUT = 1.0
 CANCEL_GRACE = 5.0
 REPORT_EVERY = 5.0
-"""Seconds between the worker's beats (one KV put) and, with metrics on, reads of its
-tools' consumer state (one request per tool)."""
+"""Seconds between reads of the tools' consumer state, with metrics on (one request
+per tool)."""
+UNLIMITED_IN_FLIGHT = 10_000
+"""The consumer's max-ack-pending for a tool without `max_concurrency`: steps delivered
+and not yet held (a held step is acknowledged), across every worker."""
+LOOK_EVERY = 30.0
+"""Seconds between looks at the records of the tasks whose steps run here, for a
+cancellation whose notice this process missed (one read per task)."""
 
 
 def default_worker_id() -> str:
@@ -78,11 +86,18 @@ class Worker(Service):
         self._loops: list[asyncio.Task[None]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
         self._started_at = utcnow()
+        self._custody: Custody | None = None
+        self._store: Store | None = None
+        self._beating: asyncio.Task[None] | None = None
+        self._succession: Succession | None = None
 
     async def start(self) -> None:
         self._nc = await connect(self.nats, self.connection_lost)
         store = await Store.open(self._nc, self.layout)
-        runner = StepRunner(store, self.tools, self.worker_id, random.Random())
+        self._store = store
+        key = worker_key(self.worker_id)
+        self._custody = Custody(store, key)
+        runner = StepRunner(store, self.tools, self.worker_id, random.Random(), self._custody)
         await store.remember_records(runner.stop_task)
         consumers = {}
         for tool in self.tools.values():
@@ -91,13 +106,17 @@ class Worker(Service):
         if self.metrics is not None:
             self.metrics.attach(store)
         self._started_at = utcnow()
-        await self._beat(store)  # listed once started, not a few seconds later
-        self._loops.append(asyncio.create_task(self._report(store, consumers)))
+        await self._beat(store)  # alive before it holds anything
+        self._succession = Succession(store, key)
+        await self._succession.start()
+        self._beating = asyncio.create_task(self._beats(store))
+        self._loops.append(asyncio.create_task(self._report(consumers)))
+        self._loops.append(asyncio.create_task(self._look(runner)))
         log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
 
     async def _register(self, store: Store, tool: Tool) -> Consumer:
         options = ConsumerOptions(
-            ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or 1000
+            ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or UNLIMITED_IN_FLIGHT
         )
         consumer = await store.tool_consumer(tool.name, options)
         await store.register_tool(
@@ -133,21 +152,36 @@ class Worker(Service):
             for _ in range(free - len(deliveries)):
                 slots.release()
 
-    async def _report(self, store: Store, consumers: dict[str, Consumer]) -> None:
-        """That the worker is up (for the dashboard) and, with metrics on, each tool's
-        queue and unacknowledged steps, every few seconds until it stops."""
-        while not self._stopping.is_set():
+    async def _beats(self, store: Store) -> None:
+        """The worker's liveness (and that of every step it holds), until it has left:
+        through a stop's grace too, while its last steps finish."""
+        while True:
             try:
                 await self._beat(store)
-                if self.metrics is not None:
-                    for tool, consumer in consumers.items():
-                        self.metrics.consumer_state(tool, *await consumer.backlog())
+            except Exception as exc:  # NATS away: the next beat tries again
+                log.debug("no worker beat: %s", exc)
+            raise_if_cancelled()
+            await asyncio.sleep(BEAT_EVERY)
+
+    async def _report(self, consumers: dict[str, Consumer]) -> None:
+        """With metrics on, each tool's queue and unacknowledged steps."""
+        while self.metrics is not None and not self._stopping.is_set():
+            try:
+                for tool, consumer in consumers.items():
+                    self.metrics.consumer_state(tool, *await consumer.backlog())
             except Exception as exc:  # NATS away: the next round tries again
-                log.debug("no worker report: %s", exc)
+                log.debug("no consumer report: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), REPORT_EVERY)
-        with contextlib.suppress(Exception):
-            await store.forget_worker(self.worker_id)
+
+    async def _look(self, runner: StepRunner) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), LOOK_EVERY)
+            try:
+                await runner.stop_ended()
+            except Exception as exc:  # NATS away: the next round tries again
+                log.debug("no look at running tasks: %s", exc)
 
     async def _beat(self, store: Store) -> None:
         await store.beat_worker(
@@ -203,6 +237,23 @@ class Worker(Service):
                 _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
                 if stuck:  # their messages are redelivered after ack_wait
                     log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
+        await self._leave()
         if self._nc is not None:
             await close(self._nc)
             self._nc = None
+
+    async def _leave(self) -> None:
+        """After the steps: the delayed retries this worker kept go out now, and it stops
+        being listed. If a held step did not stop, the worker stays listed, silent, so
+        that a survivor hands that step on."""
+        if self._succession is not None:
+            await self._succession.stop()
+        if self._beating is not None:
+            self._beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beating
+        with contextlib.suppress(Exception):
+            if self._custody is not None:
+                await self._custody.close()
+            if self._store is not None and not (self._custody and self._custody.holding):
+                await self._store.forget_worker(self.worker_id)

@@ -1,0 +1,148 @@
+"""Held steps: a long step leaves JetStream's books once its worker holds it, and runs
+again elsewhere when that worker is SIGKILLed (its original message is acknowledged, so
+only a survivor can bring it back)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apps.tools import read_executions
+from tests.conftest import APP, start_worker, stop_worker
+from tether import App, Client, NatsConfig, RetryPolicy, StepContext, Worker
+from tether.nats.store import Store
+from tether.schemas import StepStarted, TaskStatus
+from tether.testing import eventually
+
+held = App("held")
+gate = asyncio.Event()
+
+
+@held.tool()
+async def waits(ctx: StepContext) -> int:
+    await gate.wait()
+    return ctx.attempt
+
+
+@held.tool(retry=RetryPolicy(max_attempts=3, initial_backoff=0.05, jitter=0.0))
+async def fails_late(ctx: StepContext) -> int:
+    await asyncio.sleep(0.8)  # held by then (half the default 1 s heartbeat)
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails after it was held")
+    return ctx.attempt
+
+
+async def held_entries(store: Store) -> list[str]:
+    """The held steps' keys (a removed one's marker stays a little while: skipped)."""
+    keys = await store.keys(store.names.workers_bucket, "*.>")
+    return [key for key in keys if await store.worker_entry(key) is not None]
+
+
+async def test_a_held_step_is_off_the_consumers_books_and_its_entry_goes_with_it(
+    config: NatsConfig, client: Client, dispatcher: object
+) -> None:
+    gate.clear()
+    async with Worker(held, config, worker_id="holder"):
+        handle = await client.submit([{"tool": "waits"}])
+
+        async def is_held() -> None:
+            assert await held_entries(client.store) == [f"holder.{handle.task_id}.0"]
+            backlog = await client.store.tool_backlog("waits")
+            assert backlog is not None and backlog[:2] == (0, 0), backlog  # acked
+
+        await eventually(is_held, timeout=10)
+        gate.set()
+        assert (await handle.wait(timeout=10)) == 1
+
+        async def released() -> None:
+            assert await held_entries(client.store) == []
+
+        await eventually(released, timeout=10)
+
+
+async def test_a_held_step_that_fails_is_retried_with_its_attempts_counted(
+    config: NatsConfig, client: Client, dispatcher: object
+) -> None:
+    async with Worker(held, config):
+        handle = await client.submit([{"tool": "fails_late"}])
+        assert (await handle.wait(timeout=20)) == 2
+    starts = [e.attempt async for e in handle.events(timeout=5) if isinstance(e, StepStarted)]
+    assert starts == [1, 2]
+    assert await held_entries(client.store) == []
+
+
+@pytest.mark.slow
+async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+) -> None:
+    first = start_worker(config, APP, log=tmp_path / "first.log")
+    plans = [[{"tool": "slow", "input": {"sleep": 4}}, {"tool": "fast"}] for _ in range(5)]
+    handles = [await client.submit(plan) for plan in plans]
+
+    async def all_held() -> None:
+        assert len(await held_entries(client.store)) == len(handles)
+        backlog = await client.store.tool_backlog("slow")
+        assert backlog is not None and backlog[1] == 0, backlog  # nothing left to redeliver
+
+    await eventually(all_held, timeout=20)
+    survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
+    try:
+        await eventually(lambda: _workers(client, 2), timeout=20)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        results = [await h.wait(timeout=30) for h in handles]
+    finally:
+        stop_worker(survivor)
+    assert [r["step"] for r in results] == [1] * len(handles)
+    counts = read_executions(executions)
+    assert {counts[(h.task_id, 0)] for h in handles} == {2}  # once on each worker
+    assert {counts[(h.task_id, 1)] for h in handles} == {1}
+    for handle in handles:
+        starts = [
+            e.attempt
+            async for e in handle.events(timeout=5)
+            if isinstance(e, StepStarted) and e.step == 0
+        ]
+        assert starts == [1, 2]
+        assert (await handle.get()).status is TaskStatus.COMPLETED
+    assert await held_entries(client.store) == []
+    assert [w.worker_id for w in await client.store.list_workers()] == []
+
+
+async def _workers(client: Client, n: int) -> Any:
+    workers = await client.store.list_workers()
+    assert len(workers) == n, workers
+
+
+@pytest.mark.slow
+async def test_a_step_that_kills_every_worker_that_holds_it_gives_up_after_its_attempts(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+) -> None:
+    """The attempts travel with a step published again, so an OOM loop ends."""
+    workers = [start_worker(config, APP, log=tmp_path / f"w{i}.log") for i in range(3)]
+    try:
+        await eventually(lambda: _workers(client, 3), timeout=20)
+        handle = await client.submit([{"tool": "dies_held"}])
+        record = await handle.wait_until_done(timeout=40)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                stop_worker(worker)
+    assert record.status is TaskStatus.FAILED
+    assert record.error is not None and record.error.type == "RetriesExhausted", record.error
+    assert read_executions(executions)[(handle.task_id, 0)] == 2
+    assert sum(worker.returncode == -signal.SIGKILL for worker in workers) == 2
