@@ -46,6 +46,13 @@ def configured_server(
         f'jetstream {{ store_dir: "{directory / "js"}" }}\n{settings}\n'
     )
     log = directory / "server.log"
+    with running_server(conf, http, log, timeout):
+        yield ConfiguredServer(port, log)
+
+
+@contextlib.contextmanager
+def running_server(conf: Path, http: int, log: Path, timeout: float = 20.0) -> Iterator[None]:
+    """nats-server from `conf` (whose monitor listens on `http`), up until the block ends."""
     process = subprocess.Popen(
         [find_nats_server(), "-c", str(conf), "--log", str(log)],
         stdout=subprocess.DEVNULL,
@@ -57,9 +64,9 @@ def configured_server(
         while not _healthy(http):
             if process.poll() is not None or time.monotonic() > deadline:
                 text = log.read_text(errors="replace") if log.exists() else ""
-                raise AssertionError(f"nats-server did not start:\n{text[-2000:]}")
+                raise AssertionError(f"nats-server did not start from {conf.name}:\n{text[-2000:]}")
             time.sleep(0.05)
-        yield ConfiguredServer(port, log)
+        yield
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -201,3 +201,18 @@ async def test_a_blob_read_sees_it_stored_again_and_says_when_its_chunks_are_gon
     await js.purge_stream(f"OBJ_{bucket}", subject=f"$O.{bucket}.C.>")  # every chunk gone
     with pytest.raises(BlobNotFoundError):
         await asyncio.wait_for(blobs.load(ref), timeout=10)  # an error, never a hang
+
+
+async def test_a_blob_stored_under_another_blobs_name_is_refused(client: Client) -> None:
+    """A blob's name is its content's hash, so whoever may write blobs still cannot change
+    what an existing reference means."""
+    blobs, js = client.store.blobs, client.store.js
+    data = msgspec.json.encode("z" * LARGE)
+    ref = msgspec.json.decode(await blobs.by_reference(data))["$blob"]
+    name = "sha256-" + ref.removeprefix("sha256:")
+    store = await js.object_store(client.store.names.blobs_bucket)
+
+    await store.put(name, msgspec.json.encode("forged" * LARGE))  # a valid object, wrong name
+
+    with pytest.raises(BlobNotFoundError):
+        await blobs.load(ref)

@@ -166,9 +166,10 @@ def test_the_fallback_yaml_reader_agrees_with_pyyaml() -> None:
 
 
 # -- nats-server configs ---------------------------------------------------------------------
-def test_deploy_has_the_single_and_cluster_configs() -> None:
+def test_deploy_has_the_single_cluster_and_roles_configs() -> None:
     names = {path.name for path in CONFS}
-    assert {"single.conf", "cluster-1.conf", "cluster-2.conf", "cluster-3.conf"} <= names
+    expected = {"single.conf", "roles.conf", "cluster-1.conf", "cluster-2.conf", "cluster-3.conf"}
+    assert expected <= names
     for path in ("Dockerfile", "compose.yaml", "README.md"):
         assert (DEPLOY / path).is_file(), path
 
@@ -187,6 +188,15 @@ def _config_test(path: Path) -> subprocess.CompletedProcess[str]:
 def test_nats_server_accepts_the_config(conf: Path) -> None:
     result = _config_test(conf)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_roles_config_is_the_single_config_with_users() -> None:
+    """Copying roles.conf over single.conf changes who may do what, nothing else: the same
+    ports, store dir and limits (tests/integration/test_roles.py runs it)."""
+    single, roles = (DEPLOY / "nats" / name for name in ("single.conf", "roles.conf"))
+    for key in ("server_name", "listen", "http_port", "max_payload", "store_dir"):
+        assert _setting(roles.read_text(), key) == _setting(single.read_text(), key), key
+    assert "accounts {" in roles.read_text() and "accounts {" not in single.read_text()
 
 
 def test_nats_server_config_test_mode_rejects_a_bad_config(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ class ApiService(Service):
             self.discovery,
             servers=self.nats.servers,
             user_credentials=self.nats.credentials,
+            nkeys_seed=self.nats.nkey_seed,
             token=self.nats.token,
             security=BaseSecurity(ssl_context=tls) if tls else None,
             connect_timeout=self.nats.connect_timeout,

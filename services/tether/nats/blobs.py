@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from tether.errors import BlobNotFoundError
 from tether.nats.connection import translating
 from tether.tasks.retention import BLOB_GRACE
 
+log = logging.getLogger("tether.nats")
 REF_KEY = "$blob"
 PREFIX = "sha256:"
 OBJECT_PREFIX = "sha256-"
@@ -112,7 +114,12 @@ class Blobs:
                 break
             data = await self._chunks(info.nuid or "", info.chunks or 0)
             if data is not None and _matches(data, info.digest or ""):
-                return data
+                # The name is the content's hash: a blob someone stored under another's
+                # name is refused, so writing blobs cannot change what a reference means.
+                if hashlib.sha256(data).hexdigest() == ref.removeprefix(PREFIX):
+                    return data
+                log.warning("blob %s does not hash to its name: refused", ref)
+                break
         raise BlobNotFoundError(ref)
 
     async def _chunks(self, nuid: str, count: int) -> bytes | None:
