@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ import pytest
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
 from tether import App, Client, NatsConfig, RetryPolicy, StepContext, Worker
+from tether.errors import NatsUnavailableError
 from tether.nats.store import Store
 from tether.schemas import StepStarted, TaskStatus
 from tether.testing import eventually
+from tether.worker import step
 
 held = App("held")
 gate = asyncio.Event()
@@ -33,6 +36,12 @@ async def fails_late(ctx: StepContext) -> int:
     await asyncio.sleep(0.8)  # held by then (half the default 1 s heartbeat)
     if ctx.attempt == 1:
         raise RuntimeError("first attempt fails after it was held")
+    return ctx.attempt
+
+
+@held.tool()
+async def naps(ctx: StepContext) -> int:
+    await asyncio.sleep(0.8)  # held by then
     return ctx.attempt
 
 
@@ -72,6 +81,36 @@ async def test_a_held_step_that_fails_is_retried_with_its_attempts_counted(
         assert (await handle.wait(timeout=20)) == 2
     starts = [e.attempt async for e in handle.events(timeout=5) if isinstance(e, StepStarted)]
     assert starts == [1, 2]
+    assert await held_entries(client.store) == []
+
+
+async def test_a_held_step_whose_handling_fails_runs_again_rather_than_waiting_for_ever(
+    config: NatsConfig, client: Client, dispatcher: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held step's message is acknowledged, so nothing would redeliver it when its
+    handling fails for good (NATS away for longer than the worker tries in place): the
+    worker publishes it again."""
+    original = Store.create_checkpoint
+    failures = [NatsUnavailableError("NATS did not answer (a test's outage)")]
+
+    async def fails_once(self: Store, *args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "create_checkpoint", fails_once)
+    monkeypatch.setattr(step, "TRY_IN_PLACE_FOR", timedelta(0))  # no second try in place
+    gate.set()
+    async with Worker(held, config):
+        handle = await client.submit([{"tool": "naps"}, {"tool": "waits"}])
+        assert (await handle.wait(timeout=30)) == 1
+    starts = [
+        e.attempt
+        async for e in handle.events(timeout=5)
+        if isinstance(e, StepStarted) and e.step == 0
+    ]
+    assert starts == [1, 2] and not failures  # step 0 ran again after the failure
+    assert await handle.output(0) == 2
     assert await held_entries(client.store) == []
 
 

@@ -25,6 +25,7 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.js.errors import KeyWrongLastSequenceError
 
+from tether.errors import NatsUnavailableError
 from tether.nats.delivery import PRIOR_ATTEMPTS, Delivery
 from tether.schemas.codec import encode
 from tether.schemas.tasks import HeldStep, WorkerBeat
@@ -42,6 +43,8 @@ DEAD_AFTER = 2.0
 whose event loop is blocked this long (a tool calling blocking code) is taken for dead:
 its held steps run again elsewhere, at least once as always."""
 CHECK_EVERY = 0.25
+REPUBLISH_EVERY = 1.0
+CLOSE_WITHIN = 5.0
 AT_ONCE = 512
 """Held steps a survivor hands on concurrently."""
 KV_OPERATION = "KV-Operation"
@@ -102,16 +105,25 @@ class Custody:
         task.add_done_callback(self._publishing.discard)
 
     async def _publish(self, held: HeldStep, key: str) -> None:
-        await publish_again(self._store, held)
-        await self.release(key)
+        """Publish again until it is done: the entry is the step's only copy."""
+        while True:
+            try:
+                await publish_again(self._store, held)
+                await self.release(key)
+                return
+            except Exception as exc:  # NATS away: the message id makes a repeat a no-op
+                log.warning("could not publish %s again (%s); trying again", held.msg_id, exc)
+                await asyncio.sleep(REPUBLISH_EVERY)
 
     async def close(self) -> None:
         """On a clean stop: publish the delayed retries now rather than leave them."""
         for handle in list(self._later):
             handle.cancel()
             self._fire(handle)
-        if self._publishing:
-            await asyncio.gather(*self._publishing, return_exceptions=True)
+        if self._publishing:  # bounded: an entry left behind is a survivor's to hand on
+            _, stuck = await asyncio.wait(self._publishing, timeout=CLOSE_WITHIN)
+            for task in stuck:
+                task.cancel()
 
 
 def _held(delivery: Delivery) -> HeldStep:
@@ -160,7 +172,12 @@ class Succession:
     async def start(self) -> None:
         self._subscription = await self._store.nc.subscribe(self._subject + "*", cb=self._beat)
         now = time.monotonic()
-        for key in await self._store.keys(self._store.names.workers_bucket, "*"):
+        try:
+            keys = await self._store.keys(self._store.names.workers_bucket, "*")
+        except NatsUnavailableError as exc:  # their beats, or their silence, tell the rest
+            log.warning("could not list the workers: %s", exc)
+            keys = []
+        for key in keys:
             self._seen.setdefault(key, now)  # silent from here on: dead
         self._task = asyncio.create_task(self._watch())
 

@@ -76,6 +76,8 @@ class Delivery:
 
     async def done(self) -> None:
         async with self._settling:
+            if self._settled:
+                return
             self._settled = True
             if self._keeper is not None:
                 await self._keeper.release(self._held)
@@ -85,6 +87,8 @@ class Delivery:
     async def retry(self, delay: timedelta | None = None) -> None:
         """Deliver again after `delay` (a bare nak would skip the consumer's backoff)."""
         async with self._settling:
+            if self._settled:
+                return
             self._settled = True
             if self._keeper is not None:
                 await self._keeper.reissue(self, self._held, delay)
@@ -94,11 +98,17 @@ class Delivery:
     async def give_up(self) -> None:
         """Never deliver again (the caller dead-lettered it first)."""
         async with self._settling:
+            if self._settled:
+                return
             self._settled = True
             if self._keeper is not None:
                 await self._keeper.release(self._held)
             else:
                 await self._msg.term()
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
 
     async def extend(self) -> None:
         """Still working: restart the ack-wait clock (a held step has none)."""

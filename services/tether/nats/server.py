@@ -18,6 +18,7 @@ from tether.errors import TetherError
 
 _LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 _READY = "Server is ready"
+_MONITOR = re.compile(r"Starting http monitor on ([^\s]+)")
 _PR_SET_PDEATHSIG = 1
 PID_FILE = "tether-nats.pid"
 
@@ -49,10 +50,19 @@ class NatsServer:
     how tests restart the server under a running system.
     """
 
-    def __init__(self, store_dir: str | Path, port: int = -1, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        store_dir: str | Path,
+        port: int = -1,
+        host: str = "127.0.0.1",
+        monitor: bool = False,
+    ) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port
+        self.monitor = monitor
+        """Serve the HTTP monitor (`/varz`, `/jsz`) on a free port: see `monitor_url`."""
+        self.monitor_url = ""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -95,7 +105,7 @@ class NatsServer:
             "--port",
             str(self.port),
             "--http_port",
-            "0",
+            "-1" if self.monitor else "0",
             "--log",
             str(self.log_file),
         ]
@@ -121,7 +131,9 @@ class NatsServer:
                 )
             text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
             match = _LISTENING.search(text)
-            if match and _READY in text:
+            monitor = _MONITOR.search(text)
+            if match and _READY in text and (monitor or not self.monitor):
+                self.monitor_url = f"http://{monitor.group(1)}" if monitor else ""
                 return int(match.group(1))
             time.sleep(0.02)
         self.stop()

@@ -91,6 +91,7 @@ _GONE = {"KV-Operation": "DEL", "Nats-TTL": "30s"}
 
 
 PUBLISH_TIMEOUT = 5.0
+WATCH_INACTIVE = 5.0
 
 
 class Observer(Protocol):
@@ -343,7 +344,9 @@ class Store:
 
     async def watch_record(self, task_id: str) -> KeyValue.KeyWatcher:
         """Updates of one record: the current value first, then a None marker, then changes."""
-        return await self._tasks.watch(task_id)
+        # Gone from the server soon after `stop()` (nats-py only unsubscribes): else
+        # every wait for a task leaves a consumer behind for nats-py's default 5 min.
+        return await self._tasks.watch(task_id, inactive_threshold=WATCH_INACTIVE)
 
     async def keys(self, bucket: str, match: str = ">") -> list[str]:
         """The keys in a bucket that `match` (a subject pattern; deleted keys included:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
 
@@ -36,8 +37,10 @@ class StepHeartbeat:
         store: Store,
         interval: timedelta,
         custody: Custody | None = None,
+        started: Callable[[], None] | None = None,
     ) -> None:
         self._delivery = delivery
+        self._started = started
         self._store = store
         self._interval = interval.total_seconds()
         self._custody = custody
@@ -50,6 +53,8 @@ class StepHeartbeat:
 
     def attach(self, ctx: StepContext, tool: asyncio.Future[object]) -> None:
         self._ctx, self._tool = ctx, tool
+        if self._started is not None:
+            self._started()
         if self.ended:
             tool.cancel()
 
@@ -102,6 +107,7 @@ class StepHeartbeat:
         delivery = self._delivery
         if self._custody is not None and not delivery.held:
             try:
+                await delivery.extend()  # a burst of holds may take a while: keep it meanwhile
                 await delivery.hold(self._custody)
             except Exception as exc:  # NATS away: keep the message the old way meanwhile
                 log.warning("could not hold %s: %s", delivery.subject, exc)

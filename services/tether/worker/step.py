@@ -9,8 +9,10 @@ and settles every message through its `Delivery` (done, retry, give up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -22,6 +24,7 @@ from tether.errors import (
     BlobNotFoundError,
     InvalidTaskError,
     MessageTooLargeError,
+    NatsUnavailableError,
     TaskExistsError,
 )
 from tether.nats.custody import Custody
@@ -54,6 +57,11 @@ from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
+AFTER_AN_ERROR = timedelta(seconds=1)
+"""How soon a step whose handling failed (NATS away) is tried again."""
+TRY_IN_PLACE_FOR = timedelta(seconds=30)
+"""How long a step is tried again in this process while NATS is away, before it is left
+to a redelivery (or, held, published again)."""
 
 
 class _Failed(Exception):
@@ -71,6 +79,10 @@ def _give_up(error: ErrorInfo) -> _Failed:
     return _Failed(Failure(error, retryable=False))
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclass
 class StepRunner:
     store: Store
@@ -84,20 +96,45 @@ class StepRunner:
     def __post_init__(self) -> None:
         self.tasks = TaskService(self.store)
 
-    async def handle(self, delivery: Delivery) -> None:
-        """Process one message; never raises, so one bad step cannot stop a worker."""
+    async def handle(self, delivery: Delivery, started: Callable[[], None] = _nothing) -> None:
+        """Process one message; never raises, so one bad step cannot stop a worker.
+        `started` is called (maybe twice) once its tool runs, or the message is settled."""
         tool = self.tools.get(_tool_of(delivery))
         interval = tool.heartbeat if tool else timedelta(seconds=1)
         # A held step leaves the consumer's ack-pending count: not for a limited tool.
         custody = self.custody if tool is not None and tool.max_concurrency is None else None
         try:
-            async with StepHeartbeat(delivery, self.store, interval, custody) as heartbeat:
-                await self._handle(delivery, heartbeat)
+            beat = StepHeartbeat(delivery, self.store, interval, custody, started)
+            async with beat as heartbeat:
+                await self._handle_while_nats_is_away(delivery, heartbeat)
         except asyncio.CancelledError:
             raise
         except Exception:
-            # Left unacknowledged: JetStream redelivers it and the protocol replays.
+            # Left unacknowledged, JetStream redelivers it and the protocol replays; a held
+            # step's message is acknowledged already, so it is published again instead.
             log.exception("step message on %s failed; it will be redelivered", delivery.subject)
+            if delivery.held:
+                with contextlib.suppress(Exception):
+                    await delivery.retry(AFTER_AN_ERROR)
+        finally:
+            started()
+
+    async def _handle_while_nats_is_away(
+        self, delivery: Delivery, heartbeat: StepHeartbeat
+    ) -> None:
+        """Handle the message, again after a failure to reach NATS (a failover, a
+        restart), for up to `TRY_IN_PLACE_FOR`: every step of the protocol is safe to
+        replay, and a redelivery would count as an attempt that never ran."""
+        deadline = asyncio.get_running_loop().time() + TRY_IN_PLACE_FOR.total_seconds()
+        while True:
+            try:
+                await self._handle(delivery, heartbeat)
+                return
+            except NatsUnavailableError as exc:
+                if delivery.settled or asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.warning("%s: NATS is away (%s); trying it again", delivery.subject, exc)
+                await asyncio.sleep(AFTER_AN_ERROR.total_seconds())
 
     def stop_task(self, task_id: str) -> None:
         """A cancellation notice: end the task's running steps now."""

@@ -9,10 +9,11 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from tether.errors import NatsUnavailableError
 from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.custody import BEAT_EVERY, Custody, Succession
@@ -38,9 +39,27 @@ per tool)."""
 UNLIMITED_IN_FLIGHT = 10_000
 """The consumer's max-ack-pending for a tool without `max_concurrency`: steps delivered
 and not yet held (a held step is acknowledged), across every worker."""
+START_AHEAD = 256
+"""Messages a worker takes before their tools run: more would wait in this process while
+their ack wait runs out (a burst of 10,000 steps is taken a few hundred at a time)."""
 LOOK_EVERY = 30.0
 """Seconds between looks at the records of the tasks whose steps run here, for a
 cancellation whose notice this process missed (one read per task)."""
+
+
+async def _take(semaphore: asyncio.Semaphore, most: int) -> int:
+    """Acquire one permit (waiting), then as many more as are free, up to `most`."""
+    await semaphore.acquire()
+    taken = 1
+    while taken < most and not semaphore.locked():
+        await semaphore.acquire()
+        taken += 1
+    return taken
+
+
+def _give(semaphore: asyncio.Semaphore, count: int) -> None:
+    for _ in range(count):
+        semaphore.release()
 
 
 def default_worker_id() -> str:
@@ -85,6 +104,7 @@ class Worker(Service):
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._ahead = asyncio.Semaphore(START_AHEAD)
         self._started_at = utcnow()
         self._custody: Custody | None = None
         self._store: Store | None = None
@@ -106,7 +126,8 @@ class Worker(Service):
         if self.metrics is not None:
             self.metrics.attach(store)
         self._started_at = utcnow()
-        await self._beat(store)  # alive before it holds anything
+        with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
+            await self._beat(store)  # alive before it holds anything
         self._succession = Succession(store, key)
         await self._succession.start()
         self._beating = asyncio.create_task(self._beats(store))
@@ -134,23 +155,23 @@ class Worker(Service):
     async def _serve(self, consumer: Consumer, runner: StepRunner, tool: Tool) -> None:
         slots = asyncio.Semaphore(self.concurrency)
         while not (self._stopping.is_set() or self.is_lost):
-            await slots.acquire()
+            free = await _take(slots, min(self.concurrency, START_AHEAD))
             if self._stopping.is_set():
+                _give(slots, free)
                 break  # stopped while every slot was busy: fetch nothing more
-            free = 1
-            while free < self.concurrency and not slots.locked():
-                await slots.acquire()
-                free += 1
+            # Take no more than can start soon: a message's ack wait runs from its delivery.
+            ahead = await _take(self._ahead, free)
+            _give(slots, free - ahead)
             try:
-                deliveries = await consumer.fetch(free, timeout=FETCH_TIMEOUT)
+                deliveries = await consumer.fetch(ahead, timeout=FETCH_TIMEOUT)
             except Exception as exc:  # disconnected: nats-py reconnects by itself
                 log.warning("fetch for %s failed: %s", tool.name, exc)
                 deliveries = []
                 await asyncio.sleep(FETCH_TIMEOUT / 4)
             for delivery in deliveries:
                 self._spawn(runner, delivery, slots)
-            for _ in range(free - len(deliveries)):
-                slots.release()
+            _give(slots, ahead - len(deliveries))
+            _give(self._ahead, ahead - len(deliveries))
 
     async def _beats(self, store: Store) -> None:
         """The worker's liveness (and that of every step it holds), until it has left:
@@ -196,19 +217,28 @@ class Worker(Service):
         )
 
     def _spawn(self, runner: StepRunner, delivery: Delivery, slots: asyncio.Semaphore) -> None:
-        task = asyncio.create_task(self._run_step(runner, delivery))
+        ahead = [self._ahead]  # given back once: when the tool runs, or the step is settled
+
+        def started() -> None:
+            if ahead:
+                ahead.pop().release()
+
+        task = asyncio.create_task(self._run_step(runner, delivery, started))
         self._in_flight.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
             self._in_flight.discard(finished)
+            started()
             slots.release()
 
         task.add_done_callback(done)
 
     @staticmethod
-    async def _run_step(runner: StepRunner, delivery: Delivery) -> None:
+    async def _run_step(
+        runner: StepRunner, delivery: Delivery, started: Callable[[], None]
+    ) -> None:
         try:
-            await runner.handle(delivery)
+            await runner.handle(delivery, started)
         except asyncio.CancelledError:
             # Shutting down mid-step: release the message so another worker takes it now.
             with contextlib.suppress(Exception):
