@@ -1,9 +1,9 @@
 """The agent workloads of `just bench`, on the scripted model (its own process):
 
-- W6: a long agent (one tool call per turn): the bytes Tether writes to JetStream for
+- W7: a long agent (one tool call per turn): the bytes Tether writes to JetStream for
   turn 5 and for turn 100, counted on the wire (record, checkpoints, events, work
   messages and streamed text), so a flat ratio means per-turn cost does not grow.
-- W7: a streamed answer, read straight from the model with the `openai` client and
+- W8: a streamed answer, read straight from the model with the `openai` client and
   through Tether (`handle.stream()`, a worker process in between): tokens per second.
 """
 
@@ -70,9 +70,9 @@ def _turn_of(step: int) -> int:
 
 
 async def bytes_per_turn(url: str) -> dict[str, float]:
-    """W6: bytes written per turn, seen on the wire by a subscriber of every write."""
+    """W7: bytes written per turn, seen on the wire by a subscriber of every write."""
     nc = await nats.connect(url)
-    task_id = f"w6-long-{uuid.uuid4().hex[:8]}"
+    task_id = f"w7-long-{uuid.uuid4().hex[:8]}"
     written: Counter[int] = Counter()
     done = asyncio.Event()
 
@@ -107,7 +107,7 @@ async def bytes_per_turn(url: str) -> dict[str, float]:
 
 
 async def direct_tokens_per_s(base_url: str) -> float:
-    """W7 straight from the model: the `openai` client, one streamed request."""
+    """W8 straight from the model: the `openai` client, one streamed request."""
     async with openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0) as model:
         stream = await model.chat.completions.create(
             model="scripted", messages=[{"role": "user", "content": "stream"}], stream=True
@@ -118,7 +118,7 @@ async def direct_tokens_per_s(base_url: str) -> float:
 
 
 async def tether_tokens_per_s(url: str) -> float:
-    """W7 through Tether: the worker streams to JetStream, the client follows the task."""
+    """W8 through Tether: the worker streams to JetStream, the client follows the task."""
     async with Client(NatsConfig(url=url)) as client:
         handle = await client.submit_agent("long_agent", f"stream {uuid.uuid4().hex[:6]}")
         return await _rate(chunk.delta async for chunk in handle.stream())
@@ -167,7 +167,7 @@ async def _registered(client: Client) -> bool:
 
 
 async def measure(url: str, runs: int) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """W6 and W7 figures of each run."""
+    """W7 and W8 figures of each run."""
     long_runs, stream_runs = [], []
     with ScriptedModel(script(), chunk_delay=0.0) as model:
         worker = AgentWorker(url, model.base_url)

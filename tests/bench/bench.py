@@ -1,8 +1,9 @@
 """`just bench`: Tether against a raw JetStream hand-off pipeline, measured in the same run.
 
 Starts its own nats-server (file storage) and node processes, runs each workload
-`--runs` times, prints medians with their spread and ratios to the baseline, and
-writes JSON lines and a Markdown table with `--out`.
+`--runs` times, prints medians with their spread and ratios to the baseline (or the
+target), and writes JSON lines and a Markdown table with `--out`. `--only w4` runs one
+workload (or several: `--only w1 w2`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -29,22 +28,25 @@ import msgspec
 import nats
 from nats.js.api import Header
 
+from tests.bench import holding
 from tests.bench.agents import LONG_TURNS, STREAM_WORDS
 from tests.bench.agents import measure as agent_workloads
 from tests.bench.listing import measure as listing_figures
 from tests.bench.nodes import BASE_BUCKET, BASE_STEPS, provision_baseline
+from tests.bench.processes import CpuTime, Node
 from tether import NatsServer
+from tether.nats.server import find_nats_server
 from tether.nats.store import Store
 from tether.schemas.names import DEFAULT_NAMES as NAMES
 from tether.schemas.tasks import StepSpec, TaskSubmit
 from tether.testing.progress import stored_steps
 
-ROOT = Path(__file__).resolve().parents[2]
+WORKLOADS = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"]
 GROWTH_TURNS = 502
 GROWTH_SAMPLES = [10, 100, 500]
-"""W5 samples steps 10, 100 and 500 (not the last step, which writes no checkpoint)."""
+"""W6 samples steps 10, 100 and 500 (not the last step, which writes no checkpoint)."""
 FAN_OUT_SLEEP = 0.05
-"""W4's branch time: the ideal wall time of the whole fan-out, with no overhead."""
+"""W5's branch time: the ideal wall time of the whole fan-out, with no overhead."""
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Result:
     workload: str
     system: str
     metrics: dict[str, list[float]] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    """A metric's target, shown where a baseline ratio would be."""
 
     def add(self, **values: float) -> None:
         for key, value in values.items():
@@ -62,81 +66,7 @@ class Result:
 
     def spread(self, key: str) -> str:
         values = self.metrics[key]
-        return f"{min(values):.4g}–{max(values):.4g}"
-
-
-class Node:
-    """A node process: a Tether worker or dispatcher, or the baseline's handlers."""
-
-    def __init__(
-        self, kind: str, url: str, concurrency: int, env: dict[str, str] | None = None
-    ) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.bench.nodes", kind, url, str(concurrency)],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": f"{ROOT}/services:{ROOT}", **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        assert self.process.stdout is not None
-        if self.process.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"the {kind} node did not start")
-
-    def peak_memory_mb(self) -> float:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(20)
-
-
-class CpuTime:
-    """CPU seconds that the server, the workers (or the baseline's handlers) and the
-    dispatcher spend in a block: steadier than wall time on a shared machine."""
-
-    def __init__(self, server: int | None, workers: list[Node], dispatcher: Node | None = None):
-        self.pids = {
-            "server": [server] if server else [],
-            "workers": [n.process.pid for n in workers],
-            "dispatcher": [dispatcher.process.pid] if dispatcher else [],
-        }
-        self.used: dict[str, float] = {}
-
-    def __enter__(self) -> CpuTime:
-        self.used = {role: -_cpu_seconds(pids) for role, pids in self.pids.items()}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for role, pids in self.pids.items():
-            self.used[role] += _cpu_seconds(pids)
-
-    def per_task(self, tasks: int) -> dict[str, float]:
-        """CPU ms per task, by process role (roles without a process are left out)."""
-        return {
-            f"cpu_ms_per_task_{role}": self.used[role] * 1000 / tasks
-            for role, pids in self.pids.items()
-            if pids
-        }
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of processes, from /proc (0 where /proc is missing)."""
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+        return f"{_figure(min(values))}–{_figure(max(values))}"
 
 
 class Completions:
@@ -226,10 +156,10 @@ class Bench:
         return elapsed
 
     async def fan_out(self, branches: int, sleep: float) -> float:
-        """W4: one task whose first step is `branches` parallel branches of a `sleep` s
+        """W5: one task whose first step is `branches` parallel branches of a `sleep` s
         tool, then one step: seconds from submit to completed."""
         nc, completions = await self._connect("tether")
-        task_id = f"w4-{uuid.uuid4().hex[:8]}"
+        task_id = f"w5-{uuid.uuid4().hex[:8]}"
         waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         completions.waiters[task_id] = waiter
         group = [StepSpec(tool="second", input={"n": b, "sleep": sleep}) for b in range(branches)]
@@ -242,11 +172,11 @@ class Bench:
         return finished - started
 
     async def growth(self, turns: int, at: list[int]) -> dict[str, float]:
-        """W5: one dynamic task of `turns` steps, each appending the next. Every write of
+        """W6: one dynamic task of `turns` steps, each appending the next. Every write of
         the task to JetStream is a publish this client also sees (KV puts, events, work),
         so the bytes each step writes are counted on the wire, per step."""
         nc = await nats.connect(self.url)
-        task_id = f"w5-{uuid.uuid4().hex[:8]}"
+        task_id = f"w6-{uuid.uuid4().hex[:8]}"
         written: Counter[int] = Counter()
         record_bytes: dict[int, int] = {}
         done = asyncio.Event()
@@ -334,98 +264,166 @@ async def crash_recovery(url: str, tasks: int, executions: Path) -> dict[str, fl
 
 
 async def main(args: argparse.Namespace) -> list[Result]:
+    only = set(args.only or WORKLOADS)
     results: list[Result] = []
+    baseline: dict[str, Result] = {}
     with (
         tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp,
-        NatsServer(Path(tmp) / "nats") as server,
+        NatsServer(Path(tmp) / "nats", monitor=True) as server,
     ):
         url = server.url
-        await provision_baseline(url)
         bench = Bench(url)
         print(environment(), flush=True)
-
-        base_w1, base_w2 = Result("W1 throughput", "baseline"), Result("W2 latency", "baseline")
-        node = Node("baseline", url, args.concurrency)
-        for _ in range(args.runs):
-            with CpuTime(server.pid, [node]) as cpu:
-                seconds = await bench.throughput("baseline", args.tasks, 200)
-            base_w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
-            base_w1.add(**cpu.per_task(args.tasks))
-            samples = await bench.latency("baseline", args.latency_tasks)
-            base_w2.add(p50_ms=_pct(samples, 50), p99_ms=_pct(samples, 99))
-        node.stop()
-        results += [base_w1, base_w2]
-
+        if only & {"w1", "w2"}:
+            await provision_baseline(url)
+            baseline = await baseline_results(bench, server.pid, args, only)
+            results += baseline.values()
         dispatcher = Node("dispatcher", url, args.concurrency)  # its own process, as deployed
-        for processes in args.processes:
-            for size in [200, 100, 100 * 1024] if processes == 1 else [200]:
-                workers = f"{processes} worker{'s' if processes > 1 else ''}"
-                w1 = Result(f"W1 throughput ({workers}, {_size(size)})", "tether")
-                nodes = [Node("worker", url, args.concurrency) for _ in range(processes)]
-                for _ in range(args.runs):
-                    with CpuTime(server.pid, nodes, dispatcher) as cpu:
-                        seconds = await bench.throughput("tether", args.tasks, size)
-                    w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
-                    w1.add(**cpu.per_task(args.tasks))
-                w1.add(peak_mb=max(n.peak_memory_mb() for n in nodes))
-                if processes == 1 and size == 200:
-                    w2 = Result("W2 latency", "tether")
-                    for _ in range(args.runs):
-                        samples = await bench.latency("tether", args.latency_tasks)
-                        w2.add(p50_ms=_pct(samples, 50), p99_ms=_pct(samples, 99))
-                    results.append(w2)
-                for n in nodes:
-                    n.stop()
-                results.append(w1)
-                print(f"  {w1.workload}: {w1.median('tasks_per_s'):.0f} tasks/s", flush=True)
-
-        w4 = Result(f"W4 fan-out ({args.branches} branches of 50 ms, 1 worker)", "tether")
-        node = Node("worker", url, max(args.concurrency, args.branches))
-        for _ in range(args.runs):
-            seconds = await bench.fan_out(args.branches, FAN_OUT_SLEEP)
-            overhead_ms = (seconds - FAN_OUT_SLEEP) * 1000
-            w4.add(wall_ms=seconds * 1000, overhead_per_branch_ms=overhead_ms / args.branches)
-        node.stop()
-        results.append(w4)
-
-        w5 = Result(f"W5 a {GROWTH_TURNS}-step dynamic task (each step adds the next)", "tether")
-        node = Node("worker", url, args.concurrency)
-        for _ in range(args.runs):
-            w5.add(**await bench.growth(GROWTH_TURNS, GROWTH_SAMPLES))
-        node.stop()
-        results.append(w5)
-
-        results += await agent_results(url, args.runs)
-        w8 = Result(f"W8 first page of a filtered list, {args.list_tasks:,} tasks", "tether")
-        w8.add(**await listing_figures(url, args.list_tasks))
-        results.append(w8)
-
-        w3 = Result("W3 crash recovery", "tether")
-        for run in range(args.runs):
-            w3.add(
-                **await crash_recovery(url, args.crash_tasks, Path(tmp) / f"executions-{run}.log")
-            )
-        dispatcher.stop()
-        results.append(w3)
-    report(results, base_w1, base_w2, args.out)
+        try:
+            if "w1" in only:
+                results += await throughput_results(bench, server.pid, dispatcher, args)
+            if "w2" in only:
+                worker = Node("worker", url, args.concurrency)
+                results.append(await latency_result(bench, "tether", worker, args))
+            if "w5" in only:
+                results.append(await fan_out_result(bench, args))
+            if "w6" in only:
+                results.append(await growth_result(bench, args))
+            if only & {"w7", "w8"}:
+                results += await agent_results(url, args.runs)
+            if "w9" in only:
+                w9 = Result(
+                    f"W9 first page of a filtered list, {args.list_tasks:,} tasks", "tether"
+                )
+                w9.add(**await listing_figures(url, args.list_tasks))
+                results.append(w9)
+            if "w3" in only:
+                results.append(await crash_result(url, args, Path(tmp)))
+            if "w4" in only:
+                results += await holding_results(server, args)
+        finally:
+            dispatcher.stop()
+    report(results, baseline, args.out)
     return results
 
 
+async def baseline_results(
+    bench: Bench, server: int | None, args: argparse.Namespace, only: set[str]
+) -> dict[str, Result]:
+    """W1 and W2 of the bare JetStream pipeline, keyed by workload."""
+    w1, w2 = Result("W1 throughput", "baseline"), Result("W2 latency", "baseline")
+    node = Node("baseline", bench.url, args.concurrency)
+    for _ in range(args.runs):
+        if "w1" in only:
+            with CpuTime(server, [node]) as cpu:
+                seconds = await bench.throughput("baseline", args.tasks, 200)
+            w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
+            w1.add(**cpu.per_task(args.tasks))
+        if "w2" in only:
+            samples = await bench.latency("baseline", args.latency_tasks)
+            w2.add(p50_ms=_pct(samples, 50), p99_ms=_pct(samples, 99))
+    node.stop()
+    return {r.workload: r for r in (w1, w2) if r.metrics}
+
+
+async def throughput_results(
+    bench: Bench, server: int | None, dispatcher: Node, args: argparse.Namespace
+) -> list[Result]:
+    """W1 with 1, 2 or 4 worker processes (`--processes`), and three sizes with one."""
+    results = []
+    for processes in args.processes:
+        for size in [200, 100, 100 * 1024] if processes == 1 else [200]:
+            workers = f"{processes} worker{'s' if processes > 1 else ''}"
+            w1 = Result(f"W1 throughput ({workers}, {_size(size)})", "tether")
+            nodes = [Node("worker", bench.url, args.concurrency) for _ in range(processes)]
+            for _ in range(args.runs):
+                with CpuTime(server, nodes, dispatcher) as cpu:
+                    seconds = await bench.throughput("tether", args.tasks, size)
+                w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
+                w1.add(**cpu.per_task(args.tasks))
+            w1.add(peak_mb=max(n.peak_memory_mb() for n in nodes))
+            for n in nodes:
+                n.stop()
+            results.append(w1)
+            print(f"  {w1.workload}: {w1.median('tasks_per_s'):.0f} tasks/s", flush=True)
+    return results
+
+
+async def latency_result(bench: Bench, system: str, node: Node, args: argparse.Namespace) -> Result:
+    """W2 on one node, stopped after it."""
+    w2 = Result("W2 latency", system)
+    for _ in range(args.runs):
+        samples = await bench.latency(system, args.latency_tasks)
+        w2.add(p50_ms=_pct(samples, 50), p99_ms=_pct(samples, 99))
+    node.stop()
+    return w2
+
+
+async def fan_out_result(bench: Bench, args: argparse.Namespace) -> Result:
+    w5 = Result(f"W5 fan-out ({args.branches} branches of 50 ms, 1 worker)", "tether")
+    node = Node("worker", bench.url, max(args.concurrency, args.branches))
+    for _ in range(args.runs):
+        seconds = await bench.fan_out(args.branches, FAN_OUT_SLEEP)
+        overhead_ms = (seconds - FAN_OUT_SLEEP) * 1000
+        w5.add(wall_ms=seconds * 1000, overhead_per_branch_ms=overhead_ms / args.branches)
+    node.stop()
+    return w5
+
+
+async def growth_result(bench: Bench, args: argparse.Namespace) -> Result:
+    w6 = Result(f"W6 a {GROWTH_TURNS}-step dynamic task (each step adds the next)", "tether")
+    node = Node("worker", bench.url, args.concurrency)
+    for _ in range(args.runs):
+        w6.add(**await bench.growth(GROWTH_TURNS, GROWTH_SAMPLES))
+    node.stop()
+    return w6
+
+
+async def crash_result(url: str, args: argparse.Namespace, tmp: Path) -> Result:
+    w3 = Result("W3 crash recovery", "tether")
+    for run in range(args.runs):
+        w3.add(**await crash_recovery(url, args.crash_tasks, tmp / f"executions-{run}.log"))
+    return w3
+
+
+async def holding_results(server: NatsServer, args: argparse.Namespace) -> list[Result]:
+    """W4 (see tests/bench/holding.py): once each, as a run takes most of a minute."""
+    w4 = Result(
+        f"W4 holding ({args.hold_steps:,} steps of {args.hold_seconds:g} s, 1 worker)",
+        "tether",
+        notes=holding.HOLDING_TARGETS,
+    )
+    w4.add(**await holding.holding(server, args.hold_steps, args.hold_seconds, args.hold_window))
+    w4r = Result(
+        f"W4 recovery ({args.recovery_steps:,} steps of {args.recovery_seconds:g} s, "
+        "SIGKILL 1 of 2 workers)",
+        "tether",
+        notes=holding.RECOVERY_TARGETS,
+    )
+    w4r.add(**await holding.recovery(server.url, args.recovery_steps, args.recovery_seconds))
+    return [w4, w4r]
+
+
 async def agent_results(url: str, runs: int) -> list[Result]:
-    """W6 and W7 (see tests/bench/agents.py)."""
-    w6 = Result(f"W6 a {LONG_TURNS}-turn agent (a tool call per turn)", "tether")
-    w7 = Result(f"W7 a streamed answer ({STREAM_WORDS} tokens)", "tether")
+    """W7 and W8 (see tests/bench/agents.py)."""
+    w7 = Result(f"W7 a {LONG_TURNS}-turn agent (a tool call per turn)", "tether")
+    w8 = Result(f"W8 a streamed answer ({STREAM_WORDS} tokens)", "tether")
     long_runs, stream_runs = await agent_workloads(url, runs)
     for figures in long_runs:
-        w6.add(**figures)
-    for figures in stream_runs:
         w7.add(**figures)
-    return [w6, w7]
+    for figures in stream_runs:
+        w8.add(**figures)
+    return [w7, w8]
 
 
 def _pct(samples: list[float], pct: int) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(len(ordered) * pct / 100))]
+
+
+def _figure(value: float) -> str:
+    """Four significant digits, but a count (10,000 tasks) in full."""
+    return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e12 else f"{value:.4g}"
 
 
 def _size(size: int) -> str:
@@ -436,7 +434,7 @@ def environment() -> str:
     from importlib.metadata import version as package_version
 
     version = subprocess.run(
-        [_server_binary(), "--version"], capture_output=True, text=True
+        [find_nats_server(), "--version"], capture_output=True, text=True
     ).stdout.strip()
     return (
         f"environment: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -445,32 +443,17 @@ def environment() -> str:
     )
 
 
-def _server_binary() -> str:
-    from tether.nats.server import find_nats_server
-
-    return find_nats_server()
-
-
-def report(results: list[Result], base_w1: Result, base_w2: Result, out: Path | None) -> None:
-    base_tps, base_p50 = base_w1.median("tasks_per_s"), base_w2.median("p50_ms")
+def report(results: list[Result], baseline: dict[str, Result], out: Path | None) -> None:
     lines = [
-        "| workload | system | median | spread (min–max) | vs baseline |",
+        "| workload | system | median | spread (min–max) | vs baseline or target |",
         "| --- | --- | --- | --- | --- |",
     ]
     for result in results:
         for key in result.metrics:
-            ratio = ""
-            if key == "tasks_per_s" and result.system == "tether":
-                ratio = f"{result.median(key) / base_tps:.0%} of baseline"
-            if key.startswith("cpu_ms_per_task") and "200 B" in result.workload:
-                base = base_w1.metrics.get(key)
-                if base:
-                    ratio = f"{result.median(key) / statistics.median(base):.2f}× baseline"
-            if key == "p50_ms" and result.system == "tether":
-                ratio = f"{result.median(key) / base_p50:.2f}× baseline"
+            note = _versus(result, key, baseline) or result.notes.get(key, "")
             lines.append(
-                f"| {result.workload} | {result.system} | {key} = {result.median(key):.4g} "
-                f"| {result.spread(key)} | {ratio} |"
+                f"| {result.workload} | {result.system} | {key} = {_figure(result.median(key))} "
+                f"| {result.spread(key)} | {note} |"
             )
     table = "\n".join(lines)
     print("\n" + table)
@@ -492,18 +475,52 @@ def report(results: list[Result], base_w1: Result, base_w2: Result, out: Path | 
         print(f"\nwrote {out / 'bench.md'} and {out / 'bench.jsonl'}")
 
 
+def _versus(result: Result, key: str, baseline: dict[str, Result]) -> str:
+    """A Tether figure against the baseline's (empty without one)."""
+    w1, w2 = baseline.get("W1 throughput"), baseline.get("W2 latency")
+    if result.system != "tether":
+        return ""
+    if key == "tasks_per_s" and w1 is not None:
+        return f"{result.median(key) / w1.median(key):.0%} of baseline"
+    if key.startswith("cpu_ms_per_task") and "200 B" in result.workload and w1 is not None:
+        base = w1.metrics.get(key)
+        if base:
+            return f"{result.median(key) / statistics.median(base):.2f}× baseline"
+    if key == "p50_ms" and w2 is not None:
+        return f"{result.median(key) / w2.median(key):.2f}× baseline"
+    return ""
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=1000, help="W1 tasks")
     parser.add_argument("--latency-tasks", type=int, default=200, help="W2 tasks")
     parser.add_argument("--crash-tasks", type=int, default=200, help="W3 tasks")
-    parser.add_argument("--list-tasks", type=int, default=100_000, help="W8 tasks in the store")
+    parser.add_argument("--list-tasks", type=int, default=100_000, help="W9 tasks in the store")
     parser.add_argument(
         "--concurrency", type=int, default=64, help="in-flight steps per tool and process"
     )
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--branches", type=int, default=100, help="W4 parallel branches")
+    parser.add_argument("--branches", type=int, default=100, help="W5 parallel branches")
+    parser.add_argument("--hold-steps", type=int, default=10_000, help="W4 holding: steps")
+    parser.add_argument(
+        "--hold-seconds", type=float, default=40.0, help="W4 holding: how long each step waits"
+    )
+    parser.add_argument(
+        "--hold-window", type=float, default=20.0, help="W4 holding: the measured window (s)"
+    )
+    parser.add_argument("--recovery-steps", type=int, default=1000, help="W4 recovery: steps")
+    parser.add_argument(
+        "--recovery-seconds", type=float, default=15.0, help="W4 recovery: each step's wait"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=WORKLOADS,
+        metavar="W",
+        help=f"run only these workloads ({', '.join(WORKLOADS)}); default: all",
+    )
     parser.add_argument(
         "--out", type=Path, default=None, help="directory for bench.md and bench.jsonl"
     )

@@ -1,4 +1,4 @@
-"""W8 of `just bench`: the first page of a filtered list with many tasks in the store,
+"""W9 of `just bench`: the first page of a filtered list with many tasks in the store,
 from the status index, against reading every record (how listing worked before)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ async def fill(client: Client, tasks: int) -> None:
     steps = [StepSpec(tool="first")]
 
     async def create(n: int) -> None:
-        record = new_record(TaskSubmit(task_id=f"w8-{run}-{n}", steps=steps), utcnow())
+        record = new_record(TaskSubmit(task_id=f"w9-{run}-{n}", steps=steps), utcnow())
         if n % (tasks // WAITING) == 0:
             record = msgspec.structs.replace(record, status=TaskStatus.WAITING)
         await client.store.create_record(record)

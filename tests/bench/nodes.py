@@ -1,7 +1,10 @@
 """The processes a benchmark measures: a Tether worker, a Tether dispatcher, the raw baseline.
 
-Run as `python -m tests.bench.nodes worker|dispatcher|baseline URL CONCURRENCY` by
-tests/bench/bench.py. The dispatcher is a process of its own, as in deploy/.
+Run as `python -m tests.bench.nodes KIND URL CONCURRENCY` by tests/bench/bench.py, KIND
+one of `worker` (the tools of W1-W3, W5 and W6), `holding` and `recovery` (W4's),
+`dispatcher` and `baseline`. The dispatcher is a process of its own, as in deploy/.
+Every tool has default settings (heartbeat, ack wait, consumer limits), so the figures
+are what a user gets without tuning.
 """
 
 from __future__ import annotations
@@ -41,13 +44,13 @@ def _record(ctx: StepContext) -> None:
         os.close(fd)
 
 
-@app.tool(heartbeat=0.2)
+@app.tool
 async def first(ctx: StepContext, data: Any) -> Any:
     _record(ctx)
     return data
 
 
-@app.tool(heartbeat=0.2)
+@app.tool
 async def second(ctx: StepContext, data: Any) -> Any:
     _record(ctx)
     if isinstance(data, dict) and data.get("sleep"):
@@ -55,15 +58,15 @@ async def second(ctx: StepContext, data: Any) -> Any:
     return data
 
 
-@app.tool(heartbeat=0.2)
+@app.tool
 async def third(ctx: StepContext, data: Any) -> Any:
     _record(ctx)
     return data
 
 
-@app.tool(heartbeat=0.2)
+@app.tool
 async def grow(ctx: StepContext, data: Any) -> Any:
-    """W5: an agent turn that appends the next turn, until `data["until"]` turns."""
+    """W6: an agent turn that appends the next turn, until `data["until"]` turns."""
     turn = data["turn"]
     output = {"turn": turn, "note": "x" * 100}
     if turn + 1 >= data["until"]:
@@ -72,8 +75,31 @@ async def grow(ctx: StepContext, data: Any) -> Any:
     return NextSteps(output=output, steps=[following])
 
 
-async def run_worker(url: str, concurrency: int) -> None:
-    async with Worker(app, NatsConfig(url=url), concurrency=concurrency):
+holding_app = App("bench-holding")
+recovery_app = App("bench-recovery")
+"""W4's two workloads each have a tool of their own, so steps one leaves queued (more
+than a worker holds at once) never reach the other's workers."""
+
+
+@holding_app.tool
+async def hold(ctx: StepContext, data: Any) -> Any:
+    """W4 holding: a step that waits `data["seconds"]`, as a step waiting on a slow API."""
+    await asyncio.sleep(data["seconds"])
+    return {"held_s": data["seconds"]}
+
+
+@recovery_app.tool
+async def hold_for_recovery(ctx: StepContext, data: Any) -> Any:
+    """W4 recovery: the same wait, on the workers that one is SIGKILLed from."""
+    await asyncio.sleep(data["seconds"])
+    return {"held_s": data["seconds"]}
+
+
+WORKER_APPS = {"worker": app, "holding": holding_app, "recovery": recovery_app}
+
+
+async def run_worker(url: str, concurrency: int, served: App) -> None:
+    async with Worker(served, NatsConfig(url=url), concurrency=concurrency):
         await _until_signalled()
 
 
@@ -177,5 +203,8 @@ async def _until_signalled() -> None:
 
 if __name__ == "__main__":
     kind, url, concurrency = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    runners = {"worker": run_worker, "dispatcher": run_dispatcher, "baseline": run_baseline}
-    asyncio.run(runners[kind](url, concurrency))
+    if kind in WORKER_APPS:
+        asyncio.run(run_worker(url, concurrency, WORKER_APPS[kind]))
+    else:
+        runners = {"dispatcher": run_dispatcher, "baseline": run_baseline}
+        asyncio.run(runners[kind](url, concurrency))
