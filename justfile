@@ -41,3 +41,11 @@ schemas:
 # Benchmark Tether against a raw JetStream baseline (not part of the tests)
 bench *args:
     python -m tests.bench.bench {{args}}
+
+# Cluster chaos: 1,000 tasks on the 3-node R3 cluster while its nodes are SIGKILLed (--tasks N)
+chaos *args:
+    python -m tests.chaos_runs.cluster {{args}}
+
+# Soak: a steady mix of tasks for 10 minutes while workers are SIGKILLed at random (--minutes N)
+soak *args:
+    python -m tests.chaos_runs.soak {{args}}
