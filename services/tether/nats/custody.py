@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.errors import KeyWrongLastSequenceError
 
 from tether.errors import NatsUnavailableError
@@ -50,8 +51,6 @@ AT_ONCE = 512
 KV_OPERATION = "KV-Operation"
 _beat_decoder = msgspec.json.Decoder(WorkerBeat)
 _REISSUED = re.compile(r"\.r\d+$")
-
-
 _held_decoder = msgspec.json.Decoder(HeldStep)
 
 
@@ -69,7 +68,8 @@ class Custody:
     def __init__(self, store: Store, worker_key: str) -> None:
         self._store = store
         self._prefix = worker_key + "."
-        self._later: dict[asyncio.TimerHandle, tuple[HeldStep, str]] = {}
+        self._later: dict[str, tuple[asyncio.TimerHandle, HeldStep]] = {}
+        """Delayed retries, by key."""
         self._publishing: set[asyncio.Task[None]] = set()
         self.holding = 0
         """Steps held now (a delayed retry included, until it is published)."""
@@ -93,13 +93,11 @@ class Custody:
         if delay is None or delay <= timedelta(0):
             await self._publish(held, key)
             return
-        loop = asyncio.get_running_loop()
-        handles: list[asyncio.TimerHandle] = []
-        handles.append(loop.call_later(delay.total_seconds(), lambda: self._fire(handles[0])))
-        self._later[handles[0]] = (held, key)
+        handle = asyncio.get_running_loop().call_later(delay.total_seconds(), self._fire, key)
+        self._later[key] = (handle, held)
 
-    def _fire(self, handle: asyncio.TimerHandle) -> None:
-        held, key = self._later.pop(handle)
+    def _fire(self, key: str) -> None:
+        _, held = self._later.pop(key)
         task = asyncio.ensure_future(self._publish(held, key))
         self._publishing.add(task)
         task.add_done_callback(self._publishing.discard)
@@ -117,9 +115,9 @@ class Custody:
 
     async def close(self) -> None:
         """On a clean stop: publish the delayed retries now rather than leave them."""
-        for handle in list(self._later):
+        for key, (handle, _) in list(self._later.items()):
             handle.cancel()
-            self._fire(handle)
+            self._fire(key)
         if self._publishing:  # bounded: an entry left behind is a survivor's to hand on
             _, stuck = await asyncio.wait(self._publishing, timeout=CLOSE_WITHIN)
             for task in stuck:
@@ -167,7 +165,7 @@ class Succession:
         self._subject = store.names.kv_subject(store.names.workers_bucket)
         self._seen: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
-        self._subscription: object | None = None
+        self._subscription: Subscription | None = None
 
     async def start(self) -> None:
         self._subscription = await self._store.nc.subscribe(self._subject + "*", cb=self._beat)
@@ -188,7 +186,7 @@ class Succession:
                 await self._task
         if self._subscription is not None:
             with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()  # type: ignore[attr-defined]
+                await self._subscription.unsubscribe()
 
     async def _beat(self, msg: Msg) -> None:
         key = msg.subject[len(self._subject) :]
