@@ -9,6 +9,7 @@ through the custody instead (see `tether.nats.custody`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol
 
@@ -75,36 +76,34 @@ class Delivery:
             await self._msg.ack_sync()
 
     async def done(self) -> None:
-        async with self._settling:
-            if self._settled:
-                return
-            self._settled = True
-            if self._keeper is not None:
-                await self._keeper.release(self._held)
-            else:
-                await self._msg.ack()
+        await self._settle(lambda keeper, key: keeper.release(key), self._msg.ack)
 
     async def retry(self, delay: timedelta | None = None) -> None:
         """Deliver again after `delay` (a bare nak would skip the consumer's backoff)."""
-        async with self._settling:
-            if self._settled:
-                return
-            self._settled = True
-            if self._keeper is not None:
-                await self._keeper.reissue(self, self._held, delay)
-            else:
-                await self._msg.nak(delay=None if delay is None else delay.total_seconds())
+        seconds = None if delay is None else delay.total_seconds()
+        await self._settle(
+            lambda keeper, key: keeper.reissue(self, key, delay),
+            lambda: self._msg.nak(delay=seconds),
+        )
 
     async def give_up(self) -> None:
         """Never deliver again (the caller dead-lettered it first)."""
+        await self._settle(lambda keeper, key: keeper.release(key), self._msg.term)
+
+    async def _settle(
+        self,
+        by_keeper: Callable[[Keeper, str], Awaitable[None]],
+        by_message: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Settle once: through the keeper when held, else on the message itself."""
         async with self._settling:
             if self._settled:
                 return
             self._settled = True
             if self._keeper is not None:
-                await self._keeper.release(self._held)
+                await by_keeper(self._keeper, self._held)
             else:
-                await self._msg.term()
+                await by_message()
 
     @property
     def settled(self) -> bool:

@@ -105,14 +105,13 @@ class StepHeartbeat:
     async def _beat(self) -> bool:
         """One beat; True once the step is held and shown."""
         delivery = self._delivery
-        if self._custody is not None and not delivery.held:
-            try:
-                await delivery.extend()  # a burst of holds may take a while: keep it meanwhile
-                await delivery.hold(self._custody)
-            except Exception as exc:  # NATS away: keep the message the old way meanwhile
-                log.warning("could not hold %s: %s", delivery.subject, exc)
         if not delivery.held:
-            await delivery.extend()
+            await delivery.extend()  # until held (a burst of holds may take a while)
+            if self._custody is not None:
+                try:
+                    await delivery.hold(self._custody)
+                except Exception as exc:  # NATS away: the next beat extends and tries again
+                    log.warning("could not hold %s: %s", delivery.subject, exc)
         ctx = self._ctx
         if ctx is not None and not self._shown:
             await self._store.beat(ctx.heartbeat())

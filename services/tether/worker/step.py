@@ -79,10 +79,6 @@ def _give_up(error: ErrorInfo) -> _Failed:
     return _Failed(Failure(error, retryable=False))
 
 
-def _nothing() -> None:
-    pass
-
-
 @dataclass
 class StepRunner:
     store: Store
@@ -96,9 +92,11 @@ class StepRunner:
     def __post_init__(self) -> None:
         self.tasks = TaskService(self.store)
 
-    async def handle(self, delivery: Delivery, started: Callable[[], None] = _nothing) -> None:
+    async def handle(
+        self, delivery: Delivery, started: Callable[[], None] | None = None
+    ) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker.
-        `started` is called (maybe twice) once its tool runs, or the message is settled."""
+        `started` is called when its tool starts to run."""
         tool = self.tools.get(_tool_of(delivery))
         interval = tool.heartbeat if tool else timedelta(seconds=1)
         # A held step leaves the consumer's ack-pending count: not for a limited tool.
@@ -116,8 +114,6 @@ class StepRunner:
             if delivery.held:
                 with contextlib.suppress(Exception):
                     await delivery.retry(AFTER_AN_ERROR)
-        finally:
-            started()
 
     async def _handle_while_nats_is_away(
         self, delivery: Delivery, heartbeat: StepHeartbeat
