@@ -6,14 +6,9 @@ loss of a node, and every command in the compose file and the Kubernetes manifes
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import signal
-import socket
 import subprocess
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -26,6 +21,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import Error as JetStreamError
 from typer.testing import CliRunner
 
+from tests.chaos_runs.servers import Cluster, Node
 from tether.cli.loading import load_app
 from tether.cli.main import app as cli
 from tether.nats.connection import NatsConfig, connect
@@ -226,103 +222,16 @@ def test_cluster_configs_name_each_node_once_and_route_to_all() -> None:
 
 
 # -- a real cluster from the cluster configs -------------------------------------------------
-@dataclass
-class Node:
-    name: str
-    conf: Path
-    client_port: int
-    http_port: int
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.client_port}"
-
-    @property
-    def log(self) -> Path:
-        return self.conf.with_suffix(".log")
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [find_nats_server(), "-c", str(self.conf), "--log", str(self.log)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def healthy(self) -> bool:
-        """`/healthz` answers 200 once JetStream is up and current with the meta leader."""
-        assert self.process is not None
-        if self.process.poll() is not None:
-            log = self.log.read_text(errors="replace") if self.log.exists() else ""
-            pytest.fail(f"{self.name} exited with {self.process.returncode}:\n{log[-2000:]}")
-        url = f"http://127.0.0.1:{self.http_port}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _replace_once(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"expected {old!r} once in a cluster config"
-    return text.replace(old, new)
-
-
-def _local_copy(conf: Path, target: Path, ports: dict[str, tuple[int, int, int]]) -> Path:
-    """The config with its fixed ports, hosts and store dir moved onto this machine."""
-    client, route, http = ports[_setting(conf.read_text(), "server_name")]
-    text = conf.read_text()
-    text = _replace_once(text, "listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{client}")
-    text = _replace_once(text, "listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{route}")
-    text = _replace_once(text, "http_port: 8222", f"http_port: {http}")
-    text = _replace_once(text, "store_dir: /data/jetstream", f'store_dir: "{target / "data"}"')
-    for name, (_, other_route, _) in ports.items():
-        text = _replace_once(text, f"://{name}:6222", f"://127.0.0.1:{other_route}")
-    target.mkdir()
-    path = target / conf.name
-    path.write_text(text)
-    return path
-
-
 @pytest.fixture(scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[list[Node]]:
-    base = tmp_path_factory.mktemp("cluster")
-    names = [_setting(path.read_text(), "server_name") for path in CLUSTER_CONFS]
-    free = _free_ports(3 * len(names))
-    ports = {name: (free[3 * i], free[3 * i + 1], free[3 * i + 2]) for i, name in enumerate(names)}
-    nodes = [
-        Node(name, _local_copy(conf, base / name, ports), ports[name][0], ports[name][2])
-        for name, conf in zip(names, CLUSTER_CONFS, strict=True)
-    ]
+    """The deploy configs moved onto loopback ports (`just chaos` runs the same cluster)."""
+    nodes = Cluster.from_deploy(tmp_path_factory.mktemp("cluster"), CLUSTER_CONFS)
     try:
-        for node in nodes:
-            node.start()
-
-        async def all_healthy() -> None:
-            health = await asyncio.gather(*(asyncio.to_thread(n.healthy) for n in nodes))
-            assert all(health), f"health of {names}: {health}"
-
-        await eventually(all_healthy, timeout=20, interval=0.1)
-        yield nodes
+        nodes.start()
+        await nodes.wait_healthy(timeout=20)
+        yield nodes.nodes
     finally:
-        for node in nodes:
+        for node in nodes.nodes:
             node.kill()
 
 
