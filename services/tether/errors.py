@@ -1,7 +1,9 @@
 """Tether's exceptions.
 
     TetherError
-    ├── NatsUnavailableError       NATS could not be reached
+    ├── NatsUnavailableError       NATS could not be reached, or did not answer in time
+    ├── RevisionConflictError      a compare-and-set lost: the key changed since it was read
+    ├── JetStreamError             JetStream refused a request (its `code` and `err_code` kept)
     ├── MessageTooLargeError       a message or stored value larger than NATS allows
     ├── BlobNotFoundError          a `{"$blob": ...}` reference to nothing stored
     ├── TaskError                  something about one task
@@ -42,6 +44,27 @@ class TetherError(Exception):
 
 class NatsUnavailableError(TetherError):
     pass
+
+
+class RevisionConflictError(TetherError):
+    """A compare-and-set (or a create) found the key at another revision than expected:
+    an ordinary outcome of a race, for the caller to decide on, never an outage."""
+
+    def __init__(self, subject: str = "", description: str = "") -> None:
+        where = f" on {subject}" if subject else ""
+        super().__init__(f"lost a compare-and-set{where}: {description or 'wrong revision'}")
+        self.subject = subject
+
+
+class JetStreamError(TetherError):
+    """JetStream answered a request with an error: `code` is its HTTP-like status,
+    `err_code` JetStream's own number (see `tether.nats.codes`)."""
+
+    def __init__(self, description: str, code: int | None, err_code: int | None) -> None:
+        super().__init__(f"JetStream refused the request ({description}, err_code {err_code})")
+        self.description = description
+        self.code = code
+        self.err_code = err_code
 
 
 class NotProvisionedError(NatsUnavailableError):

@@ -17,8 +17,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client as NatsClient
+from nats.js.errors import APIError
 
-from tether.errors import NatsUnavailableError, TetherError
+from tether.errors import JetStreamError, NatsUnavailableError, RevisionConflictError, TetherError
+from tether.nats import codes
 from tether.schemas.names import DEFAULT_NAMES, Names
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -254,16 +256,28 @@ def unavailable(exc: BaseException) -> NatsUnavailableError:
     )
 
 
+def seam_error(exc: BaseException) -> TetherError:
+    """Tether's error for a nats-py failure: only a transport failure (no connection, a
+    timeout, no responders, JetStream not ready) is NatsUnavailableError; a lost
+    compare-and-set is RevisionConflictError; any other JetStream refusal keeps its codes."""
+    if isinstance(exc, APIError) and exc.code != codes.UNAVAILABLE:
+        if exc.err_code in codes.LOST_COMPARE_AND_SET:
+            return RevisionConflictError(description=exc.description or "")
+        if exc.err_code is not None or exc.code is not None:
+            return JetStreamError(exc.description or type(exc).__name__, exc.code, exc.err_code)
+    return unavailable(exc)
+
+
 @contextlib.contextmanager
 def failures_translated() -> Iterator[None]:
-    """Raise NatsUnavailableError where nats-py raises its own errors, so no caller
-    outside the seam needs to know nats-py's."""
+    """Raise Tether's errors where nats-py raises its own (see `seam_error`), so no
+    caller outside the seam needs to know nats-py's."""
     try:
         yield
     except TetherError:
         raise
     except _FAILURES as exc:
-        raise unavailable(exc) from exc
+        raise seam_error(exc) from exc
 
 
 def translated(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -276,7 +290,7 @@ def translated(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         except TetherError:
             raise
         except _FAILURES as exc:
-            raise unavailable(exc) from exc
+            raise seam_error(exc) from exc
 
     return wrapper
 

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING
 import msgspec
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.errors import KeyWrongLastSequenceError
 
-from tether.errors import NatsUnavailableError
+from tether.errors import NatsUnavailableError, RevisionConflictError
 from tether.nats.delivery import PRIOR_ATTEMPTS, Delivery
 from tether.schemas.codec import encode
 from tether.schemas.tasks import HeldStep, WorkerBeat
@@ -234,7 +233,7 @@ class Succession:
         claim = msgspec.structs.replace(beat, claimed_by=self._own, time=utcnow())
         try:
             await store.put_worker_entry(key, encode(claim), last=revision)
-        except KeyWrongLastSequenceError:  # it beat again, or another survivor claimed it
+        except RevisionConflictError:  # it beat again, or another survivor claimed it
             self._seen[key] = time.monotonic()
             return 0
         self._seen[key] = time.monotonic()  # ours now; if this process dies, another's

@@ -4,10 +4,10 @@ nats-py uses json and dataclasses, which costs on the hot path."""
 from __future__ import annotations
 
 import msgspec
-from nats.js.errors import APIError, KeyWrongLastSequenceError
+from nats.js.errors import APIError
 
-WRONG_LAST_SEQUENCE = (10071, 10164)
-"""err_codes of a compare-and-set that lost (stream and KV flavours)."""
+from tether.errors import TetherError
+from tether.nats.connection import seam_error
 
 
 class ApiError(msgspec.Struct):
@@ -15,11 +15,12 @@ class ApiError(msgspec.Struct):
     err_code: int = 0
     description: str = ""
 
-    def exception(self) -> APIError:
-        """nats-py's exception for this error, so callers keep catching what they know."""
-        if self.err_code in WRONG_LAST_SEQUENCE:
-            return KeyWrongLastSequenceError(description=self.description)
-        return APIError(code=self.code, err_code=self.err_code, description=self.description)
+    def exception(self) -> TetherError:
+        """Tether's exception for this error (see `seam_error`): a lost compare-and-set
+        is a RevisionConflictError, other refusals keep their codes."""
+        return seam_error(
+            APIError(code=self.code, err_code=self.err_code, description=self.description)
+        )
 
 
 class PubAck(msgspec.Struct):

@@ -23,13 +23,12 @@ from nats.js.api import Header
 from nats.js.errors import (
     APIError,
     KeyNotFoundError,
-    KeyWrongLastSequenceError,
     NoStreamResponseError,
     NotFoundError,
 )
 from nats.js.kv import KeyValue
 
-from tether.errors import NatsUnavailableError, TaskNotFoundError
+from tether.errors import NatsUnavailableError, RevisionConflictError, TaskNotFoundError
 from tether.nats.blobs import Blobs
 from tether.nats.connection import translating
 from tether.nats.delivery import Consumer
@@ -272,7 +271,7 @@ class Store:
         try:
             data = encode(record)
             revision = await self._write(self._tasks_prefix + record.task_id, data, 0)
-        except KeyWrongLastSequenceError:
+        except RevisionConflictError:
             return None
         await self.index(record)
         return self._written(record, revision, len(data))
@@ -296,7 +295,7 @@ class Store:
             data = encode(new)
             try:
                 revision = await self._write(self._tasks_prefix + task_id, data, found.revision)
-            except KeyWrongLastSequenceError:
+            except RevisionConflictError:
                 current = None
                 continue
             if new.status is not found.record.status:
@@ -398,7 +397,7 @@ class Store:
         key = self.names.step_key(task_id, step, branch)
         try:
             await self._write(self._checkpoints_prefix + key, encode(checkpoint), 0)
-        except KeyWrongLastSequenceError:
+        except RevisionConflictError:
             existing = await self.get_checkpoint(task_id, step, branch)
             if existing is None:  # deleted in between: ours is as good as any
                 raise
@@ -413,7 +412,7 @@ class Store:
         """Store a memoized side effect's result create-only; return the stored bytes."""
         try:
             await self._write(self._checkpoints_prefix + key, value, 0)
-        except KeyWrongLastSequenceError:
+        except RevisionConflictError:
             existing = await self.get_memo(key)
             if existing is None:
                 raise

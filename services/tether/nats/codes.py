@@ -1,0 +1,18 @@
+"""JetStream's error codes (`err_code` in an API reply) that Tether decides on.
+
+Match a NATS failure on these numbers, never on its description's words.
+"""
+
+WRONG_LAST_SEQUENCE = 10071
+"""A compare-and-set lost: the subject's last sequence was not the one expected."""
+WRONG_LAST_MSG_ID = 10070
+WRONG_LAST_SEQUENCE_KV = 10164
+"""The same, as a key-value bucket reports it for a create on a key that exists."""
+LOST_COMPARE_AND_SET = frozenset({WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_KV})
+STREAM_NOT_FOUND = 10059
+CONSUMER_NOT_FOUND = 10014
+NO_MESSAGE_FOUND = 10037
+STREAM_NAME_IN_USE = 10058
+JETSTREAM_NOT_ENABLED = 10076
+UNAVAILABLE = 503
+"""The `code` (an HTTP-like status) of "JetStream is not ready": an outage, not a refusal."""
