@@ -34,6 +34,7 @@ EVENT_FIELDS = {
     "event",
     "task_id",
     "status",
+    "generation",
     "step",
     "branch",
     "tool",

@@ -7,13 +7,11 @@ import contextlib
 
 from tether.cli import render
 from tether.cli.running import ExitCode, outcome
-from tether.client import Client
+from tether.client import Client, TaskHandle
 from tether.errors import NatsUnavailableError
 from tether.nats.cancellation import raise_if_cancelled
-from tether.nats.feeds import task_events
 from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
-from tether.schemas.events import TERMINAL_EVENTS
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
 
 HEARTBEAT_POLL = 0.3
@@ -37,26 +35,18 @@ def live_heartbeat(record: TaskRecord, heartbeat: Heartbeat | None) -> Heartbeat
 
 
 class EventFeed:
-    """Every status event of a task, history first, into a view.
+    """Every status event of a task, history first, into a view, until the end of its
+    current run (`TaskHandle.events()`); `ended` is set then."""
 
-    Unlike `TaskHandle.events()` it does not stop at the first terminal event: a
-    retried task has an old `failed` in its history. `ended` is set while the newest
-    event seen is terminal and nothing is pending after it.
-    """
-
-    def __init__(self, store: Store, task_id: str, view: render.EventView) -> None:
-        self._store = store
-        self._task_id = task_id
+    def __init__(self, handle: TaskHandle, view: render.EventView) -> None:
+        self._handle = handle
         self._view = view
         self.ended = asyncio.Event()
 
     async def run(self) -> None:
-        async for event, pending in task_events(self._store, self._task_id):
+        async for event in self._handle.events():
             self._view.event(event)
-            if isinstance(event, TERMINAL_EVENTS) and pending == 0:
-                self.ended.set()
-            else:
-                self.ended.clear()
+        self.ended.set()
 
 
 async def show_tokens(store: Store, task_id: str, view: render.EventView) -> None:
@@ -85,7 +75,7 @@ async def follow(
     handle = client.handle(task_id)
     if not submitted:
         await handle.get()
-    feed = EventFeed(client.store, task_id, view)
+    feed = EventFeed(handle, view)
     tokens = asyncio.create_task(show_tokens(client.store, task_id, view))
     helpers = [asyncio.create_task(feed.run()), tokens]
     if view.shows_progress:

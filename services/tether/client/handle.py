@@ -22,7 +22,7 @@ from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.feeds import record_update, task_events
 from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
-from tether.schemas.events import TERMINAL_EVENTS, AnyStatusEvent
+from tether.schemas.events import AnyStatusEvent, ends_feed
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TokenChunk
 from tether.tasks.service import TaskService
 
@@ -104,11 +104,14 @@ class TaskHandle:
     async def events(self, timeout: float | None = None) -> AsyncIterator[AnyStatusEvent]:
         """Every status event of the task: history first, then live, without a gap.
 
-        Ends after the task's terminal event; `timeout` bounds the wait for each event.
+        Ends after the terminal event of the task's current run (a retried task's
+        earlier `failed` is not its end); `timeout` bounds the wait for each event.
         """
-        async for event, _ in task_events(self._store, self.task_id, timeout or 3600):
+        found = await self._store.get_record(self.task_id)
+        generation = found.record.generation if found is not None else 1
+        async for event, _ in task_events(self._store, self.task_id, timeout):
             yield event
-            if isinstance(event, TERMINAL_EVENTS):
+            if ends_feed(event, generation):
                 return
 
     async def stream(self, after: int = 0) -> AsyncIterator[TokenChunk]:

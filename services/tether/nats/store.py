@@ -447,7 +447,7 @@ class Store:
     ) -> None:
         await self._publish(subject, data, {**(headers or {}), **schedule_headers(at, target)})
 
-    async def emit(self, event: AnyStatusEvent, generation: int = 1, n: int = 0) -> None:
+    async def emit(self, event: AnyStatusEvent, n: int = 0) -> None:
         """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops.
 
         Events that end or pause a task wait for JetStream's acknowledgement. Progress
@@ -455,7 +455,7 @@ class Store:
         and the task record, not the event log, is what the protocol relies on.
         """
         msg_id = self.names.event_msg_id(
-            event.task_id, event.kind, event.step, generation, n, event.branch
+            event.task_id, event.kind, event.step, event.generation, n, event.branch
         )
         subject = self.names.status_subject(event.task_id)
         headers = {MSG_ID: msg_id}

@@ -23,6 +23,9 @@ class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
     time: datetime
     output: Any = None
     error: ErrorInfo | None = None
+    generation: int = 1
+    """The run of the task it belongs to: a retry starts a new generation, so an old run's
+    `failed` is not the end of the task (events written before this field read as 1)."""
 
     @property
     def kind(self) -> str:
@@ -80,3 +83,10 @@ AnyStatusEvent = (
 )
 
 TERMINAL_EVENTS = (Completed, Failed, Cancelled)
+
+
+def ends_feed(event: StatusEvent, generation: int) -> bool:
+    """Whether a follower of the task's run `generation` (the record's when it started
+    following) has seen the last event: the end of that run or of a later one. The one
+    rule for every follower, so a retried task is followed to its real end."""
+    return isinstance(event, TERMINAL_EVENTS) and event.generation >= generation

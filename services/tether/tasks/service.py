@@ -359,11 +359,12 @@ class TaskService:
         step's tool, unless `fields` say otherwise."""
         fields.setdefault("status", record.status)
         fields.setdefault("time", record.updated_at)
+        fields.setdefault("generation", record.generation)
         branch = fields.get("branch")
         in_plan = step is not None and record.has_step(step)
         tool = record.spec(step).branch(branch).tool if in_plan and step is not None else None
         event = kind(task_id=record.task_id, step=step, tool=tool, **fields)
-        await self.store.emit(event, record.generation)
+        await self.store.emit(event)
 
     async def _change_or_conflict(self, task_id: str, change: Change, refusal: str) -> TaskRecord:
         """Apply `change`, or raise TaskConflictError saying why the task refuses it."""

@@ -125,8 +125,10 @@ class Pages:
 
     async def task_live(self, request: Request) -> Response:
         seen = int(request.query_params.get("seen") or 0)
+        generation = int(request.query_params.get("generation") or 1)
         after = int(request.headers.get("last-event-id") or 0)
-        feed = task_feed(self._client.store, request.path_params["task_id"], seen, after)
+        task_id = request.path_params["task_id"]
+        feed = task_feed(self._client.store, task_id, seen, generation, after)
         return EventSourceResponse(until_closed(self._closing, feed), ping=15)
 
     async def list_live(self, request: Request) -> Response:

@@ -14,7 +14,7 @@ from tether.nats.feeds import AllEvents, task_events
 from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
 from tether.schemas.codec import encode
-from tether.schemas.events import TERMINAL_EVENTS
+from tether.schemas.events import ends_feed
 
 T = TypeVar("T")
 CHANGES_EVERY = 1.0
@@ -22,10 +22,11 @@ CHANGES_EVERY = 1.0
 
 
 async def task_feed(
-    store: Store, task_id: str, seen: int, after: int
+    store: Store, task_id: str, seen: int, generation: int, after: int
 ) -> AsyncIterator[ServerSentEvent]:
-    """`status` for each event after the first `seen` (the page shows those), `token` for
-    each chunk after stream sequence `after` (the `id` a reconnect sends back)."""
+    """`status` for each event after the first `seen` (the page shows those, of the
+    task's run `generation`) until the end of that run or a later one; `token` for each
+    chunk after stream sequence `after` (the `id` a reconnect sends back)."""
     queue: asyncio.Queue[ServerSentEvent | None] = asyncio.Queue()
 
     async def statuses() -> None:
@@ -35,7 +36,7 @@ async def task_feed(
             if count <= seen:
                 continue  # the page has it (an end among them is a run before a retry)
             await queue.put(ServerSentEvent(encode(event).decode(), event="status"))
-            if isinstance(event, TERMINAL_EVENTS):
+            if ends_feed(event, generation):
                 break
 
     async def tokens() -> None:

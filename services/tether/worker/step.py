@@ -301,9 +301,10 @@ class StepRunner:
             tool=work.tool,
             attempt=attempt,
             time=utcnow(),
+            generation=work.generation,
             **fields,
         )
-        await self.store.emit(event, work.generation, attempt)
+        await self.store.emit(event, attempt)
 
     async def _start(self, found: Versioned, work: WorkMessage, attempt: int) -> RecordStart | None:
         """Emit `step_started`; on a pending task also move it to running (see
