@@ -1,12 +1,15 @@
 """Prometheus metrics of one Tether process (worker, dispatcher, gateway).
 
-Counted where the process already says what happened: every status event it emits
-(`Store.emit`) and every dead letter it writes, so the numbers are the events' own.
-Each process has its own registry (no globals); `serve` exposes it on a port.
+Step attempts are counted from their one end (`tether.worker.attempts.Attempt`); tasks,
+tokens and skipped steps from the status events this process emits (`Store.emit`), and
+dead letters as it writes them. Each process has its own registry (no globals); `serve`
+exposes it on a port.
 
     tether_steps_started_total{tool}
-    tether_steps_total{tool,outcome}          completed | skipped | retried | failed
-    tether_step_duration_seconds{tool}        started to completed, retried or failed
+    tether_steps_total{tool,outcome}          completed | retried | failed | cancelled |
+                                              waiting | child | handed_on, and skipped
+                                              (a checkpointed step replayed, not run)
+    tether_step_duration_seconds{tool}        an attempt's start to its end
     tether_steps_in_flight{tool}
     tether_dead_letters_total{tool}
     tether_tasks_submitted_total
@@ -19,7 +22,6 @@ Each process has its own registry (no globals); `serve` exposes it on a port.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -33,15 +35,13 @@ from tether.schemas.events import (
     Completed,
     Failed,
     StepCompleted,
-    StepRetrying,
-    StepStarted,
     Submitted,
 )
 from tether.schemas.tasks import DeadLetter
+from tether.worker.attempts import Outcome
 
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 15, 60, 300, 1800)
 """Tool steps take milliseconds; LLM turns seconds to minutes."""
-Key = tuple[str, int | None, int | None]
 
 
 class Metrics:
@@ -84,45 +84,36 @@ class Metrics:
             registry=r,
         )
         ProcessCollector(registry=r)
-        self._running: dict[Key, tuple[str, float]] = {}
+
+    def attempt_started(self, tool: str) -> None:
+        self.started.labels(tool).inc()
+        self.in_flight.labels(tool).inc()
+
+    def attempt_ended(self, tool: str, outcome: Outcome, seconds: float) -> None:
+        self.in_flight.labels(tool).dec()
+        self.duration.labels(tool).observe(seconds)
+        self.steps.labels(tool, outcome.value).inc()
 
     def observe(self, event: AnyStatusEvent) -> None:
-        """One status event this process emitted."""
-        tool = event.tool or ""
-        key: Key = (event.task_id, event.step, event.branch)
-        if isinstance(event, StepStarted):
-            self.started.labels(tool).inc()
-            self.in_flight.labels(tool).inc()
-            self._running[key] = (tool, time.monotonic())
-        elif isinstance(event, StepCompleted):
-            self._ended(key, "skipped" if event.skipped else "completed", tool)
+        """One status event this process emitted (the task's, not an attempt's end)."""
+        if isinstance(event, StepCompleted):
+            if event.skipped and event.tool is not None:
+                self.steps.labels(event.tool, "skipped").inc()
             if event.usage is not None:
-                model = event.usage.model or tool
+                model = event.usage.model or event.tool or ""
                 for kind, count in (
                     ("input", event.usage.input_tokens),
                     ("output", event.usage.output_tokens),
                     ("cached", event.usage.cached_tokens),
                 ):
                     self.tokens.labels(model, kind).inc(count)
-        elif isinstance(event, StepRetrying):
-            self._ended(key, "retried", tool)
         elif isinstance(event, Failed):
-            if event.step is not None and event.tool is not None:
-                self._ended(key, "failed", tool)
             if event.branch is None:
                 self.finished.labels("failed").inc()
         elif isinstance(event, Completed | Cancelled):
             self.finished.labels(event.kind).inc()
         elif isinstance(event, Submitted):
             self.submitted.inc()
-
-    def _ended(self, key: Key, outcome: str, tool: str) -> None:
-        running = self._running.pop(key, None)
-        if running is not None:
-            started_tool, started = running
-            self.in_flight.labels(started_tool).dec()
-            self.duration.labels(started_tool).observe(time.monotonic() - started)
-        self.steps.labels(tool, outcome).inc()
 
     def dead_lettered(self, letter: DeadLetter) -> None:
         self.dead.labels(letter.tool).inc()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -45,11 +46,15 @@ async def test_steps_tasks_retries_and_dead_letters_are_counted(
         await (await client.submit(["broken"])).wait(timeout=20)
 
     assert _value(dispatching, "tether_tasks_submitted_total") == 3
+
+    async def failed_for_good() -> None:  # the attempt ends once its message is settled
+        assert _value(working, "tether_steps_total", tool="broken", outcome="failed") == 1
+
+    await eventually(failed_for_good, timeout=5)
     assert _value(working, "tether_steps_total", tool="fast", outcome="completed") == 2
     assert _value(working, "tether_steps_total", tool="flaky", outcome="retried") == 1
     assert _value(working, "tether_steps_total", tool="flaky", outcome="completed") == 1
     assert _value(working, "tether_steps_total", tool="broken", outcome="retried") == 2
-    assert _value(working, "tether_steps_total", tool="broken", outcome="failed") == 1
     assert _value(working, "tether_dead_letters_total", tool="broken") == 1
     assert _value(working, "tether_tasks_finished_total", outcome="completed") == 2
     assert _value(working, "tether_tasks_finished_total", outcome="failed") == 1
@@ -94,3 +99,44 @@ def _scrape(port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+async def test_an_attempt_that_ends_without_an_event_leaves_nothing_in_flight(
+    config: NatsConfig, client: Client
+) -> None:
+    """Cancelled mid-run, waiting for input, started a child, handed on at a stop: none
+    of these emits an event that ends the attempt, and each ends it all the same."""
+    working = Metrics()
+
+    def in_flight(tool: str) -> float:
+        return _value(working, "tether_steps_in_flight", tool=tool)
+
+    async def none_in_flight(*tools: str) -> None:
+        assert [in_flight(tool) for tool in tools] == [0] * len(tools)
+
+    async with Dispatcher(config):
+        async with Worker(app, config, metrics=working):
+            cancelled = await client.submit([Step(tool="slow", input={"sleep": 30})])
+            await eventually(lambda: _assert_one(in_flight("slow")), timeout=10)
+            await cancelled.cancel()
+            asking = await client.submit(["asks"])
+            await asking.wait_for(lambda r: r.status.value == "waiting", timeout=10)
+            parent = await client.submit([Step(tool="delegates", input={"steps": ["fast"]})])
+            await parent.wait(timeout=20)
+            tools = ("slow", "asks", "delegates", "fast")
+            await eventually(lambda: none_in_flight(*tools), timeout=10)
+            assert _value(working, "tether_steps_total", tool="slow", outcome="cancelled") == 1
+            assert _value(working, "tether_steps_total", tool="asks", outcome="waiting") == 1
+            assert _value(working, "tether_steps_total", tool="delegates", outcome="child") == 1
+
+        grace = timedelta(seconds=0.2)
+        working = Metrics()
+        async with Worker(app, config, metrics=working, shutdown_grace=grace):
+            await client.submit([Step(tool="slow", input={"sleep": 30})])
+            await eventually(lambda: _assert_one(in_flight("slow")), timeout=10)
+    assert in_flight("slow") == 0
+    assert _value(working, "tether_steps_total", tool="slow", outcome="handed_on") == 1
+
+
+async def _assert_one(value: float) -> None:
+    assert value == 1

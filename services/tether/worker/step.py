@@ -19,7 +19,6 @@ from typing import Any
 
 import msgspec
 
-from tether import tracing
 from tether.errors import (
     BlobNotFoundError,
     InvalidTaskError,
@@ -48,6 +47,7 @@ from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
 from tether.worker import decisions
 from tether.worker.app import Tool
+from tether.worker.attempts import Attempt, AttemptObserver, Outcome
 from tether.worker.context import StepContext
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
@@ -87,6 +87,8 @@ class StepRunner:
     rng: random.Random
     custody: Custody | None = None
     """Where steps that run long are held; None: every step keeps its message."""
+    observer: AttemptObserver | None = None
+    """Told of each attempt's start and end (metrics)."""
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -259,31 +261,35 @@ class StepRunner:
         work: WorkMessage,
         found: Versioned,
     ) -> None:
-        attempt = delivery.attempt
         spec = found.record.spec(work.step).branch(work.branch)
         policy = tool.retry.overridden(spec.retry)
-        try:
-            early = decisions.before_attempt(found.record, attempt, policy, utcnow())
-            if early is not None:
-                raise _give_up(early.error)
-            started = await self._start(found, work, attempt)
-            try:
-                result, usage = await self._run_tool(
-                    heartbeat, tool, spec, work, found, attempt, policy
-                )
-            finally:
-                if started is not None:
-                    found = await started.settle()
-            try:
-                await self._finish(found, work, attempt, result, usage)
-            except MessageTooLargeError as exc:
-                raise _give_up(_too_large(exc)) from exc
-        except _TaskEnded:
-            pass
-        except _Failed as failed:
-            await self._settle_failure(delivery, tool, work, found, policy, failed.failure)
+        early = decisions.before_attempt(found.record, delivery.attempt, policy, utcnow())
+        if early is not None:
+            failure = Failure(early.error, retryable=False)
+            await self._settle_failure(delivery, tool, work, found, policy, failure)
             return
-        await delivery.done()
+        started = await self._start(found, work, delivery.attempt)
+        number = delivery.attempt
+        attempt = Attempt(found.record, work, number, tool.agent, self.observer)
+        try:
+            try:
+                try:
+                    result, usage = await self._run_tool(heartbeat, tool, spec, work, found, number)
+                finally:
+                    if started is not None:
+                        found = await started.settle()
+                outcome = await self._finish(found, work, number, result, usage)
+            except _TaskEnded:
+                outcome = Outcome.CANCELLED
+            except _Failed as failed:
+                failure = failed.failure
+                ended = await self._settle_failure(delivery, tool, work, found, policy, failure)
+                attempt.end(ended, failed.__cause__)
+                return
+            await delivery.done()
+            attempt.end(outcome)
+        finally:
+            attempt.end(Outcome.HANDED_ON)  # unless it ended above: stopped, or NATS away
 
     async def _emit(
         self,
@@ -322,7 +328,6 @@ class StepRunner:
         work: WorkMessage,
         found: Versioned,
         attempt: int,
-        policy: RetryPolicy,
     ) -> tuple[Any, Usage | None]:
         ctx = StepContext(
             store=self.store,
@@ -339,19 +344,9 @@ class StepRunner:
         except BlobNotFoundError as exc:
             raise _give_up(ErrorInfo(type="BlobNotFound", message=str(exc))) from exc
         args = (ctx, data) if tool.takes_input else (ctx,)
-        record = found.record
-        with tracing.step_span(
-            record, work.step, work.branch, tool.name, attempt, tool.agent
-        ) as span:
-            call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))  # in the span
-            try:
-                done = await self._call(heartbeat, ctx, call, tool, spec, record)
-            except _Failed as failed:
-                retried = failed.failure.retryable and policy.can_retry(attempt)  # as `outcome`
-                tracing.outcome(span, "retried" if retried else "failed", failed.__cause__)
-                raise
-            tracing.outcome(span, "completed")
-            return done
+        # Created here, so the tool runs inside the attempt's span (see `Attempt`).
+        call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
+        return await self._call(heartbeat, ctx, call, tool, spec, found.record)
 
     async def _call(
         self,
@@ -391,7 +386,16 @@ class StepRunner:
 
     async def _finish(
         self, found: Versioned, work: WorkMessage, attempt: int, result: Any, usage: Usage | None
-    ) -> None:
+    ) -> Outcome:
+        try:
+            return await self._record(found, work, attempt, result, usage)
+        except MessageTooLargeError as exc:
+            raise _give_up(_too_large(exc)) from exc
+
+    async def _record(
+        self, found: Versioned, work: WorkMessage, attempt: int, result: Any, usage: Usage | None
+    ) -> Outcome:
+        """Store what the tool returned and hand the task on; what became of the attempt."""
         if work.branch is not None:
             if isinstance(result, NeedsInput | NextSteps | Sleep | Child):
                 raise _give_up(_NOT_IN_A_BRANCH)
@@ -399,15 +403,16 @@ class StepRunner:
             await self.tasks.branches.record(
                 found, work.step, work.branch, checkpoint, attempt=attempt
             )
-            return
+            return Outcome.COMPLETED
         if isinstance(result, NeedsInput):
             await self.tasks.wait_for_input(found, work.step, result.request(utcnow()), attempt)
-            return
+            return Outcome.WAITING
         if isinstance(result, Child):
             await self._start_child(found, work, result)
-            return
+            return Outcome.CHILD
         checkpoint = await self._by_reference(_stored(result, attempt, usage))
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
+        return Outcome.COMPLETED
 
     async def _by_reference(self, checkpoint: Checkpoint) -> Checkpoint:
         """The checkpoint with a large output stored once as a blob (see `nats.blobs`)."""
@@ -431,7 +436,7 @@ class StepRunner:
         found: Versioned,
         policy: RetryPolicy,
         failure: Failure,
-    ) -> None:
+    ) -> Outcome:
         """Retry later (`step_retrying`, nak with the delay) or give up (dead letter,
         failed task, term), as `decisions.outcome` says; a branch of a group that
         collects errors records its error as its output instead."""
@@ -443,6 +448,7 @@ class StepRunner:
                     StepRetrying, work, attempt, error=failure.error, retry_in_ms=retry_in_ms
                 )
                 await delivery.retry(delay)
+                return Outcome.RETRIED
             case GiveUp(error) if work.branch is not None and _collects(found, work):
                 checkpoint = Checkpoint(
                     output=rules.branch_error(error), attempt=attempt, time=utcnow()
@@ -451,6 +457,7 @@ class StepRunner:
                     found, work.step, work.branch, checkpoint, attempt=attempt
                 )
                 await delivery.done()
+                return Outcome.FAILED
             case GiveUp(error):
                 await self.tasks.dead_letter(
                     tool=tool.name,
@@ -466,6 +473,7 @@ class StepRunner:
                     work.task_id, error, step=work.step, branch=work.branch, attempt=attempt
                 )
                 await delivery.give_up()
+                return Outcome.FAILED
 
 
 _NOT_IN_A_BRANCH = ErrorInfo(

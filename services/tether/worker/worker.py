@@ -117,7 +117,9 @@ class Worker(Service):
         self._store = store
         key = worker_key(self.worker_id)
         self._custody = Custody(store, key)
-        runner = StepRunner(store, self.tools, self.worker_id, random.Random(), self._custody)
+        runner = StepRunner(
+            store, self.tools, self.worker_id, random.Random(), self._custody, self.metrics
+        )
         await store.remember_records(runner.stop_task)
         consumers = {}
         for tool in self.tools.values():

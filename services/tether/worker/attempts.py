@@ -1,0 +1,70 @@
+"""One attempt of a step in this process, ended exactly once with one outcome.
+
+Metrics and the attempt's trace span are fed from that end, never inferred from status
+events: a step cancelled mid-run, one that waits for input, starts a child or is handed
+on to another worker emits no event that says its attempt is over, but it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from enum import Enum
+from typing import Protocol
+
+from tether import tracing
+from tether.schemas.tasks import TaskRecord, WorkMessage
+
+
+class Outcome(str, Enum):
+    COMPLETED = "completed"
+    RETRIED = "retried"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    """The task was cancelled (or ended elsewhere) while the step ran."""
+    WAITING = "waiting"
+    """The step asked a person (`NeedsInput`)."""
+    CHILD = "child"
+    """The step started a child task and completes with its result."""
+    HANDED_ON = "handed_on"
+    """Left for another delivery: the worker stopped, or NATS stayed away."""
+
+
+class AttemptObserver(Protocol):
+    """Told of every attempt's start and end (`tether.metrics.Metrics`)."""
+
+    def attempt_started(self, tool: str) -> None: ...
+    def attempt_ended(self, tool: str, outcome: Outcome, seconds: float) -> None: ...
+
+
+class Attempt:
+    """A running attempt: its span is open (the tool runs inside it) until `end`."""
+
+    def __init__(
+        self,
+        record: TaskRecord,
+        work: WorkMessage,
+        attempt: int,
+        agent: bool,
+        observer: AttemptObserver | None,
+    ) -> None:
+        self._tool = tool = work.tool
+        self._observer = observer
+        self._scope = contextlib.ExitStack()
+        self._span = self._scope.enter_context(
+            tracing.step_span(record, work.step, work.branch, tool, attempt, agent)
+        )
+        self._began = time.monotonic()
+        self.outcome: Outcome | None = None
+        if observer is not None:
+            observer.attempt_started(tool)
+
+    def end(self, outcome: Outcome, error: BaseException | None = None) -> None:
+        """The attempt's one end; later calls change nothing."""
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        tracing.outcome(self._span, outcome.value, error)
+        self._scope.close()
+        if self._observer is not None:
+            self._observer.attempt_ended(self._tool, outcome, time.monotonic() - self._began)
