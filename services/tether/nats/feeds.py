@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
-import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -18,42 +17,30 @@ from nats.js.errors import NotFoundError
 
 from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.connection import failures_translated, translated, translating
+from tether.nats.replay import Replay
 from tether.nats.store import Store
 from tether.schemas.codec import event_decoder, record_decoder
 from tether.schemas.events import AnyStatusEvent
 from tether.schemas.tasks import DeadLetter, TaskRecord
 
 _dead_letter_decoder = msgspec.json.Decoder(DeadLetter)
-IDLE_POLL = 60.0
 
 
 async def task_events(
-    store: Store, task_id: str, timeout: float | None = None
+    store: Store, task_id: str, timeout: float | None = None, after: int = 0
 ) -> AsyncIterator[tuple[AnyStatusEvent, int]]:
-    """Every status event of a task with the number still pending after it: history first,
-    then live, without a gap. `timeout`: raise TimeoutError when no event comes that long
-    (None: wait for ever)."""
-    subject = store.names.status_subject(task_id)
-    with failures_translated():
-        sub = await store.js.subscribe(
-            subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-        )
-    try:
+    """Every status event of a task (after stream sequence `after`) with the number still
+    pending after it: history first, then live, without a gap, through NATS restarts
+    (see `Replay`). `timeout`: raise TimeoutError when no event comes that long (None:
+    wait for ever)."""
+    names = store.names
+    subject = names.status_subject(task_id)
+    async with Replay(store.nc, store.js, names.status_stream, subject, after) as replay:
         while True:
-            raise_if_cancelled()  # next_msg can eat the cancel that ends the feed
-            with failures_translated():
-                try:
-                    msg = await sub.next_msg(timeout=IDLE_POLL if timeout is None else timeout)
-                except nats.errors.TimeoutError:
-                    msg = None
+            msg = await replay.next(timeout)
             if msg is None:
-                if timeout is None:
-                    continue
-                raise TimeoutError(f"no event of task {task_id!r} within {timeout}s") from None
-            yield event_decoder.decode(msg.data), int(msg.metadata.num_pending)
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+                raise TimeoutError(f"no event of task {task_id!r} within {timeout}s")
+            yield event_decoder.decode(msg.data), replay.pending
 
 
 async def task_history(store: Store, task_id: str, limit: int = 10_000) -> list[AnyStatusEvent]:

@@ -8,12 +8,11 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import msgspec
-import nats.errors
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from tether.nats.cancellation import raise_if_cancelled
-from tether.nats.connection import failures_translated, translated
+from tether.errors import NatsUnavailableError
+from tether.nats.connection import translated
+from tether.nats.replay import Replay
 from tether.nats.store import Store
 from tether.schemas.tasks import TokenChunk
 
@@ -51,38 +50,26 @@ async def token_chunks(
 ) -> AsyncIterator[tuple[TokenChunk, int]]:
     """Every chunk of a task with its stream sequence, from after sequence `after` (0: from
     the start), until the task has ended and no chunk is left. Resume with the last
-    sequence seen: nothing is repeated and nothing skipped."""
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-    if after:
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
-        )
-    with failures_translated():
-        sub = await store.js.subscribe(
-            store.names.tokens_subject(task_id),
-            stream=store.names.tokens_stream,
-            ordered_consumer=True,
-            config=config,
-        )
-    seen = after
-    try:
+    sequence seen: nothing is repeated and nothing skipped, a NATS restart included."""
+    names = store.names
+    subject = names.tokens_subject(task_id)
+    async with Replay(store.nc, store.js, names.tokens_stream, subject, after) as replay:
         while True:
-            raise_if_cancelled()
-            with failures_translated():
-                try:
-                    msg = await sub.next_msg(timeout=IDLE_CHECK)
-                except nats.errors.TimeoutError:
-                    msg = None
+            msg = await replay.next(IDLE_CHECK)
             if msg is not None:
-                seen = int(msg.metadata.sequence.stream)
                 with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
-                    yield _chunk_decoder.decode(msg.data), seen
+                    yield _chunk_decoder.decode(msg.data), replay.seen
                 continue
-            if await _ended(store, task_id) and seen >= await _last_sequence(store, task_id):
+            if replay.connected and await _over(store, task_id, replay.seen):
                 return
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+
+
+async def _over(store: Store, task_id: str, seen: int) -> bool:
+    """Whether the task has ended and its last chunk was seen (False while NATS is away)."""
+    try:
+        return await _ended(store, task_id) and seen >= await _last_sequence(store, task_id)
+    except NatsUnavailableError:
+        return False
 
 
 async def _ended(store: Store, task_id: str) -> bool:
