@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
 import tempfile
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,24 +25,71 @@ from tether.cli.common import (
     nats_config,
 )
 from tether.cli.loading import AppLoadError, load_app
+from tether.cli.processes import supervise
 from tether.errors import TetherError
+from tether.nats.connection import NatsConfig
 from tether.nats.server import NatsServer, NatsServerError
 from tether.service import Service
 
 if TYPE_CHECKING:
     from tether.worker import App
 
-S = TypeVar("S", bound=Service)
-
 DEMO_APP = "tether.demo.research:app"
 DEV_PORT = 4222
+EXIT_CHECK_EVERY = 0.25
+"""Seconds between looks at whether the embedded nats-server's process still runs."""
 
 
-@contextlib.asynccontextmanager
-async def _nats_url(url: str | None, data_dir: Path, port: int) -> AsyncIterator[tuple[str, str]]:
-    """The given URL, or an embedded nats-server's; with a description for the banner."""
+class _ServerWatch(Service):
+    """Lost when the embedded nats-server's process ends: every role would otherwise wait
+    for it for ever (nats-py reconnects without end), and nothing would restart it. The
+    server itself is started and stopped around the services (`_nats`)."""
+
+    def __init__(self, server: NatsServer) -> None:
+        self.server = server
+        self._watching: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._watching = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        pid = self.server.pid
+        # Looked at now and then: nothing portable wakes an await when a child exits
+        # and still leaves the child for NatsServer's Popen to reap.
+        while True:
+            await asyncio.sleep(EXIT_CHECK_EVERY)
+            if not self.server.running:
+                break
+        log = self.server.log_file
+        self.connection_lost(f"the embedded nats-server (PID {pid}, log {log}) is gone")
+
+    async def stop(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watching
+
+
+class _Banner(Service):
+    """What runs where: the last service, so it is printed once everything serves, and
+    its "stopping..." before anything stops."""
+
+    def __init__(self, console: Console, text: Callable[[], str]) -> None:
+        self.console = console
+        self.text = text
+
+    async def start(self) -> None:
+        self.console.print(self.text(), soft_wrap=True)
+
+    async def stop(self) -> None:
+        self.console.print("\nstopping...")
+
+
+@contextlib.contextmanager
+def _nats(url: str | None, data_dir: Path, port: int) -> Iterator[tuple[str, NatsServer | None]]:
+    """The given URL, or an embedded nats-server's (running until the block ends)."""
     if url:
-        yield url, "external"
+        yield url, None
         return
     server = NatsServer(data_dir / "nats", port=port)
     try:
@@ -51,78 +97,63 @@ async def _nats_url(url: str | None, data_dir: Path, port: int) -> AsyncIterator
     except NatsServerError as exc:
         fail(f"{exc} (is port {port} in use? pass --port 0 for a free one)")
     try:
-        yield server.url, f"embedded, data in {data_dir / 'nats'}"
+        yield server.url, server
     finally:
         server.stop()
 
 
-@contextlib.asynccontextmanager
-async def _listening(
-    make: Callable[[int], S], port: int | None, option: str, off: str
-) -> AsyncIterator[S | None]:
-    """The HTTP service `make(port)` makes (port 0: a free one), or none when `port` is None."""
-    if port is None:
-        yield None
-        return
-    service = make(port)
-    try:
-        await service.start()
-    except TetherError as exc:
-        fail(f"{exc}: pass another {option} (0 for a free one), or {off}")
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-async def _dev(
+def _services(
     apps: list[App],
-    url: str | None,
-    prefix: str,
-    data_dir: Path,
-    port: int,
+    config: NatsConfig,
+    server: NatsServer | None,
     concurrency: int,
     gateway_port: int | None,
     ui_port: int | None,
-) -> None:
+) -> list[Service]:
+    """The roles of `tether dev`, in the order they start, the banner last."""
     from tether.api import ApiService
     from tether.dispatcher import Dispatcher
     from tether.gateway import Gateway
     from tether.ui import Dashboard
     from tether.worker import Worker
 
-    console = Console()
-    async with _nats_url(url, data_dir, port) as (nats_url, where):
-        config = nats_config(nats_url, prefix, "tether-dev")
-        stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
-        async with (
-            Dispatcher(config),
-            ApiService(config),
-            Worker(apps, config, concurrency=concurrency) as worker,
-            _listening(
-                lambda port: Gateway(config, port=port),
-                gateway_port,
-                "--gateway-port",
-                "--no-gateway",
-            ) as gateway,
-            _listening(
-                lambda port: Dashboard(config, port=port), ui_port, "--ui-port", "--no-ui"
-            ) as dashboard,
-        ):
-            console.print(f"[bold]Tether dev[/]\n  NATS        [cyan]{nats_url}[/] ({where})")
-            console.print(f"  dispatcher  running; API on {config.names.api_subject('*')}")
-            console.print(f"  worker      {', '.join(worker.tools)}")
-            if gateway is not None:
-                console.print(f"  MCP         [cyan]{gateway.url}[/] (Streamable HTTP, tasks)")
-            if dashboard is not None:
-                console.print(f"  dashboard   [cyan]{dashboard.url}[/]")
-            console.print(f"\nTry: {_example(nats_url, worker.tools)}", soft_wrap=True)
-            console.print("Ctrl-C stops everything; tasks wait in JetStream for the next start.")
-            await stopping.wait()
-            console.print("\nstopping...")
+    worker = Worker(apps, config, concurrency=concurrency)
+    gateway = Gateway(config, port=gateway_port) if gateway_port is not None else None
+    dashboard = Dashboard(config, port=ui_port) if ui_port is not None else None
+    where = "external" if server is None else f"embedded, data in {server.store_dir}"
+
+    def banner() -> str:
+        lines = [
+            f"[bold]Tether dev[/]\n  NATS        [cyan]{config.url}[/] ({where})",
+            f"  dispatcher  running; API on {config.names.api_subject('*')}",
+            f"  worker      {', '.join(worker.tools)}",
+        ]
+        if gateway is not None:
+            lines.append(f"  MCP         [cyan]{gateway.url}[/] (Streamable HTTP, tasks)")
+        if dashboard is not None:
+            lines.append(f"  dashboard   [cyan]{dashboard.url}[/]")
+        lines.append(f"\nTry: {_example(config.url, worker.tools)}")
+        lines.append("Ctrl-C stops everything; tasks wait in JetStream for the next start.")
+        return "\n".join(lines)
+
+    watch = [_ServerWatch(server)] if server is not None else []
+    roles = [Dispatcher(config), ApiService(config), worker, gateway, dashboard]
+    return [*watch, *(role for role in roles if role is not None), _Banner(Console(), banner)]
+
+
+def _supervise_dev(services: list[Service]) -> None:
+    """`supervise`, with what to do about an HTTP port that is taken."""
+    from tether.gateway import GatewayError
+    from tether.ui import DashboardError
+
+    try:
+        supervise(services)
+    except GatewayError as exc:
+        fail(f"{exc}: pass another --gateway-port (0 for a free one), or --no-gateway")
+    except DashboardError as exc:
+        fail(f"{exc}: pass another --ui-port (0 for a free one), or --no-ui")
+    except TetherError as exc:
+        fail(str(exc))
 
 
 def _example(nats_url: str, tools: Collection[str]) -> str:
@@ -176,23 +207,10 @@ def dev(
         loaded = [load_app(spec) for spec in apps or [DEMO_APP]]
     except AppLoadError as exc:
         fail(str(exc))
-    mcp_port = gateway_port if gateway else None
-    dashboard_port = ui_port if ui else None
-    try:
-        asyncio.run(
-            _dev(
-                loaded,
-                nats,
-                prefix,
-                data_dir,
-                port if port else -1,
-                concurrency,
-                mcp_port,
-                dashboard_port,
-            )
-        )
-    except TetherError as exc:
-        fail(str(exc))
+    with _nats(nats, data_dir, port if port else -1) as (url, server):
+        config = nats_config(url, prefix, "tether-dev")
+        ports = (gateway_port if gateway else None, ui_port if ui else None)
+        _supervise_dev(_services(loaded, config, server, concurrency, *ports))
 
 
 def demo(

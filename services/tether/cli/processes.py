@@ -1,10 +1,11 @@
-"""`tether worker` and `tether dispatcher`: long-running services."""
+"""`tether worker`, `dispatcher` and `api`, and the supervision of every long-running command."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
@@ -24,40 +25,59 @@ from tether.cli.loading import AppLoadError, load_app
 from tether.errors import TetherError
 from tether.service import Service
 
+log = logging.getLogger("tether.cli")
+
 
 def serve(*services: Service, name: str = "tether") -> None:
-    """Run services until SIGTERM or Ctrl-C, then stop them gracefully (last started first).
-
-    A service that lost NATS for good stops the process with exit code 1, so that its
-    supervisor (systemd, Kubernetes, `tether dev`'s caller) starts a fresh one. Traces
-    are exported as `name` when the `OTEL_*` variables ask for them.
-    """
+    """Run services with logs and traces on (exported as `name` when the `OTEL_*`
+    variables ask for them), as `supervise` does."""
     from tether import tracing
 
     tracing.configure(name)
-
-    async def run() -> str | None:
-        stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
-        started: list[Service] = []
-        try:
-            for service in services:
-                await service.start()
-                started.append(service)
-            return await _until_stopped_or_lost(stopping, started)
-        finally:
-            for service in reversed(started):
-                await service.stop()
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        lost = asyncio.run(run())
+        supervise(services)
     except TetherError as exc:
         fail(str(exc))
+
+
+def supervise(services: Sequence[Service]) -> None:
+    """Start services in order and run them until SIGTERM or Ctrl-C, then stop them
+    gracefully (last started first).
+
+    A service that can no longer work (`Service.wait_lost`: NATS lost for good, say)
+    stops them all and the process with exit code 1 and one line saying why, so that its
+    supervisor (systemd, Kubernetes, whoever ran `tether dev`) starts a fresh one. A
+    TetherError from a start is raised once the services started are stopped.
+    """
+    lost = asyncio.run(_supervised(services))
     if lost is not None:
         fail(f"{lost}: exiting so that a fresh process takes over", code=1)
+
+
+async def _supervised(services: Sequence[Service]) -> str | None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    started: list[Service] = []
+    try:
+        for service in services:
+            await service.start()
+            started.append(service)
+        return await _until_stopped_or_lost(stopping, started)
+    finally:
+        for service in reversed(started):
+            await _stop(service)
+
+
+async def _stop(service: Service) -> None:
+    """Stop a service; one that fails to (its connection already closed, as after a
+    loss) is reported in a line, and the others are stopped all the same."""
+    try:
+        await service.stop()
+    except Exception as exc:
+        log.error("stopping the %s failed: %s", type(service).__name__, exc)
 
 
 async def _until_stopped_or_lost(stopping: asyncio.Event, services: list[Service]) -> str | None:
