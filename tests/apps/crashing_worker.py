@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.cli import main
+from tether.nats.checkpoints import Checkpoints
 from tether.nats.store import Store
 from tether.schemas.events import StepCompleted
 
@@ -31,29 +32,29 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def after(name: str, hit: Callable[..., bool]) -> None:
-    original = getattr(Store, name)
+def after(cls: type, name: str, hit: Callable[..., bool]) -> None:
+    original = getattr(cls, name)
 
     @functools.wraps(original)
-    async def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await original(self, *args, **kwargs)
         if hit(*args):
             die()
         return result
 
-    setattr(Store, name, wrapper)
+    setattr(cls, name, wrapper)
 
 
-def before(name: str, hit: Callable[..., bool]) -> None:
-    original = getattr(Store, name)
+def before(cls: type, name: str, hit: Callable[..., bool]) -> None:
+    original = getattr(cls, name)
 
     @functools.wraps(original)
-    async def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if hit(*args):
             die()
         return await original(self, *args, **kwargs)
 
-    setattr(Store, name, wrapper)
+    setattr(cls, name, wrapper)
 
 
 def completed(event: Any, *_: Any) -> bool:
@@ -67,15 +68,17 @@ def completed(event: Any, *_: Any) -> bool:
 
 if POINT == "checkpointed":
     after(
-        "create_checkpoint",
+        Checkpoints,
+        "create",
         lambda task_id, step, _, branch=None: (task_id, step, branch) == (TASK_ID, STEP_NO, BRANCH),
     )
 elif POINT in ("recorded", "counted"):
-    before("emit", completed)
+    before(Store, "emit", completed)
 elif POINT == "handed-off":
-    after("publish_work", lambda work, *_: work.task_id == TASK_ID and work.step == STEP_NO + 1)
+    next_step = (TASK_ID, STEP_NO + 1)
+    after(Store, "publish_work", lambda work, *_: (work.task_id, work.step) == next_step)
 elif POINT == "memo-stored":
-    after("create_memo", lambda key, *_: key.startswith(TASK_ID + "."))
+    after(Checkpoints, "create_memo", lambda key, *_: key.startswith(TASK_ID + "."))
 else:
     sys.exit(f"unknown crash point {POINT!r}")
 

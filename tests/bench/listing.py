@@ -26,7 +26,7 @@ async def fill(client: Client, tasks: int) -> None:
         record = new_record(TaskSubmit(task_id=f"w9-{run}-{n}", steps=steps), utcnow())
         if n % (tasks // WAITING) == 0:
             record = msgspec.structs.replace(record, status=TaskStatus.WAITING)
-        await client.store.create_record(record)
+        await client.store.records.create(record)
 
     for start in range(0, tasks, 500):
         await asyncio.gather(*(create(n) for n in range(start, min(start + 500, tasks))))

@@ -16,6 +16,7 @@ from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
 from tether import App, Client, NatsConfig, RetryPolicy, StepContext, Worker
 from tether.errors import NatsUnavailableError
+from tether.nats.checkpoints import Checkpoints
 from tether.nats.store import Store
 from tether.schemas import StepStarted, TaskStatus
 from tether.testing import eventually
@@ -48,7 +49,7 @@ async def naps(ctx: StepContext) -> int:
 async def held_entries(store: Store) -> list[str]:
     """The held steps' keys (a removed one's marker stays a little while: skipped)."""
     keys = await store.keys(store.names.workers_bucket, "*.>")
-    return [key for key in keys if await store.worker_entry(key) is not None]
+    return [key for key in keys if await store.workers.entry(key) is not None]
 
 
 async def test_a_held_step_is_off_the_consumers_books_and_its_entry_goes_with_it(
@@ -60,7 +61,7 @@ async def test_a_held_step_is_off_the_consumers_books_and_its_entry_goes_with_it
 
         async def is_held() -> None:
             assert await held_entries(client.store) == [f"holder.{handle.task_id}.0"]
-            backlog = await client.store.tool_backlog("waits")
+            backlog = await client.store.tools.backlog("waits")
             assert backlog is not None and backlog[:2] == (0, 0), backlog  # acked
 
         await eventually(is_held, timeout=10)
@@ -90,15 +91,15 @@ async def test_a_held_step_whose_handling_fails_runs_again_rather_than_waiting_f
     """A held step's message is acknowledged, so nothing would redeliver it when its
     handling fails for good (NATS away for longer than the worker tries in place): the
     worker publishes it again."""
-    original = Store.create_checkpoint
+    original = Checkpoints.create
     failures = [NatsUnavailableError("NATS did not answer (a test's outage)")]
 
-    async def fails_once(self: Store, *args: Any, **kwargs: Any) -> Any:
+    async def fails_once(self: Checkpoints, *args: Any, **kwargs: Any) -> Any:
         if failures:
             raise failures.pop()
         return await original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Store, "create_checkpoint", fails_once)
+    monkeypatch.setattr(Checkpoints, "create", fails_once)
     monkeypatch.setattr(step, "TRY_IN_PLACE_FOR", timedelta(0))  # no second try in place
     gate.set()
     async with Worker(held, config):
@@ -129,7 +130,7 @@ async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
 
     async def all_held() -> None:
         assert len(await held_entries(client.store)) == len(handles)
-        backlog = await client.store.tool_backlog("slow")
+        backlog = await client.store.tools.backlog("slow")
         assert backlog is not None and backlog[1] == 0, backlog  # nothing left to redeliver
 
     await eventually(all_held, timeout=20)
@@ -154,11 +155,11 @@ async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
         assert starts == [1, 2]
         assert (await handle.get()).status is TaskStatus.COMPLETED
     assert await held_entries(client.store) == []
-    assert [w.worker_id for w in await client.store.list_workers()] == []
+    assert [w.worker_id for w in await client.store.workers.list()] == []
 
 
 async def _workers(client: Client, n: int) -> Any:
-    workers = await client.store.list_workers()
+    workers = await client.store.workers.list()
     assert len(workers) == n, workers
 
 

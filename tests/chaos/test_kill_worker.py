@@ -108,4 +108,4 @@ async def test_restart_of_nats_server_loses_nothing(
 
 
 async def _registered(client: Client) -> bool:
-    return await client.store.get_tool("slow") is not None
+    return await client.store.tools.get("slow") is not None

@@ -22,7 +22,7 @@ from tests.chaos_runs.servers import Cluster, Node
 from tests.chaos_runs.streams import leaders
 from tests.chaos_runs.tools import EXECUTIONS_ENV
 from tether import Client, NatsConfig, TaskRecord, TaskStatus
-from tether.nats.provision import expected_streams
+from tether.nats.layout import expected_streams
 
 SUBMITS_AT_ONCE = 16
 POLL = 0.5

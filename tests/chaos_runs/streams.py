@@ -8,7 +8,7 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy
 from nats.js.errors import KeyNotFoundError
 
-from tether.nats.provision import expected_streams
+from tether.nats.layout import expected_streams
 from tether.nats.store import Store
 from tether.schemas.names import Names
 

@@ -77,7 +77,7 @@ async def wait_status(
     """The task's record once `wanted(record)`; TimeoutError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = await retrying(lambda: client.store.get_record(task_id), f"get {task_id}")
+        found = await retrying(lambda: client.store.records.get(task_id), f"get {task_id}")
         if found is not None and wanted(found.record):
             return found.record
         await asyncio.sleep(0.25)
@@ -88,7 +88,7 @@ async def finished_ids(store: Store, statuses: Sequence[TaskStatus]) -> set[str]
     """Tasks the status index lists under one of `statuses` (a hint, one request each)."""
 
     async def rows() -> list[str]:
-        return [row for status in statuses for row in await store.index_rows(status.value)]
+        return [row for status in statuses for row in await store.records.index_rows(status.value)]
 
     return {row.rsplit(".", 1)[1] for row in await retrying(rows, "read the index")}
 
@@ -149,7 +149,7 @@ async def read_records(store: Store, task_ids: Iterable[str]) -> dict[str, TaskR
     """Every task's record (None: the task does not exist), read a few at a time."""
 
     async def one(task_id: str) -> TaskRecord | None:
-        found = await retrying(lambda: store.get_record(task_id), f"get {task_id}")
+        found = await retrying(lambda: store.records.get(task_id), f"get {task_id}")
         return None if found is None else found.record
 
     ids = list(task_ids)
@@ -176,7 +176,7 @@ async def stored_at(store: Store, records: Iterable[TaskRecord]) -> dict[StepKey
     keys = [k for k in map(_step_key, await store.keys(store.names.checkpoints_bucket)) if k]
 
     async def one(key: StepKey) -> tuple[StepKey, float | None]:
-        found = await retrying(lambda: store.get_checkpoint(*key), f"checkpoint {key}")
+        found = await retrying(lambda: store.checkpoints.get(*key), f"checkpoint {key}")
         return key, None if found is None else found.time.timestamp()
 
     times: dict[StepKey, float] = {}

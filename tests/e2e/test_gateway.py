@@ -164,7 +164,7 @@ def _start_gateway(
 
 async def _tools_registered(config: NatsConfig) -> bool:
     async with Client(config) as client:
-        return await client.store.get_tool("asks") is not None
+        return await client.store.tools.get("asks") is not None
 
 
 # -- clients -------------------------------------------------------------------------------

@@ -562,7 +562,7 @@ async def _outcome(
     letters = box.of(data)
     if len(letters) > seen:
         return letters[-1]
-    found = None if task_id is None else await client.store.get_record(task_id)
+    found = None if task_id is None else await client.store.records.get(task_id)
     if found is not None and found.record.submit_seq == seq and found.record.steps:
         return None
     raise AssertionError(f"submission {data[:80]!r} was neither accepted nor dead-lettered")

@@ -54,7 +54,7 @@ async def test_a_large_output_travels_by_reference_and_the_next_tool_gets_the_va
 
     assert await handle.wait(timeout=20) == {"sizes": [LARGE], "refs": [False]}
 
-    checkpoint = await client.store.get_checkpoint(handle.task_id, 0)
+    checkpoint = await client.store.checkpoints.get(handle.task_id, 0)
     assert checkpoint is not None and _is_ref(checkpoint.output)
     encoded = msgspec.json.encode({"text": "x" * LARGE, "step": 0})
     assert checkpoint.output == {
@@ -98,7 +98,7 @@ async def test_parallel_branch_outputs_are_references_in_the_group_and_values_fo
     handle = await client.submit([group, "measure"])
 
     assert await handle.wait(timeout=20) == {"sizes": [LARGE, LARGE + 1], "refs": [False, False]}
-    checkpoint = await client.store.get_checkpoint(handle.task_id, 0)
+    checkpoint = await client.store.checkpoints.get(handle.task_id, 0)
     assert checkpoint is not None and all(_is_ref(item) for item in checkpoint.output)
 
 
@@ -161,11 +161,11 @@ async def test_gc_removes_a_finished_task_past_retention_and_the_blob_only_it_us
 
     report = await sweeper.sweep(retention=timedelta(hours=1), now=later, dry_run=True)
     assert sorted(report.tasks) == sorted([old.task_id, *(h.task_id for h in shared)])
-    assert await client.store.get_record(old.task_id) is not None  # a dry run removes nothing
+    assert await client.store.records.get(old.task_id) is not None  # a dry run removes nothing
 
     report = await sweeper.sweep(retention=timedelta(hours=1), now=later)
-    assert await client.store.get_record(old.task_id) is None
-    assert await client.store.get_checkpoint(old.task_id, 0) is None
+    assert await client.store.records.get(old.task_id) is None
+    assert await client.store.checkpoints.get(old.task_id, 0) is None
     assert await last_event(client.store, old.task_id) is None
     assert len(report.blobs) == 2  # the old task's and the shared one
     still = await waiting.get()  # a waiting task is never swept, nor what it refers to

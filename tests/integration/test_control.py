@@ -139,7 +139,7 @@ async def test_once_prevents_a_repeated_side_effect_across_a_retry(
 
 
 async def _status(client: Client, task_id: str, status: TaskStatus) -> None:
-    found = await client.store.get_record(task_id)
+    found = await client.store.records.get(task_id)
     assert found is not None and found.record.status is status
 
 

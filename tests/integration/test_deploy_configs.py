@@ -25,7 +25,8 @@ from tests.chaos_runs.servers import Cluster, Node
 from tether.cli.loading import load_app
 from tether.cli.main import app as cli
 from tether.nats.connection import NatsConfig, connect
-from tether.nats.provision import Layout, provision
+from tether.nats.layout import Layout
+from tether.nats.provision import provision
 from tether.nats.server import find_nats_server
 from tether.schemas.names import Names
 from tether.testing import eventually

@@ -173,7 +173,7 @@ async def test_a_record_ahead_of_a_lost_checkpoint_runs_the_step_again(
         updated_at=now,
     )
     store = client.store
-    assert await store.create_record(record) is not None
+    assert await store.records.create(record) is not None
     work = WorkMessage(task_id="ahead", step=0, tool="fast", input=1)
     await store.publish_work(work, store.names.step_msg_id("ahead", 0))
 
@@ -183,4 +183,4 @@ async def test_a_record_ahead_of_a_lost_checkpoint_runs_the_step_again(
     assert result == {"step": 1, "payload": {"step": 0, "payload": 1}}
     counts = read_executions(executions)
     assert (counts[("ahead", 0)], counts[("ahead", 1)]) == (1, 1)
-    assert await store.get_checkpoint("ahead", 0) is not None
+    assert await store.checkpoints.get("ahead", 0) is not None

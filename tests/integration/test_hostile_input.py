@@ -467,7 +467,7 @@ async def test_list_pages_past_a_record_too_large_to_list(
     for task_id in normal[:2]:
         await valid_task_completes(client, task_id)
     await write_legacy_record(client, raw, "oversized", client.max_payload - LIST_MARGIN // 2)
-    assert await client.store.reindex() == 3  # as `tether gc --reindex` does after an upgrade
+    assert await client.store.records.reindex() == 3  # as `tether gc --reindex` does
     for task_id in normal[2:]:
         await valid_task_completes(client, task_id)
 
@@ -555,7 +555,7 @@ async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
     assert consumer.delivered.consumer_seq == 0, "step 0's message was delivered already"
 
     stored = Checkpoint(output={"step": 0, "payload": "from-checkpoint"}, time=datetime.now(UTC))
-    assert await client.store.create_checkpoint("ckpt", 0, stored) == stored
+    assert await client.store.checkpoints.create("ckpt", 0, stored) == stored
 
     async with Worker(app, config):
         result = await handle.wait(timeout=15)
@@ -627,12 +627,12 @@ async def _lose_state(client: Client, raw: Raw, task_id: str, step: int) -> None
     store = client.store
     names = store.names
     try:
-        assert await store.get_checkpoint(task_id, step) is not None, "no checkpoint to keep"
+        assert await store.checkpoints.get(task_id, step) is not None, "no checkpoint to keep"
         try:
             await raw.js.delete_consumer(names.work_stream, names.tool_consumer("fast"))
         except NotFoundError:
             pass  # an earlier try that timed out deleted it
-        await store.update_record(
+        await store.records.update(
             task_id,
             lambda record: (
                 msgspec.structs.replace(record, current_step=step)
@@ -730,7 +730,7 @@ async def _fuzz_submit(
         if letter is not None:
             assert letter.error.message, "a dead letter must say what is wrong"
             return "dead-lettered"
-        found = await client.store.get_record(task_id)
+        found = await client.store.records.get(task_id)
         if found is not None and found.record.submit_seq == seq and found.record.steps:
             return "accepted"
         raise AssertionError(f"{len(data):,}-byte submission neither accepted nor dead-lettered")

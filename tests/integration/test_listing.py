@@ -50,7 +50,7 @@ async def test_a_task_that_moves_on_leaves_its_old_row_and_a_stale_row_is_skippe
     await raw.nc.flush()
 
     async def moved() -> None:
-        rows = await client.store.index_rows("running")
+        rows = await client.store.records.index_rows("running")
         assert not any(row.endswith(".moves") for row in rows), rows  # expired after 1 s
 
     await eventually(moved, timeout=10)

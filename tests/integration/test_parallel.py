@@ -231,7 +231,7 @@ async def test_a_branch_without_input_gets_the_previous_output_and_each_runs_onc
     ]
     assert result == {"step": 2, "payload": group_output}
     tid = handle.task_id
-    assert await client.store.get_checkpoint(tid, 1) is not None
+    assert await client.store.checkpoints.get(tid, 1) is not None
     steps = read_executions(executions)
     assert (steps[(tid, 0)], steps[(tid, 1)], steps[(tid, 2)]) == (1, 0, 1)
     branches = read_branch_executions(executions)
@@ -328,8 +328,8 @@ async def test_a_branch_that_fails_for_good_fails_the_task_and_stops_its_sibling
     await eventually(lambda: consumer_idle(raw, names, "held"), timeout=5)
     if read_branch_executions(executions)[(tid, 0, 1)]:
         assert (tid, 0, 1, 1) in STOPPED
-    assert await client.store.get_checkpoint(tid, 0, 0) is None
-    assert await client.store.get_checkpoint(tid, 0, 1) is None
+    assert await client.store.checkpoints.get(tid, 0, 0) is None
+    assert await client.store.checkpoints.get(tid, 0, 1) is None
     events = await all_events(client, tid)
     failed = events[-1]
     assert isinstance(failed, Failed)
@@ -433,9 +433,9 @@ async def test_cancel_stops_every_running_branch(
     names = client.store.names
     await eventually(lambda: consumer_idle(raw, names, "slow"), timeout=3)
     await eventually(lambda: consumer_idle(raw, names, "held"), timeout=3)
-    assert await client.store.get_checkpoint(tid, 0, 0) is None
-    assert await client.store.get_checkpoint(tid, 0, 1) is None
-    assert await client.store.get_checkpoint(tid, 0) is None
+    assert await client.store.checkpoints.get(tid, 0, 0) is None
+    assert await client.store.checkpoints.get(tid, 0, 1) is None
+    assert await client.store.checkpoints.get(tid, 0) is None
     record_ = await handle.get()
     assert record_.status is TaskStatus.CANCELLED and record_.done_branches == [2]
     events = await all_events(client, tid)
@@ -553,7 +553,7 @@ async def test_retry_reruns_only_the_branches_that_were_not_checkpointed(
     failed = await handle.get()
     assert failed.failed_step == 1 and failed.done_branches == [0]
     await wait_until(lambda: (tid, 1, 2, 1) in STOPPED, timeout=3, message="b2 to be stopped")
-    assert await client.store.get_checkpoint(tid, 1, 2) is None
+    assert await client.store.checkpoints.get(tid, 1, 2) is None
     OPEN.add(tid)
     release(tid, 2)
 
@@ -592,7 +592,7 @@ async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_r
         await handle.wait(timeout=10)
 
     async def late_checkpoint() -> None:
-        assert await client.store.get_checkpoint(tid, 0, 0) is not None
+        assert await client.store.checkpoints.get(tid, 0, 0) is not None
 
     await eventually(late_checkpoint, timeout=5)
     assert (await handle.get()).done_branches == []

@@ -34,7 +34,8 @@ from tether.api import ApiService
 from tether.errors import NotProvisionedError
 from tether.gateway import Gateway
 from tether.nats.connection import close, connect
-from tether.nats.provision import STAMP, expected_streams, provision
+from tether.nats.layout import STAMP, expected_streams
+from tether.nats.provision import provision
 from tether.schemas.names import DEFAULT_NAMES
 from tether.testing import eventually
 from tether.ui import Dashboard

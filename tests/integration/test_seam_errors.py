@@ -14,8 +14,9 @@ from tether import NatsConfig
 from tether.errors import JetStreamError, NatsUnavailableError, RevisionConflictError
 from tether.nats.connection import close, connect
 from tether.nats.custody import Succession
-from tether.nats.provision import Layout
-from tether.nats.store import Store, worker_key
+from tether.nats.layout import Layout
+from tether.nats.store import Store
+from tether.nats.workers import worker_key
 from tether.schemas.codec import encode
 from tether.schemas.tasks import HeldStep, WorkerBeat
 
@@ -33,18 +34,18 @@ async def stores(config: NatsConfig) -> AsyncIterator[list[Store]]:
 
 async def test_a_lost_compare_and_set_is_a_revision_conflict(stores: list[Store]) -> None:
     store = stores[0]
-    first = await store.put_worker_entry("k", b"one")
-    await store.put_worker_entry("k", b"two", last=first)
+    first = await store.workers.put_entry("k", b"one")
+    await store.workers.put_entry("k", b"two", last=first)
     with pytest.raises(RevisionConflictError) as lost:
-        await store.put_worker_entry("k", b"three", last=first)
+        await store.workers.put_entry("k", b"three", last=first)
     assert not isinstance(lost.value, NatsUnavailableError)
-    assert (await store.worker_entry("k")) is not None
+    assert (await store.workers.entry("k")) is not None
 
 
 async def test_another_jetstream_refusal_keeps_its_code(stores: list[Store]) -> None:
     await stores[0].js.delete_stream(stores[0].names.index_stream)
     with pytest.raises(JetStreamError) as refused:
-        await stores[0].index_is_empty()
+        await stores[0].records.index_is_empty()
     assert refused.value.err_code == 10059
     assert not isinstance(refused.value, NatsUnavailableError)
 
@@ -58,7 +59,7 @@ async def test_two_survivors_racing_for_a_dead_worker_hand_each_step_on_once(
     beat = WorkerBeat(
         worker_id="w-dead", tools=["t"], concurrency=1, in_flight=3, started_at=now, time=now
     )
-    await stores[0].put_worker_entry(dead, encode(beat))
+    await stores[0].workers.put_entry(dead, encode(beat))
     for n in range(3):
         held = HeldStep(
             subject=names.work_subject("t"),
@@ -66,11 +67,11 @@ async def test_two_survivors_racing_for_a_dead_worker_hand_each_step_on_once(
             attempt=1,
             work=msgspec.Raw(b'{"task_id":"race"}'),
         )
-        await stores[0].put_worker_entry(f"{dead}.race.{n}", encode(held))
+        await stores[0].workers.put_entry(f"{dead}.race.{n}", encode(held))
     # Both survivors read the dead worker's beat before either claims it: one claim loses.
     both_read = asyncio.Barrier(2)
     for store in stores:
-        read = store.worker_entry
+        read = store.workers.entry
 
         async def read_then_meet(key: str, read=read) -> tuple[bytes, int] | None:  # type: ignore[no-untyped-def]
             found = await read(key)
@@ -78,7 +79,7 @@ async def test_two_survivors_racing_for_a_dead_worker_hand_each_step_on_once(
                 await both_read.wait()
             return found
 
-        store.worker_entry = read_then_meet  # type: ignore[method-assign]
+        store.workers.entry = read_then_meet  # type: ignore[method-assign]
     survivors = [Succession(store, worker_key(f"s{i}")) for i, store in enumerate(stores)]
     with caplog.at_level(logging.WARNING, logger="tether"):
         handed_on = await asyncio.gather(*(s.take_over(dead) for s in survivors))

@@ -19,9 +19,9 @@ async def test_keys_lists_every_key_and_records_skip_deleted_ones(client: Client
     store = client.store
     assert await store.keys(store.names.tasks_bucket) == []
     for n in range(5):
-        assert await store.create_record(_record(f"k-{n}")) is not None
+        assert await store.records.create(_record(f"k-{n}")) is not None
     tasks = await raw.js.key_value(store.names.tasks_bucket)
     await tasks.delete("k-4")
 
     assert sorted(await store.keys(store.names.tasks_bucket)) == [f"k-{n}" for n in range(5)]
-    assert sorted(r.task_id for r in await store.list_records()) == [f"k-{n}" for n in range(4)]
+    assert sorted(r.task_id for r in await store.records.list()) == [f"k-{n}" for n in range(4)]

@@ -12,7 +12,7 @@ from tether.api.routes import build_broker
 from tether.client import Client
 from tether.errors import NatsUnavailableError
 from tether.nats.connection import NatsConfig
-from tether.nats.provision import Layout
+from tether.nats.layout import Layout
 from tether.service import Service
 
 

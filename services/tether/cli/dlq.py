@@ -48,7 +48,7 @@ async def _task_statuses(client: Client, letters: list[DeadLetter]) -> dict[str,
     """Each dead letter's task as it is now: a retried task may have completed since."""
     statuses = {}
     for task_id in {letter.task_id for letter in letters if letter.task_id}:
-        found = await client.store.get_record(task_id)
+        found = await client.store.records.get(task_id)
         if found is not None:
             statuses[task_id] = found.record.status
     return statuses

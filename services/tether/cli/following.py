@@ -57,7 +57,7 @@ async def show_tokens(store: Store, task_id: str, view: render.EventView) -> Non
 async def poll_heartbeats(store: Store, task_id: str, view: render.EventView) -> None:
     while True:
         try:
-            view.heartbeat(await store.get_heartbeat(task_id))
+            view.heartbeat(await store.heartbeats.get(task_id))
         except NatsUnavailableError:
             pass  # reconnecting: the bar just pauses
         raise_if_cancelled()

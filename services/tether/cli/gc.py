@@ -19,7 +19,7 @@ async def _gc(
 ) -> ExitCode:
     async with connected(nats, prefix) as client:
         report = await Sweeper(client.store).sweep(retention, BLOB_GRACE, dry_run)
-        indexed = await client.store.reindex() if reindex and not dry_run else 0
+        indexed = await client.store.records.reindex() if reindex and not dry_run else 0
     if reindex and not as_json:
         render.print_lines([f"indexed {indexed} task(s)"])
     if as_json:

@@ -15,7 +15,8 @@ from tether.cli.common import (
 )
 from tether.cli.running import ExitCode, run
 from tether.nats.connection import close, connect
-from tether.nats.provision import Layout, expected_streams, provision
+from tether.nats.layout import Layout, expected_streams
+from tether.nats.provision import provision
 
 
 async def _provision(nats: str, prefix: str, replicas: int) -> ExitCode:

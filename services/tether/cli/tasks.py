@@ -215,7 +215,7 @@ def submit(
 async def _status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
     async with connected(nats, prefix) as client:
         record = await client.get(task_id)
-        heartbeat = live_heartbeat(record, await client.store.get_heartbeat(task_id))
+        heartbeat = live_heartbeat(record, await client.store.heartbeats.get(task_id))
         last = await last_event(client.store, task_id)
     if as_json:
         view = to_builtins(record) | {

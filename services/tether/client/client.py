@@ -16,7 +16,7 @@ from tether import tracing
 from tether.client.handle import TaskHandle
 from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
 from tether.nats.connection import Connection, NatsConfig, close, connect
-from tether.nats.provision import Layout
+from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import encode
 from tether.schemas.ids import InvalidNameError, validate_task_id
@@ -117,7 +117,7 @@ class Client(Service):
             assert self._known_tools is not None
             await self._known_tools.check(submit.steps)
         store = self.store
-        if await store.get_record(submit.task_id) is not None:
+        if await store.records.get(submit.task_id) is not None:
             raise TaskExistsError(submit.task_id)
         if not await store.publish_submit(submit, tracing.current()):
             raise TaskExistsError(submit.task_id)
@@ -196,7 +196,7 @@ class Client(Service):
     async def list(self, status: TaskStatus | str | None = None) -> list[TaskRecord]:
         """Tasks, oldest first, optionally only those with `status`."""
         wanted = None if status is None else TaskStatus(status)
-        records = await self.store.list_records()
+        records = await self.store.records.list()
         return sorted(
             (r for r in records if wanted is None or r.status is wanted), key=lambda r: r.created_at
         )
@@ -215,13 +215,13 @@ class Client(Service):
         wanted = None if status is None else TaskStatus(status)
         store = self.store
         known: dict[str, TaskRecord] = {}
-        if await store.index_is_empty():  # a store from before the index: read it all
+        if await store.records.index_is_empty():  # a store from before the index: read it all
             known = {record.task_id: record for record in await self.list(wanted)}
             rows = [
                 listing.Row(listing.created_us(r.created_at), r.task_id, "") for r in known.values()
             ]
         else:
-            subjects = await store.index_rows(wanted.value if wanted else None)
+            subjects = await store.records.index_rows(wanted.value if wanted else None)
             rows = listing.parse(subjects, store.names.prefix)
         if newest_first:
             rows.reverse()
@@ -245,14 +245,14 @@ class Client(Service):
         async def record(task_id: str) -> TaskRecord | None:
             if task_id in known:
                 return known[task_id]
-            found = await self.store.get_record(task_id)
+            found = await self.store.records.get(task_id)
             return None if found is None else found.record
 
         return [*await asyncio.gather(*(record(task_id) for task_id in task_ids))]
 
     async def _position(self, task_id: str) -> tuple[int, str]:
         """Where task `task_id` sits in creation order."""
-        record = (await self.store.require_record(task_id)).record
+        record = (await self.store.records.require(task_id)).record
         return listing.created_us(record.created_at), record.task_id
 
     async def cancel(self, task_id: str) -> TaskRecord:

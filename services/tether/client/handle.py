@@ -38,11 +38,11 @@ class TaskHandle:
         return f"TaskHandle({self.task_id!r})"
 
     async def get(self) -> TaskRecord:
-        return (await self._store.require_record(self.task_id)).record
+        return (await self._store.records.require(self.task_id)).record
 
     async def output(self, step: int) -> Any:
         """The output of one completed step (from its checkpoint; a blob resolved)."""
-        found = await self._store.get_checkpoint(self.task_id, step)
+        found = await self._store.checkpoints.get(self.task_id, step)
         if found is None:
             record = await self.get()
             if record.status is TaskStatus.COMPLETED and step == record.plan_length - 1:
@@ -91,7 +91,7 @@ class TaskHandle:
                 )
             window = RECHECK_INTERVAL if remaining is None else min(remaining, RECHECK_INTERVAL)
             try:
-                found = await self._store.get_record(self.task_id)
+                found = await self._store.records.get(self.task_id)
                 if found is not None and condition(found.record):
                     return found.record
                 record = await record_update(self._store, self.task_id, condition, window)
@@ -107,7 +107,7 @@ class TaskHandle:
         Ends after the terminal event of the task's current run (a retried task's
         earlier `failed` is not its end); `timeout` bounds the wait for each event.
         """
-        found = await self._store.get_record(self.task_id)
+        found = await self._store.records.get(self.task_id)
         generation = found.record.generation if found is not None else 1
         async for event, _ in task_events(self._store, self.task_id, timeout):
             yield event

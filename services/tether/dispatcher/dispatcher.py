@@ -14,7 +14,7 @@ from tether import tracing
 from tether.errors import InvalidTaskError, MessageTooLargeError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
-from tether.nats.provision import Layout
+from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import NESTED, submit_decoder
 from tether.schemas.names import SUBMIT_DEAD_LETTER
@@ -127,14 +127,14 @@ class Dispatcher(Service):
         if context is not None:
             record = msgspec.structs.replace(record, trace=context)
         try:
-            created = await store.create_record(record)
+            created = await store.records.create(record)
         except MessageTooLargeError as exc:
             await self._reject(
                 store, delivery, f"task {submit.task_id!r} is too large to record: {exc}"
             )
             return
         if created is None:
-            existing = await store.require_record(submit.task_id)
+            existing = await store.records.require(submit.task_id)
             if existing.record.submit_seq != seq:
                 log.warning(
                     "duplicate submit of task %r ignored: it already exists", submit.task_id
@@ -190,9 +190,9 @@ async def _record_rejection(tasks: TaskService, task_id: str, error: ErrorInfo, 
         updated_at=now,
         submit_seq=seq,
     )
-    created = await tasks.store.create_record(record)
+    created = await tasks.store.records.create(record)
     if created is None:
-        existing = await tasks.store.require_record(task_id)
+        existing = await tasks.store.records.require(task_id)
         if existing.record.submit_seq != seq:
             return  # never fail someone else's task because of a bad re-submit
         created = existing

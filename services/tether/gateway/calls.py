@@ -73,7 +73,7 @@ class ToolCalls:
         legacy = not is_modern(ctx.protocol_version)
         store = self.backend.client.store
         live, now = await live_tools(store), utcnow()
-        advertised = [info for info in await store.list_tools() if served(info, live, now)]
+        advertised = [info for info in await store.tools.list() if served(info, live, now)]
         tools = [mcp_tool(info, legacy=legacy) for info in advertised if info.name != RUN_PLAN]
         return types.ListToolsResult(tools=[run_plan_tool(legacy=legacy), *tools])
 

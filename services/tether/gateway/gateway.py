@@ -16,7 +16,7 @@ from tether.gateway.notifications import LegacyPush, StatusFeed, TaskListen
 from tether.gateway.server import build_server
 from tether.http import HttpServer
 from tether.nats.connection import NatsConfig
-from tether.nats.provision import Layout
+from tether.nats.layout import Layout
 from tether.service import Service
 
 if TYPE_CHECKING:

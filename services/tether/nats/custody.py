@@ -77,12 +77,12 @@ class Custody:
         """Store the step's copy; returns its key (for `release`)."""
         held = _held(delivery)
         key = self._prefix + held.msg_id
-        await self._store.put_worker_entry(key, encode(held))
+        await self._store.workers.put_entry(key, encode(held))
         self.holding += 1
         return key
 
     async def release(self, key: str) -> None:
-        await self._store.remove_worker_entry(key)
+        await self._store.workers.remove_entry(key)
         self.holding -= 1
 
     async def reissue(self, delivery: Delivery, key: str, delay: timedelta | None) -> None:
@@ -224,7 +224,7 @@ class Succession:
         """Claim a silent worker and publish again every step it held; returns how many
         (0 when another survivor claimed it first, or it came back)."""
         store = self._store
-        found = await store.worker_entry(key)
+        found = await store.workers.entry(key)
         if found is None:
             self._seen.pop(key, None)
             return 0
@@ -232,7 +232,7 @@ class Succession:
         beat = _beat_decoder.decode(value)
         claim = msgspec.structs.replace(beat, claimed_by=self._own, time=utcnow())
         try:
-            await store.put_worker_entry(key, encode(claim), last=revision)
+            await store.workers.put_entry(key, encode(claim), last=revision)
         except RevisionConflictError:  # it beat again, or another survivor claimed it
             self._seen[key] = time.monotonic()
             return 0
@@ -242,14 +242,14 @@ class Succession:
         for start in range(0, len(keys), AT_ONCE):
             batch = keys[start : start + AT_ONCE]
             count += sum(await asyncio.gather(*(self._hand_on(k) for k in batch)))
-        await store.forget_worker(beat.worker_id)
+        await store.workers.forget(beat.worker_id)
         self._seen.pop(key, None)
         if count:
             log.warning("worker %s is gone: %d of its steps run again", beat.worker_id, count)
         return count
 
     async def _hand_on(self, key: str) -> int:
-        entry = await self._store.worker_entry(key)
+        entry = await self._store.workers.entry(key)
         if entry is None:
             return 0  # released (its marker is still there)
         held = _held_of(entry[0])
@@ -257,5 +257,5 @@ class Succession:
             await publish_again(self._store, held)
             if held.ack:  # else the message may come back too, once its ack wait ends
                 await self._store.acknowledge(held.ack)
-        await self._store.remove_worker_entry(key)
+        await self._store.workers.remove_entry(key)
         return int(held is not None)

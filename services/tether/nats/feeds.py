@@ -111,7 +111,7 @@ async def record_update(
     store: Store, task_id: str, condition: Callable[[TaskRecord], bool], window: float
 ) -> TaskRecord | None:
     """The first update of the record within `window` seconds that meets `condition`."""
-    watcher = await store.watch_record(task_id)
+    watcher = await store.records.watch(task_id)
     give_up = time.monotonic() + window
     try:
         while (left := give_up - time.monotonic()) > 0:

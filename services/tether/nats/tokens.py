@@ -73,7 +73,7 @@ async def _over(store: Store, task_id: str, seen: int) -> bool:
 
 
 async def _ended(store: Store, task_id: str) -> bool:
-    found = await store.get_record(task_id)
+    found = await store.records.get(task_id)
     return found is None or found.record.status.is_terminal
 
 

@@ -50,17 +50,17 @@ class ChildTasks:
         parent = current.record
         child_id = task_id or rules.child_id(parent.task_id, step, parent.generation)
         child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow())
-        created = await self.store.create_record(child)
+        created = await self.store.records.create(child)
         if created is not None:
             await self.tasks.hand_off_first(child)
         else:
-            existing = (await self.store.require_record(child_id)).record
+            existing = (await self.store.records.require(child_id)).record
             if existing.parent != child.parent:
                 raise TaskExistsError(child_id)
             child = existing
             if child.status is TaskStatus.PENDING and child.current_step == 0:
                 await self.tasks.hand_off_first(child)
-        stored, _ = await self.store.update_record(
+        stored, _ = await self.store.records.update(
             parent.task_id,
             lambda record: rules.await_child(record, step, child_id, utcnow()),
             current,
@@ -76,7 +76,7 @@ class ChildTasks:
         link = child.parent
         if link is None or not child.status.is_terminal:
             return
-        found = await self.store.get_record(link.task_id)
+        found = await self.store.records.get(link.task_id)
         if found is None or not rules.awaits(found.record, link):
             return
         failure = rules.child_failure(child)
@@ -85,7 +85,7 @@ class ChildTasks:
             return
         parent = found.record
         done = Checkpoint(output=child.result, time=utcnow(), spec=parent.spec(link.step))
-        await self.store.create_checkpoint(parent.task_id, link.step, done)
+        await self.store.checkpoints.create(parent.task_id, link.step, done)
         (work,) = rules.current_work(parent)
         msg_id = self.store.names.resume_msg_id(parent.task_id, link.step, parent.generation)
         await self.store.publish_work(work, msg_id)
@@ -97,7 +97,7 @@ class ChildTasks:
             waiting = rules.awaits(record, link)
             return rules.fail(record, link.step, error, now) if waiting else None
 
-        stored, changed = await self.store.update_record(link.task_id, fail)
+        stored, changed = await self.store.records.update(link.task_id, fail)
         if changed:
             await self.tasks.emit(Failed, stored.record, link.step, error=error)
             await self.resume_parent(stored.record)

@@ -29,7 +29,7 @@ class Forks:
 
     async def _checkpoints(self, task_id: str, steps: int) -> list[Checkpoint | None]:
         return list(
-            await asyncio.gather(*(self.store.get_checkpoint(task_id, i) for i in range(steps)))
+            await asyncio.gather(*(self.store.checkpoints.get(task_id, i) for i in range(steps)))
         )
 
     async def fork(
@@ -37,7 +37,7 @@ class Forks:
     ) -> TaskRecord:
         """Start `new_task_id` as a copy of `task_id` that runs again from `from_step`:
         the checkpoints before it are copied (those steps do not run), the rest runs."""
-        source = (await self.store.require_record(task_id)).record
+        source = (await self.store.records.require(task_id)).record
         history = await self._checkpoints(task_id, source.plan_length)  # read once
         plan = _plan(source, history[: source.done_steps])
         added = {
@@ -47,7 +47,7 @@ class Forks:
         }
         plan = rules.plan_before(plan, added)  # the re-run steps will add their own
         record = rules.forked(source, plan, from_step, new_task_id, utcnow(), new_input)
-        if await self.store.get_record(new_task_id) is not None:
+        if await self.store.records.get(new_task_id) is not None:
             raise TaskExistsError(new_task_id)
         earlier = history[:from_step]
         if any(checkpoint is None for checkpoint in earlier):
@@ -56,12 +56,12 @@ class Forks:
             )
         await asyncio.gather(
             *(
-                self.store.create_checkpoint(new_task_id, step, checkpoint)
+                self.store.checkpoints.create(new_task_id, step, checkpoint)
                 for step, checkpoint in enumerate(earlier)
                 if checkpoint is not None
             )
         )
-        if await self.store.create_record(record) is None:
+        if await self.store.records.create(record) is None:
             raise TaskExistsError(new_task_id)
         previous = earlier[-1].output if earlier and earlier[-1] else None
         await self.tasks.emit(Submitted, record)

@@ -26,7 +26,7 @@ def served(info: ToolInfo, live: Collection[str], now: datetime) -> bool:
 
 async def live_tools(store: Store) -> set[str]:
     """The tools the workers that beat right now serve."""
-    return {tool for worker in await store.list_workers() for tool in worker.tools}
+    return {tool for worker in await store.workers.list() for tool in worker.tools}
 
 
 class KnownTools:
@@ -44,7 +44,7 @@ class KnownTools:
         for tool in sorted(plans.tools_of(steps)):
             if self._until.get(tool, 0.0) > now:
                 continue
-            info = await self._store.get_tool(tool)
+            info = await self._store.tools.get(tool)
             if info is not None and not live and not served(info, live, today):
                 live = await live_tools(self._store)
             if info is None or not served(info, live, today):

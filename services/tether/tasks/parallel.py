@@ -51,7 +51,7 @@ class ParallelSteps:
         task_id = current.record.task_id
         spec = current.record.spec(step).branch(branch)
         checkpoint = msgspec.structs.replace(checkpoint, spec=spec)
-        winner = await self.store.create_checkpoint(task_id, step, checkpoint, branch)
+        winner = await self.store.checkpoints.create(task_id, step, checkpoint, branch)
         return await self.count(current, step, branch, winner, attempt=attempt)
 
     async def count(
@@ -79,7 +79,7 @@ class ParallelSteps:
             async with group.lock:
                 latest = group.latest
                 start = latest if latest and latest.revision > current.revision else current
-                stored, changed = await self.store.update_record(
+                stored, changed = await self.store.records.update(
                     record.task_id,
                     lambda record: rules.complete_branch(record, step, branch, utcnow()),
                     start,
@@ -110,7 +110,7 @@ class ParallelSteps:
         record = stored.record
         count = len(record.spec(step).parallel or ())
         branches = await asyncio.gather(
-            *(self.store.get_checkpoint(record.task_id, step, b) for b in range(count))
+            *(self.store.checkpoints.get(record.task_id, step, b) for b in range(count))
         )
         if any(branch is None for branch in branches):  # counted only once checkpointed
             raise RuntimeError(
@@ -118,7 +118,7 @@ class ParallelSteps:
             )
         group = rules.fan_in([b for b in branches if b is not None], record.spec(step), utcnow())
         try:
-            winner = await self.store.create_checkpoint(record.task_id, step, group)
+            winner = await self.store.checkpoints.create(record.task_id, step, group)
         except MessageTooLargeError as exc:
             message = f"the outputs of step {step}'s branches do not fit together: {exc}"
             error = ErrorInfo(type="OutputTooLarge", message=message)
@@ -129,7 +129,7 @@ class ParallelSteps:
     async def replay_fan_in(self, record: TaskRecord, step: int) -> None:
         """A branch's message after its group completed: replay the hand-off (its holder
         may have died after the record moved and before the next step was published)."""
-        group = await self.store.get_checkpoint(record.task_id, step)
+        group = await self.store.checkpoints.get(record.task_id, step)
         if group is None and record.status is TaskStatus.COMPLETED:
             group = Checkpoint(output=record.result, time=record.updated_at)
         if group is not None:

@@ -88,7 +88,7 @@ class TaskService:
                 checkpoint = msgspec.structs.replace(checkpoint, output=stored.record.result)
             return await self._hand_off_after(stored, changed, step, checkpoint, attempt, False)
         stored_checkpoint = asyncio.ensure_future(
-            self.store.create_checkpoint(task_id, step, checkpoint)
+            self.store.checkpoints.create(task_id, step, checkpoint)
         )
         try:
             stored, changed = await self._advance(current, step, checkpoint)
@@ -97,7 +97,7 @@ class TaskService:
         if winner is not checkpoint and changed:
             # Another run of this step checkpointed first: its output is the step's.
             redone = rules.complete_step(current.record, step, winner, utcnow())
-            stored, changed = await self.store.update_record(
+            stored, changed = await self.store.records.update(
                 task_id, lambda record: redone if record == stored.record else None, stored
             )
         return await self._hand_off_after(stored, changed, step, winner, attempt, False)
@@ -123,7 +123,7 @@ class TaskService:
     async def _advance(
         self, current: Versioned, step: int, checkpoint: Checkpoint
     ) -> tuple[Versioned, bool]:
-        return await self.store.update_record(
+        return await self.store.records.update(
             current.record.task_id,
             lambda record: rules.complete_step(record, step, checkpoint, utcnow()),
             current,
@@ -217,7 +217,7 @@ class TaskService:
     ) -> TaskRecord:
         """Mark the task failed (unless it already ended) and emit `failed`; a failed
         branch also stops its running siblings (the notice a cancel sends)."""
-        stored, changed = await self.store.update_record(
+        stored, changed = await self.store.records.update(
             task_id, lambda record: rules.fail(record, step, error, utcnow()), current
         )
         record = stored.record
@@ -273,7 +273,7 @@ class TaskService:
     async def wait_for_input(
         self, current: Versioned, step: int, request: InputRequest, attempt: int
     ) -> TaskRecord | None:
-        stored, changed = await self.store.update_record(
+        stored, changed = await self.store.records.update(
             current.record.task_id,
             lambda record: rules.wait_for_input(record, step, request, utcnow()),
             current,
@@ -293,7 +293,7 @@ class TaskService:
     async def expire(self, timer: Timer) -> TaskRecord | None:
         """A timer fired: fail the task if its deadline passed or its input wait expired
         (nothing else has to touch a waiting or sleeping task for that)."""
-        found = await self.store.get_record(timer.task_id)
+        found = await self.store.records.get(timer.task_id)
         if found is None:
             return None
         now = utcnow()
@@ -303,7 +303,7 @@ class TaskService:
             step = record.current_step if record.has_step(record.current_step) else None
             return None if error is None else rules.fail(record, step, error, now)
 
-        stored, changed = await self.store.update_record(timer.task_id, fail_if_expired, found)
+        stored, changed = await self.store.records.update(timer.task_id, fail_if_expired, found)
         if not changed:
             return None
         record = stored.record
@@ -319,7 +319,7 @@ class TaskService:
         goes to the step's tool; the worker that takes it finds the checkpoint and hands
         off the next step, so the step that asked never runs again.
         """
-        found = await self.store.require_record(task_id)
+        found = await self.store.records.require(task_id)
         record = found.record
         if record.status is not TaskStatus.WAITING:
             raise TaskConflictError(
@@ -329,7 +329,7 @@ class TaskService:
             check_answer(task_id, record.input_request, data)
         step = record.current_step
         answer = Checkpoint(output=data, time=utcnow(), spec=record.spec(step))
-        stored = await self.store.create_checkpoint(task_id, step, answer)
+        stored = await self.store.checkpoints.create(task_id, step, answer)
         if stored != answer and stored.output != data:
             raise TaskConflictError(task_id, f"task {task_id!r} has already been answered")
         (work,) = rules.current_work(record)
@@ -345,11 +345,11 @@ class TaskService:
             "{status}: only a task that failed at a step can be retried",
         )
         step = record.current_step
-        previous = await self.store.get_checkpoint(task_id, step - 1) if step > 0 else None
+        previous = await self.store.checkpoints.get(task_id, step - 1) if step > 0 else None
         await self.emit(StepRetrying, record, step)
         await self.publish(rules.current_work(record, previous.output if previous else None))
         if rules.all_branches_done(record, step):  # the group failed at its fan-in
-            await self.branches.fan_in(await self.store.require_record(task_id), step)
+            await self.branches.fan_in(await self.store.records.require(task_id), step)
         return record
 
     async def emit(
@@ -368,7 +368,7 @@ class TaskService:
 
     async def _change_or_conflict(self, task_id: str, change: Change, refusal: str) -> TaskRecord:
         """Apply `change`, or raise TaskConflictError saying why the task refuses it."""
-        stored, changed = await self.store.update_record(task_id, change)
+        stored, changed = await self.store.records.update(task_id, change)
         record = stored.record
         if not changed:
             reason = refusal.format(status=record.status.value)

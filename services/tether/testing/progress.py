@@ -17,9 +17,9 @@ async def stored_steps(store: Store, task_ids: list[str] | None = None) -> set[t
         if not rest and (wanted is None or task_id in wanted):
             steps.add((task_id, int(step)))
     if task_ids is None:
-        records = await store.list_records()
+        records = await store.records.list()
     else:
-        found = [await store.get_record(task_id) for task_id in task_ids]
+        found = [await store.records.get(task_id) for task_id in task_ids]
         records = [f.record for f in found if f is not None]
     for record in records:
         if record.status is TaskStatus.COMPLETED:

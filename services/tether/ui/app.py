@@ -79,7 +79,7 @@ class Pages:
         now = time.monotonic()
         if self._counted is None or now - self._counted[0] > COUNTS_EVERY:
             store = self._client.store
-            rows = parse(await store.index_rows(), store.names.prefix)
+            rows = parse(await store.records.index_rows(), store.names.prefix)
             self._counted = (now, views.counts(row.status for row in rows))
         return self._counted[1]
 
@@ -89,7 +89,7 @@ class Pages:
     async def tasks(self, request: Request) -> Response:
         client, query = self._client, request.query_params
         status, tool, text = query.get("status") or None, query.get("tool"), query.get("q")
-        if text and await client.store.get_record(text.strip()) is not None:
+        if text and await client.store.records.get(text.strip()) is not None:
             return RedirectResponse(f"/tasks/{text.strip()}", status_code=303)
         if status is not None and status not in {s.value for s in TaskStatus}:
             return self._missing(request, f"no status {status!r}", 400)
@@ -153,15 +153,15 @@ class Pages:
         letters = list(reversed(await dead_letters(store, 100)))  # newest first
         now: dict[str, str] = {}
         for task_id in {letter.task_id for letter in letters if letter.task_id}:
-            found = await store.get_record(task_id)
+            found = await store.records.get(task_id)
             if found is not None:
                 now[task_id] = found.record.status.value
         return self._page(request, "dlq.html", letters=letters, task_status=now)
 
     async def tools(self, request: Request) -> Response:
         store = self._client.store
-        infos, workers = await store.list_tools(), await store.list_workers()
-        backlog = await asyncio.gather(*(store.tool_backlog(info.name) for info in infos))
+        infos, workers = await store.tools.list(), await store.workers.list()
+        backlog = await asyncio.gather(*(store.tools.backlog(info.name) for info in infos))
         rows = [
             {
                 "info": info,
@@ -210,22 +210,22 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
     seen: the live feed sends only the later ones, and a terminal event among those read
     would otherwise leave the page showing a status it never refreshes."""
     events = await task_history(client.store, task_id)
-    found = await client.store.get_record(task_id)
+    found = await client.store.records.get(task_id)
     if found is None:
         return None
     record = found.record
     plan = await TaskService(client.store).forks.plan(record)
     children = []
     for child_id in record.children:
-        found = await client.store.get_record(child_id)
+        found = await client.store.records.get(child_id)
         children.append((child_id, found.record if found else None))
     parent = None
     if record.parent is not None:
-        found = await client.store.get_record(record.parent.task_id)
+        found = await client.store.records.get(record.parent.task_id)
         parent = found.record if found else None
     heartbeat = None
     if record.status is TaskStatus.RUNNING:
-        heartbeat = await client.store.get_heartbeat(record.task_id)
+        heartbeat = await client.store.heartbeats.get(record.task_id)
     now = datetime.now(UTC)
     return {
         "record": record,

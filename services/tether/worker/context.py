@@ -76,7 +76,7 @@ class StepContext:
 
     async def _checkpoint(self, step: int) -> Checkpoint | None:
         """A step's checkpoint with its output resolved (a blob reference read)."""
-        found = await self._store.get_checkpoint(self.task_id, step)
+        found = await self._store.checkpoints.get(self.task_id, step)
         if found is None:
             return None
         output = await self._store.blobs.resolve(found.output)
@@ -84,7 +84,7 @@ class StepContext:
 
     async def tool_info(self, name: str) -> ToolInfo | None:
         """A tool as registered by the workers that serve it (schema, description)."""
-        return await self._store.get_tool(name)
+        return await self._store.tools.get(name)
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(
@@ -105,7 +105,7 @@ class StepContext:
             self.progress_fraction = min(1.0, max(0.0, float(fraction)))
         if message is not None:
             self.progress_message = message
-        await self._store.beat(self.heartbeat())
+        await self._store.heartbeats.put(self.heartbeat())
 
     def add_usage(self, usage: Usage) -> None:
         """Count model tokens this step spent: on its event, its checkpoint, the task's total."""
@@ -140,11 +140,11 @@ class StepContext:
         """
         validate_tool_name(name)
         key = self._store.names.once_key(self.task_id, self.step, name, self.branch)
-        stored = await self._store.get_memo(key)
+        stored = await self._store.checkpoints.get_memo(key)
         if stored is None:
             result = fn()
             if inspect.isawaitable(result):
                 result = await result
-            stored = await self._store.create_memo(key, encode(result))
+            stored = await self._store.checkpoints.create_memo(key, encode(result))
         decoded: T = msgspec.json.decode(stored, type=type)
         return decoded

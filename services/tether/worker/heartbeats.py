@@ -114,6 +114,6 @@ class StepHeartbeat:
                     log.warning("could not hold %s: %s", delivery.subject, exc)
         ctx = self._ctx
         if ctx is not None and not self._shown:
-            await self._store.beat(ctx.heartbeat())
+            await self._store.heartbeats.put(ctx.heartbeat())
             self._shown = True
         return delivery.held and self._shown

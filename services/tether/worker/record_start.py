@@ -33,7 +33,7 @@ class RecordStart:
 
     async def _record(self) -> Versioned:
         step = self._work.step
-        stored, _ = await self._store.update_record(
+        stored, _ = await self._store.records.update(
             self._work.task_id, lambda r: rules.start_step(r, step, utcnow()), self._found
         )
         return stored

@@ -147,7 +147,7 @@ class StepRunner:
         task_ids = list(self._running)
         for start in range(0, len(task_ids), at_once):
             batch = task_ids[start : start + at_once]
-            found = await asyncio.gather(*(self.store.get_record(t) for t in batch))
+            found = await asyncio.gather(*(self.store.records.get(t) for t in batch))
             for task_id, record in zip(batch, found, strict=True):
                 if record is None or record.record.status.is_terminal:
                     self.stop_task(task_id)
@@ -211,14 +211,14 @@ class StepRunner:
         itself, for the step it just handed off (see `RecentRecords`, which drops
         every entry on a reconnect), lets a first delivery skip both reads.
         """
-        recent = self.store.recent
+        recent = self.store.records.recent
         if delivery == 1 and recent is not None:
             found = recent.take(work.task_id, work.step, work.generation)
             if found is not None:
                 return found, None
         return await asyncio.gather(
-            self.store.get_record(work.task_id),
-            self.store.get_checkpoint(work.task_id, work.step, work.branch),
+            self.store.records.get(work.task_id),
+            self.store.checkpoints.get(work.task_id, work.step, work.branch),
         )
 
     async def _decode(self, delivery: Delivery) -> WorkMessage | None:
@@ -249,7 +249,7 @@ class StepRunner:
             branch=work.branch if work else None,
             attempt=delivery.attempt,
         )
-        if work is not None and await self.store.get_record(work.task_id) is not None:
+        if work is not None and await self.store.records.get(work.task_id) is not None:
             await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
         await delivery.give_up()
 

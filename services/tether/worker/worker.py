@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 from tether.errors import NatsUnavailableError
 from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.connection import Connection, NatsConfig, close, connect
+from tether.nats.consumers import ConsumerOptions
 from tether.nats.custody import BEAT_EVERY, Custody, Succession
 from tether.nats.delivery import Consumer, Delivery
-from tether.nats.provision import ConsumerOptions, Layout
-from tether.nats.store import Store, worker_key
+from tether.nats.layout import Layout
+from tether.nats.store import Store
+from tether.nats.workers import worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.tasks.rules import utcnow
@@ -142,7 +144,7 @@ class Worker(Service):
             ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or UNLIMITED_IN_FLIGHT
         )
         consumer = await store.tool_consumer(tool.name, options)
-        await store.register_tool(
+        await store.tools.register(
             ToolInfo(
                 name=tool.name,
                 description=tool.description,
@@ -207,7 +209,7 @@ class Worker(Service):
                 log.debug("no look at running tasks: %s", exc)
 
     async def _beat(self, store: Store) -> None:
-        await store.beat_worker(
+        await store.workers.announce(
             WorkerBeat(
                 worker_id=self.worker_id,
                 tools=sorted(self.tools),
@@ -288,4 +290,4 @@ class Worker(Service):
             if self._custody is not None:
                 await self._custody.close()
             if self._store is not None and not (self._custody and self._custody.holding):
-                await self._store.forget_worker(self.worker_id)
+                await self._store.workers.forget(self.worker_id)

@@ -1,0 +1,84 @@
+"""How a command writes: the console, JSON for scripts, and the text of a status, a time,
+an error and token usage, shared by the tables and the event views."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tether.schemas.codec import encode
+from tether.schemas.tasks import ErrorInfo, TaskStatus, Usage
+
+STATUS_STYLES = {
+    TaskStatus.PENDING: "dim",
+    TaskStatus.RUNNING: "cyan",
+    TaskStatus.WAITING: "yellow",
+    TaskStatus.COMPLETED: "green",
+    TaskStatus.FAILED: "red",
+    TaskStatus.CANCELLED: "magenta",
+}
+
+
+PIPE_WIDTH = 1000
+"""Columns of output that is not a terminal: whole ids and errors, never 80-column wraps."""
+
+
+def stdout() -> Console:
+    console = Console(soft_wrap=True, highlight=False)
+    if not console.is_terminal:
+        console.width = PIPE_WIDTH
+    return console
+
+
+def print_json(value: Any) -> None:
+    """One compact JSON document on its own line, for scripts (msgspec encodes Structs)."""
+    sys.stdout.buffer.write(encode(value) + b"\n")
+    sys.stdout.flush()
+
+
+def print_pretty_json(value: Any) -> None:
+    stdout().print_json(encode(value).decode())
+
+
+def status_text(status: TaskStatus) -> Text:
+    return Text(status.value, style=STATUS_STYLES[status])
+
+
+def format_time(moment: datetime | None) -> str:
+    """UTC; the date only when it is not today, so tables stay narrow."""
+    if moment is None:
+        return "-"
+    moment = moment.astimezone(UTC)
+    if moment.date() == datetime.now(UTC).date():
+        return moment.strftime("%H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_error(error: ErrorInfo | None) -> str:
+    return "-" if error is None else f"{error.type}: {error.message}"
+
+
+def format_usage(usage: Usage) -> str:
+    """`1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls`."""
+    cached = f" ({usage.cached_tokens:,} cached)" if usage.cached_tokens else ""
+    calls = f", {usage.requests} LLM call{'s' if usage.requests != 1 else ''}"
+    return (
+        f"{usage.input_tokens:,} in{cached} + {usage.output_tokens:,} out"
+        f" = {usage.total_tokens:,} tokens{calls}"
+    )
+
+
+def print_table(table: Table) -> None:
+    stdout().print(table)
+
+
+def print_lines(lines: Sequence[str]) -> None:
+    console = stdout()
+    for line in lines:
+        console.print(Text(line))

@@ -1,0 +1,129 @@
+"""The Rich tables of `tether ls`, `tether status` and `tether dlq ls`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+from rich.table import Table
+from rich.text import Text
+
+from tether.cli.output import format_error, format_time, format_usage, status_text
+from tether.schemas.codec import encode
+from tether.schemas.events import AnyStatusEvent
+from tether.schemas.tasks import DeadLetter, Heartbeat, TaskRecord, TaskStatus
+from tether.tasks.plans import current_tool
+
+
+def step_position(record: TaskRecord) -> str:
+    """`current_step/steps`, as the record has them: steps count from 0, as in events
+    and dead letters, so `0/3` is the first of three and `3/3` a finished plan."""
+    return f"{record.current_step}/{record.plan_length}"
+
+
+def tasks_table(records: Iterable[TaskRecord]) -> Table:
+    table = Table(box=None, header_style="bold")
+    table.add_column("task", overflow="fold")
+    for name in ("status", "step", "tool", "updated"):
+        table.add_column(name)
+    for record in records:
+        table.add_row(
+            record.task_id,
+            status_text(record.status),
+            step_position(record),
+            current_tool(record),
+            format_time(record.updated_at),
+        )
+    return table
+
+
+def dead_letters_table(
+    letters: Iterable[DeadLetter], now: Mapping[str, TaskStatus] | None = None
+) -> Table:
+    """`now`: each letter's task status today, so a task retried since shows as such."""
+    table = Table(
+        "time",
+        "tool",
+        "task",
+        "step",
+        "attempt",
+        "task now",
+        "error",
+        box=None,
+        header_style="bold",
+    )
+    for letter in letters:
+        status = (now or {}).get(letter.task_id or "")
+        table.add_row(
+            format_time(letter.time),
+            letter.tool,
+            letter.task_id or "-",
+            "-" if letter.step is None else str(letter.step),
+            str(letter.attempt),
+            "-" if status is None else status_text(status),
+            Text(format_error(letter.error), style="red"),
+        )
+    return table
+
+
+def record_table(
+    record: TaskRecord, heartbeat: Heartbeat | None, last: AnyStatusEvent | None
+) -> Table:
+    """The `status` view: one field per row."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    rows: list[tuple[str, str | Text]] = [
+        ("task", record.task_id),
+        ("status", status_text(record.status)),
+        ("step", f"{step_position(record)} {current_tool(record)}{_attempt(heartbeat, last)}"),
+    ]
+    if heartbeat is not None:
+        rows.append(("heartbeat", _progress(heartbeat)))
+    if record.note is not None and record.status is TaskStatus.PENDING:
+        rows.append(("note", Text(record.note, style="yellow")))
+    if record.input_request is not None and record.status is TaskStatus.WAITING:
+        rows.append(("waiting for", record.input_request.prompt))
+        if record.input_request.schema:
+            rows.append(("answer with", encode(record.input_request.schema).decode()))
+    if record.error is not None:
+        rows.append(("error", Text(format_error(record.error), style="red")))
+    if record.usage is not None:
+        rows.append(("usage", format_usage(record.usage)))
+    rows += _family_rows(record)
+    rows += [
+        ("created", format_time(record.created_at)),
+        ("updated", format_time(record.updated_at)),
+    ]
+    if record.deadline_at is not None:
+        rows.append(("deadline", format_time(record.deadline_at)))
+    if record.metadata:
+        rows.append(("metadata", encode(record.metadata).decode()))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _family_rows(record: TaskRecord) -> list[tuple[str, str | Text]]:
+    """Sleep, the parent step and the children: where the task sits in the tree."""
+    rows: list[tuple[str, str | Text]] = []
+    if record.wake_at is not None and not record.status.is_terminal:
+        rows.append(("sleeping until", format_time(record.wake_at)))
+    if record.parent is not None:
+        rows.append(("parent", f"{record.parent.task_id} (step {record.parent.step})"))
+    for child in record.children:
+        marker = "  <- step " + str(record.current_step) if child == record.awaiting else ""
+        rows.append(("child", child + marker))
+    return rows
+
+
+def _attempt(heartbeat: Heartbeat | None, last: AnyStatusEvent | None) -> str:
+    attempt = heartbeat.attempt if heartbeat is not None else last.attempt if last else None
+    return "" if attempt is None else f" (attempt {attempt})"
+
+
+def _progress(heartbeat: Heartbeat) -> str:
+    done = "" if heartbeat.progress is None else f"{heartbeat.progress:.0%} "
+    age = (datetime.now(UTC) - heartbeat.time).total_seconds()
+    note = f"{heartbeat.message} " if heartbeat.message else ""
+    return f"{done}{note}(worker {heartbeat.worker_id}, {age:.1f}s ago)"

@@ -1,0 +1,47 @@
+"""Checkpoints and memos in `<prefix>-checkpoints`: written create-only, so the first
+one stored wins and a replay reads it back."""
+
+from __future__ import annotations
+
+from tether.nats.connection import translating
+from tether.nats.kv import Bucket
+from tether.schemas.codec import checkpoint_decoder, encode
+from tether.schemas.names import Names
+from tether.schemas.tasks import Checkpoint
+
+
+@translating
+class Checkpoints:
+    def __init__(self, bucket: Bucket, names: Names) -> None:
+        self._bucket = bucket
+        self._names = names
+
+    async def get(self, task_id: str, step: int, branch: int | None = None) -> Checkpoint | None:
+        found = await self.get_memo(self._names.step_key(task_id, step, branch))
+        return None if found is None else checkpoint_decoder.decode(found)
+
+    async def create(
+        self, task_id: str, step: int, checkpoint: Checkpoint, branch: int | None = None
+    ) -> Checkpoint:
+        """Store `checkpoint` unless one exists; return the one that won."""
+        key = self._names.step_key(task_id, step, branch)
+        data = encode(checkpoint)
+        stored = await self._create_once(key, data)
+        return checkpoint if stored is data else checkpoint_decoder.decode(stored)
+
+    async def get_memo(self, key: str) -> bytes | None:
+        found = await self._bucket.get(key)
+        return None if found is None else found.value
+
+    async def create_memo(self, key: str, value: bytes) -> bytes:
+        """Store a memoized side effect's result create-only; the bytes that won (`value`
+        itself when it was stored)."""
+        return await self._create_once(key, value)
+
+    async def _create_once(self, key: str, value: bytes) -> bytes:
+        while await self._bucket.create(key, value) is None:
+            existing = await self.get_memo(key)
+            if existing is not None:
+                return existing
+            # deleted in between: ours is as good as any, try again
+        return value

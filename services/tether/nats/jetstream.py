@@ -1,0 +1,61 @@
+"""JetStream requests on the hot path: publish with PubAck, API requests, subject lists.
+
+Replies are decoded with msgspec and errors become Tether's (see `seam_error`): a lost
+compare-and-set is a RevisionConflictError, other refusals keep their codes.
+"""
+
+from __future__ import annotations
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.js.errors import NoStreamResponseError
+
+from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
+from tether.nats.requests import Requester
+from tether.schemas.codec import encode
+from tether.schemas.names import Names
+
+PUBLISH_TIMEOUT = 5.0
+Headers = dict[str, str] | None
+
+
+class JetStream:
+    """Publishes and requests of one connection, through one reply subscription."""
+
+    def __init__(self, nc: NatsClient, names: Names) -> None:
+        self.nc = nc
+        self.names = names
+        self._requests = Requester(nc, PUBLISH_TIMEOUT)
+
+    async def start(self) -> None:
+        await self._requests.start()
+
+    async def request(self, subject: str, data: bytes = b"", headers: Headers = None) -> Msg:
+        return await self._requests.request(subject, data, headers)
+
+    async def publish(self, subject: str, data: bytes, headers: Headers = None) -> PubAck:
+        """A JetStream publish that waits for the PubAck."""
+        try:
+            reply = await self._requests.request(subject, data, headers)
+        except NoRespondersError as exc:
+            raise NoStreamResponseError from exc
+        ack = pub_ack_decoder.decode(reply.data)
+        if ack.error is not None:
+            raise ack.error.exception()
+        return ack
+
+    async def subjects(self, stream: str, subjects_filter: str) -> list[str]:
+        """The subjects of a stream's messages, read from its subject list, a page of up
+        to 100,000 per request."""
+        found: list[str] = []
+        while True:
+            body = encode({"subjects_filter": subjects_filter, "offset": len(found)})
+            reply = await self.request(self.names.stream_info_subject(stream), body)
+            info = stream_subjects_decoder.decode(reply.data)
+            if info.error is not None:
+                raise info.error.exception()
+            page = info.state.subjects if info.state and info.state.subjects else {}
+            found.extend(page)
+            if not page or len(found) >= info.total:
+                return found

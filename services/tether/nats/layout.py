@@ -1,0 +1,181 @@
+"""The shape of Tether's installation as plain data: its streams, buckets and their
+settings, and the stamp that says which shape `provision` applied. No I/O here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    ObjectStoreConfig,
+    PersistMode,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from tether.nats.connection import NatsConfig
+from tether.schemas.names import DEFAULT_NAMES, Names
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Retention and replication of Tether's JetStream objects."""
+
+    names: Names = field(default_factory=lambda: DEFAULT_NAMES)
+    replicas: int = 1
+    """3 on a JetStream cluster."""
+    duplicate_window: timedelta = timedelta(minutes=2)
+    """How long a step's `Nats-Msg-Id` is remembered; must outlast a redelivery."""
+    status_max_age: timedelta = timedelta(days=7)
+    status_per_task: int = 10_000
+    dead_letter_max_age: timedelta = timedelta(days=30)
+    heartbeat_ttl: timedelta = timedelta(hours=1)
+    """How long a step's heartbeat key stays after its last write. A held step writes it
+    once (and on progress), so this bounds the longest step that shows one."""
+    index_tasks: bool = True
+    """Keep the status index that makes a filtered list's first page fast (three core
+    publishes per task as its status changes); off, listing reads every record."""
+    tokens_max_age: timedelta = timedelta(hours=1)
+    """How long streamed text stays to follow (or resume) after it was written."""
+    blob_threshold: int = 256 * 1024
+    """Outputs (and submitted inputs) whose JSON is larger go to `tether-blobs`, once,
+    under their content hash, and travel as `{"$blob": "sha256:…", "size": n}`. Below
+    this, carrying a value inline is cheaper than an Object Store put and get."""
+
+    @classmethod
+    def for_config(cls, config: NatsConfig) -> Layout:
+        return cls(names=config.names, replicas=config.replicas)
+
+
+def _seconds(value: timedelta) -> float:
+    return value.total_seconds()
+
+
+LAYOUT_VERSION = 1
+"""The version of the installation's shape (streams, buckets and their settings) this
+Tether provisions; raise it whenever that shape changes. A Tether that finds a higher one
+leaves the installation as it is."""
+STAMP = "tether.layout"
+DIGEST = "tether.layout.digest"
+"""Keys of the work stream's metadata (nats-server 2.10+) with which `provision` stamps an
+installation, last: the layout version, and a digest of every setting it applied."""
+
+
+def stream_configs(layout: Layout) -> list[StreamConfig]:
+    """Every stream but the work stream (see `work_stream_config`)."""
+    names = layout.names
+    streams = [
+        StreamConfig(
+            name=names.submit_stream,
+            subjects=[names.submit_subject],
+            retention=RetentionPolicy.WORK_QUEUE,
+            duplicate_window=_seconds(layout.duplicate_window),
+        ),
+        StreamConfig(
+            name=names.status_stream,
+            subjects=[names.status_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_age=_seconds(layout.status_max_age),
+            max_msgs_per_subject=layout.status_per_task,
+            discard=DiscardPolicy.OLD,
+        ),
+        StreamConfig(
+            name=names.dead_letter_stream,
+            subjects=[names.dead_letter_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_age=_seconds(layout.dead_letter_max_age),
+        ),
+        StreamConfig(
+            name=names.index_stream,
+            subjects=[names.index_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_msgs_per_subject=1,
+            discard=DiscardPolicy.OLD,
+            allow_rollup_hdrs=True,
+            allow_msg_ttl=True,  # a row a task left expires (see `Store.index`)
+        ),
+        StreamConfig(
+            name=names.tokens_stream,
+            subjects=[names.tokens_subjects],
+            retention=RetentionPolicy.LIMITS,
+            max_age=_seconds(layout.tokens_max_age),
+            discard=DiscardPolicy.OLD,
+            # Tokens are a live view of a step whose result is checkpointed anyway:
+            # batching their writes to disk is worth the last second on a server crash.
+            persist_mode=PersistMode.ASYNC,
+        ),
+    ]
+    for config in streams:
+        config.num_replicas = layout.replicas
+        config.storage = StorageType.FILE
+    return streams
+
+
+def work_stream_config(layout: Layout, stamped: bool = True) -> StreamConfig:
+    """The work stream, which carries the installation's stamp (so it is written last)."""
+    names = layout.names
+    config = StreamConfig(
+        name=names.work_stream,
+        subjects=[names.work_subjects, names.timer_subjects],
+        retention=RetentionPolicy.WORK_QUEUE,
+        duplicate_window=_seconds(layout.duplicate_window),
+        allow_msg_schedules=True,  # durable sleep (nats-server 2.12+)
+        num_replicas=layout.replicas,
+        storage=StorageType.FILE,
+    )
+    if stamped:
+        config.metadata = {STAMP: str(LAYOUT_VERSION), DIGEST: layout_digest(layout)}
+    return config
+
+
+def bucket_configs(layout: Layout) -> list[KeyValueConfig]:
+    names = layout.names
+    return [
+        # Direct gets are one request instead of a JSON API call, but on a cluster any
+        # replica may answer them, possibly before it has applied the latest write; the
+        # protocol reads its own writes, so replicated buckets read from the leader.
+        KeyValueConfig(
+            bucket=bucket,
+            history=1,
+            ttl=ttl,
+            replicas=layout.replicas,
+            storage=StorageType.FILE,
+            direct=layout.replicas == 1,
+        )
+        for bucket, ttl in (
+            (names.tasks_bucket, None),
+            (names.checkpoints_bucket, None),
+            (names.tools_bucket, None),
+            (names.heartbeats_bucket, _seconds(layout.heartbeat_ttl)),
+            (names.workers_bucket, None),
+        )
+    ]
+
+
+def layout_digest(layout: Layout) -> str:
+    """A digest of every setting `provision` applies for `layout`, replicas aside (they
+    are compared as they are: a process never lowers them)."""
+    single = replace(layout, replicas=1)
+    configs = [
+        *stream_configs(single),
+        work_stream_config(single, stamped=False),
+        *bucket_configs(single),
+    ]
+    settings = [config.as_dict() for config in configs]
+    settings.append(ObjectStoreConfig(bucket=layout.names.blobs_bucket).as_dict())
+    data = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def expected_streams(names: Names) -> list[str]:
+    """Every stream Tether's installation under `names` has (buckets and store included)."""
+    buckets = [names.tasks_bucket, names.checkpoints_bucket, names.tools_bucket]
+    buckets += [names.heartbeats_bucket, names.workers_bucket]
+    streams = [names.submit_stream, names.work_stream, names.status_stream]
+    streams += [names.dead_letter_stream, names.index_stream, names.tokens_stream]
+    return [*streams, *(names.kv_stream(b) for b in buckets), f"OBJ_{names.blobs_bucket}"]

@@ -1,0 +1,96 @@
+"""Workers in `<prefix>-workers` (their beats and the steps they hold) and the running
+steps' heartbeats in `<prefix>-heartbeats`."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+
+from tether.nats.connection import translating
+from tether.nats.kv import Bucket, Entry
+from tether.schemas.codec import encode
+from tether.schemas.tasks import Heartbeat, WorkerBeat
+
+LIVE_FOR = timedelta(seconds=30)
+"""A worker whose last beat is older is not listed as serving anything."""
+_heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
+_beat_decoder = msgspec.json.Decoder(WorkerBeat)
+
+
+def worker_key(worker_id: str) -> str:
+    """The worker's key in the workers bucket: one token (its steps are under it)."""
+    return re.sub(r"[^A-Za-z0-9_=-]", "_", worker_id)
+
+
+@translating
+class Workers:
+    """Each worker's beat under its key, and each step it holds under `<key>.<msg id>`."""
+
+    def __init__(self, bucket: Bucket) -> None:
+        self._bucket = bucket
+
+    async def announce(self, beat: WorkerBeat) -> None:
+        """The worker's beat: alive, and serving these tools."""
+        await self._bucket.put(worker_key(beat.worker_id), encode(beat))
+
+    async def forget(self, worker_id: str) -> None:
+        await self._bucket.remove(worker_key(worker_id))
+
+    async def entry(self, key: str) -> Entry | None:
+        """A beat or a held step, with its revision."""
+        return await self._bucket.get(key)
+
+    async def put_entry(self, key: str, data: bytes, last: int | None = None) -> int:
+        """Write a beat or a held step (compare-and-set with `last`); its revision."""
+        if last is not None:
+            return await self._bucket.update(key, data, last)
+        return await self._bucket.put(key, data)
+
+    async def remove_entry(self, key: str) -> None:
+        """Delete a beat or a held step with a marker that expires (a plain KV delete
+        would leave one behind for every step ever held)."""
+        await self._bucket.remove(key)
+
+    async def keys(self, match: str = ">") -> list[str]:
+        return await self._bucket.keys(match)
+
+    async def beat_of(self, key: str) -> WorkerBeat | None:
+        found = await self._bucket.get(key)
+        return None if found is None else _beat_decoder.decode(found.value)
+
+    async def list(self) -> list[WorkerBeat]:
+        """Every worker that beat within `LIVE_FOR`, by id."""
+        since = datetime.now(UTC) - LIVE_FOR
+        workers = []
+        for key in sorted(await self._bucket.keys("*")):
+            beat = await self.beat_of(key)
+            if beat is not None and beat.time >= since and beat.claimed_by is None:
+                workers.append(beat)
+        return workers
+
+
+@translating
+class Heartbeats:
+    """The running step's heartbeat per task: who runs it, and its progress."""
+
+    def __init__(self, bucket: Bucket, workers: Workers) -> None:
+        self._bucket = bucket
+        self._workers = workers
+
+    async def put(self, heartbeat: Heartbeat) -> None:
+        what = f"the heartbeat of task {heartbeat.task_id!r}"
+        await self._bucket.put(heartbeat.task_id, encode(heartbeat), what)
+
+    async def get(self, task_id: str) -> Heartbeat | None:
+        """The running step's heartbeat, its `time` the last beat of the worker that
+        holds it (a held step writes its own only once, and on progress)."""
+        found = await self._bucket.get(task_id)
+        if found is None:
+            return None
+        heartbeat = _heartbeat_decoder.decode(found.value)
+        beat = await self._workers.beat_of(worker_key(heartbeat.worker_id))
+        if beat is not None and beat.claimed_by is None and beat.time > heartbeat.time:
+            return msgspec.structs.replace(heartbeat, time=beat.time)
+        return heartbeat
