@@ -2,13 +2,13 @@
 default:
     @just --list
 
-# Run the full suite: unit, integration and the crash tests
+# Run the full suite: unit, integration and the crash tests, one process per core
 test *args:
-    python -m pytest {{args}}
+    python -m pytest --numprocesses auto {{args}}
 
 # Run the suite without the slow crash tests
 test-fast *args:
-    python -m pytest -m "not slow" {{args}}
+    python -m pytest --numprocesses auto -m "not slow" {{args}}
 
 # Lint and type-check
 lint:
