@@ -10,8 +10,9 @@ import uuid
 import msgspec
 
 from tether import Client, NatsConfig, TaskStatus
+from tether.clock import utcnow
 from tether.schemas.tasks import StepSpec, TaskSubmit
-from tether.tasks.rules import new_record, utcnow
+from tether.tasks.rules import new_record
 
 WAITING = 10
 PAGE = 50

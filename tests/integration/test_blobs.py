@@ -17,8 +17,8 @@ from tests.conftest import Raw
 from tether import App, Client, NatsConfig, Parallel, Step, StepContext, Worker
 from tether.errors import BlobNotFoundError
 from tether.nats.feeds import last_event
-from tether.nats.sweep import Sweeper
 from tether.schemas import StepCompleted
+from tether.tasks.sweep import Sweeper
 
 LARGE = 300 * 1024
 blobby = App("blobby")

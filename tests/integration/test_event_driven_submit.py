@@ -11,9 +11,9 @@ import pytest
 from tests.apps.tools import app
 from tests.conftest import Raw
 from tether import Client, InvalidTaskError, NatsConfig, Worker
+from tether.clock import utcnow
 from tether.schemas import Submitted, TaskStatus, ToolInfo
 from tether.tasks.known_tools import FORGET_AFTER
-from tether.tasks.rules import utcnow
 from tether.testing import eventually
 
 

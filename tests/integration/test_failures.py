@@ -12,10 +12,10 @@ import pytest
 from tests.apps.tools import app, read_executions
 from tests.conftest import Raw
 from tether import Client, NatsConfig, TaskFailedError, Worker
+from tether.clock import utcnow
 from tether.schemas import DeadLetter, Failed, StepRetrying, TaskStatus
 from tether.schemas.names import Names
 from tether.schemas.tasks import StepSpec, TaskRecord, WorkMessage
-from tether.tasks.rules import utcnow
 from tether.testing import eventually
 
 

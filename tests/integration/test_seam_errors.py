@@ -13,12 +13,12 @@ import pytest
 from tether import NatsConfig
 from tether.errors import JetStreamError, NatsUnavailableError, RevisionConflictError
 from tether.nats.connection import close, connect
-from tether.nats.custody import Succession
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.nats.workers import worker_key
 from tether.schemas.codec import encode
 from tether.schemas.tasks import HeldStep, WorkerBeat
+from tether.worker.succession import Succession
 
 
 @pytest.fixture

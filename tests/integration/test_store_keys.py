@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tests.conftest import Raw
 from tether import Client
+from tether.clock import utcnow
 from tether.schemas.tasks import TaskRecord, TaskStatus
-from tether.tasks.rules import utcnow
 
 
 def _record(task_id: str) -> TaskRecord:

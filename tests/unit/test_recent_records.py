@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from tether.clock import utcnow
 from tether.nats.recent import RecentRecords, Versioned
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
-from tether.tasks.rules import utcnow
 
 
 def versioned(step: int = 1, status: TaskStatus = TaskStatus.RUNNING) -> Versioned:

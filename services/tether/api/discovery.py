@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from faststream.nats import NatsBroker
 
-from tether.tasks.rules import utcnow
+from tether.clock import utcnow
 
 NAME = "tether-api"
 VERSION = "0.1.0"

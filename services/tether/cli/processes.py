@@ -91,6 +91,30 @@ async def _until_stopped_or_lost(stopping: asyncio.Event, services: list[Service
     return result if isinstance(result, str) else None
 
 
+# A worker's liveness (see `tether.worker.Liveness`): today's values are the defaults.
+BeatEvery = Annotated[
+    float, typer.Option(envvar="TETHER_BEAT_EVERY", metavar="S", help="Seconds between beats.")
+]
+DeadAfter = Annotated[
+    float,
+    typer.Option(
+        envvar="TETHER_DEAD_AFTER", metavar="S", help="Silence before a worker is taken for dead."
+    ),
+]
+LookEvery = Annotated[
+    float,
+    typer.Option(
+        envvar="TETHER_LOOK_EVERY", metavar="S", help="Seconds between looks for lost cancels."
+    ),
+]
+AckWaitFactor = Annotated[
+    float,
+    typer.Option(
+        envvar="TETHER_ACK_WAIT_FACTOR", metavar="X", help="Heartbeats a step waits for its worker."
+    ),
+]
+
+
 def worker(
     apps: Annotated[
         list[str], typer.Argument(metavar="MODULE:ATTR...", help="Apps to serve, as MODULE:ATTR.")
@@ -102,17 +126,24 @@ def worker(
     ] = 32,
     replicas: ReplicasOption = 1,
     metrics_port: MetricsPortOption = None,
+    beat_every: BeatEvery = 0.5,
+    dead_after: DeadAfter = 2.0,
+    look_every: LookEvery = 30.0,
+    ack_wait_factor: AckWaitFactor = 2.5,
 ) -> None:
     """Serve the tools of one or more apps."""
-    from tether.worker import Worker
+    from tether.worker import Liveness, Worker
 
     try:
         loaded = [load_app(spec) for spec in apps]
-    except AppLoadError as exc:
+        liveness = Liveness(beat_every, dead_after, look_every, ack_wait_factor)
+    except (AppLoadError, ValueError) as exc:
         fail(str(exc))
     config = nats_config(nats, prefix, "tether-worker", replicas)
     metrics = metrics_on(metrics_port)
-    serve(Worker(loaded, config, concurrency=concurrency, metrics=metrics), name=config.name)
+    serving = Worker(loaded, config, concurrency=concurrency, metrics=metrics, liveness=liveness)
+    serve(serving, name=config.name)
+
 
 
 def dispatcher(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from tether import tracing
+from tether.clock import utcnow
 from tether.errors import InvalidTaskError, MessageTooLargeError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
@@ -23,7 +24,6 @@ from tether.service import Service
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools, waiting_note
 from tether.tasks.plans import task_id_of, validate_submit
-from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
 
 if TYPE_CHECKING:

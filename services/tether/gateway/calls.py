@@ -16,6 +16,7 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from pydantic import ValidationError
 
+from tether.clock import utcnow
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
 from tether.gateway.callers import caller_of
@@ -40,7 +41,6 @@ from tether.gateway.tasks import (
 from tether.gateway.tools import RUN_PLAN, mcp_tool, run_plan_tool
 from tether.schemas.tasks import TaskRecord, TaskStatus
 from tether.tasks.known_tools import live_tools, served
-from tether.tasks.rules import utcnow
 
 Context = ServerRequestContext[Any, Any]
 

@@ -11,7 +11,7 @@ import base64
 import contextlib
 import hashlib
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -21,12 +21,17 @@ from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
 from tether.nats.connection import translating
-from tether.tasks.retention import BLOB_GRACE
 
 log = logging.getLogger("tether.nats")
 REF_KEY = "$blob"
 PREFIX = "sha256:"
 OBJECT_PREFIX = "sha256-"
+
+BLOB_GRACE = timedelta(hours=1)
+"""A blob younger than this is never removed (see `tether.tasks.retention`). A writer
+that finds a blob older than half of it stores it again (`Blobs.by_reference`), so a
+reference written now always points at a blob the sweep leaves alone for at least half
+the grace."""
 
 
 def is_ref(value: Any) -> bool:

@@ -3,7 +3,7 @@
 Every JetStream verb on a work or submit message is called here, and nowhere else:
 done → `+ACK`, retry → `-NAK` with a delay, give up → `+TERM`, extend → `+WPI`. A
 delivery handed to its worker's custody (`hold`) is acknowledged at once and settled
-through the custody instead (see `tether.nats.custody`).
+through the custody instead (see `tether.worker.custody`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from typing import Protocol
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import Header
 
-PRIOR_ATTEMPTS = "Tether-Prior-Attempts"
-"""On a step published again: the attempts earlier messages of this step made."""
+from tether.nats.headers import MSG_ID, PRIOR_ATTEMPTS
 
 
 class Keeper(Protocol):
-    """Where a held delivery lives (`tether.nats.custody.Custody`)."""
+    """Where a held delivery lives: the worker's `tether.worker.custody.Custody` (the
+    seam names only what it needs of it)."""
 
     async def hold(self, delivery: Delivery) -> str: ...
     async def release(self, key: str) -> None: ...
@@ -42,7 +41,7 @@ class Delivery:
         self._settled = False
         headers = msg.headers or {}
         self._prior = int(headers.get(PRIOR_ATTEMPTS) or 0)
-        self.msg_id: str = headers.get(Header.MSG_ID.value) or f"s{self.stream_sequence}"
+        self.msg_id: str = headers.get(MSG_ID) or f"s{self.stream_sequence}"
         self.ack_subject: str | None = msg.reply or None
 
     @property

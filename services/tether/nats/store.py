@@ -106,7 +106,7 @@ class Store:
         store = cls(nc, js, names, jetstream)
         store.records = Records(jetstream, await bucket(names.tasks_bucket), layout.index_tasks)
         store.checkpoints = Checkpoints(await bucket(names.checkpoints_bucket), names)
-        store.workers = Workers(await bucket(names.workers_bucket))
+        store.workers = Workers(await bucket(names.workers_bucket), nc)
         store.heartbeats = Heartbeats(await bucket(names.heartbeats_bucket), store.workers)
         store.tools = Tools(await bucket(names.tools_bucket), names, js)
         blobs = names.blobs_bucket

@@ -3,11 +3,17 @@ steps' heartbeats in `<prefix>-heartbeats`."""
 
 from __future__ import annotations
 
+import contextlib
 import re
-from datetime import UTC, datetime, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 import msgspec
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 
+from tether.clock import utcnow
+from tether.nats import headers
 from tether.nats.connection import translating
 from tether.nats.kv import Bucket, Entry
 from tether.schemas.codec import encode
@@ -28,8 +34,27 @@ def worker_key(worker_id: str) -> str:
 class Workers:
     """Each worker's beat under its key, and each step it holds under `<key>.<msg id>`."""
 
-    def __init__(self, bucket: Bucket) -> None:
+    def __init__(self, bucket: Bucket, nc: NatsClient) -> None:
         self._bucket = bucket
+        self._nc = nc
+
+    async def follow(self, heard: Callable[[str, bool], None]) -> Callable[[], Awaitable[None]]:
+        """Hear every worker's beat, and its removal (`heard(key, gone)`), as it is written:
+        a KV put is a plain message on the key's subject, so this costs no consumer.
+        Returns the stop."""
+        subject = self._bucket.subject("")
+
+        async def received(msg: Msg) -> None:
+            gone = (msg.headers or {}).get(headers.KV_OPERATION) in ("DEL", "PURGE")
+            heard(msg.subject[len(subject) :], gone)
+
+        subscription = await self._nc.subscribe(subject + "*", cb=received)
+
+        async def stop() -> None:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+        return stop
 
     async def announce(self, beat: WorkerBeat) -> None:
         """The worker's beat: alive, and serving these tools."""
@@ -62,7 +87,7 @@ class Workers:
 
     async def list(self) -> list[WorkerBeat]:
         """Every worker that beat within `LIVE_FOR`, by id."""
-        since = datetime.now(UTC) - LIVE_FOR
+        since = utcnow() - LIVE_FOR
         workers = []
         for key in sorted(await self._bucket.keys("*")):
             beat = await self.beat_of(key)

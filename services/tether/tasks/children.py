@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from tether.clock import utcnow
 from tether.errors import TaskConflictError, TaskExistsError, TaskNotFoundError
 from tether.nats.recent import Versioned
 from tether.schemas.events import Failed
@@ -14,7 +15,6 @@ from tether.schemas.tasks import Checkpoint, ErrorInfo, ParentStep, StepSpec, Ta
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import validate_steps
-from tether.tasks.rules import utcnow
 
 if TYPE_CHECKING:
     from tether.tasks.service import TaskService

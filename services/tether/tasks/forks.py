@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from tether.clock import utcnow
 from tether.errors import TaskConflictError, TaskExistsError
 from tether.schemas.events import Submitted
 from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord
 from tether.tasks import rules
-from tether.tasks.rules import utcnow
 
 if TYPE_CHECKING:
     from tether.tasks.service import TaskService

@@ -6,11 +6,11 @@ import time
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
+from tether.clock import utcnow
 from tether.errors import InvalidTaskError
 from tether.nats.store import Store
 from tether.schemas.tasks import StepSpec, ToolInfo
 from tether.tasks import plans
-from tether.tasks.rules import utcnow
 
 KNOWN_TOOL_TTL = 30.0
 FORGET_AFTER = timedelta(days=1)

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether.clock import utcnow
 from tether.errors import MessageTooLargeError
 from tether.nats.recent import Versioned
 from tether.schemas.events import StepCompleted
 from tether.schemas.tasks import Checkpoint, ErrorInfo, TaskRecord, TaskStatus
 from tether.tasks import rules
-from tether.tasks.rules import event_output, utcnow
+from tether.tasks.rules import event_output
 
 if TYPE_CHECKING:
     from tether.tasks.service import TaskService

@@ -12,14 +12,11 @@ import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from tether.nats.blobs import BLOB_GRACE as BLOB_GRACE  # the blob store's rule
 from tether.schemas.tasks import TaskRecord
 
 DEFAULT_RETENTION = timedelta(days=7)
 """As long as the status stream keeps a task's events."""
-BLOB_GRACE = timedelta(hours=1)
-"""A blob younger than this is never removed. A writer that finds a blob older than
-half of it stores it again (`Blobs.by_reference`), so a reference written now always
-points at a blob the sweep will leave alone for at least half the grace."""
 
 _REF = re.compile(rb'"\$blob":\s*"sha256:([0-9a-f]{64})"')
 

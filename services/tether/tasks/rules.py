@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -34,10 +34,6 @@ from tether.schemas.tasks import (
 )
 
 EVENT_OUTPUT_LIMIT = 4096
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def event_output(output: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from tether.clock import utcnow
 from tether.errors import (
     TaskConflictError,
 )
@@ -52,7 +53,7 @@ from tether.tasks.children import ChildTasks
 from tether.tasks.conformance import check_answer
 from tether.tasks.forks import Forks
 from tether.tasks.parallel import ParallelSteps
-from tether.tasks.rules import event_output, utcnow
+from tether.tasks.rules import event_output
 
 DEAD_LETTER_DATA_LIMIT = 64 * 1024
 Change = Callable[[TaskRecord], TaskRecord | None]

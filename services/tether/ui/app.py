@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -19,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from tether.client import Client
+from tether.clock import utcnow
 from tether.errors import BlobNotFoundError, TaskConflictError, TetherError
 from tether.nats.blobs import is_ref
 from tether.nats.feeds import dead_letters, task_history
@@ -70,7 +70,7 @@ class Pages:
     def _page(
         self, request: Request, name: str, status_code: int = 200, **context: Any
     ) -> Response:
-        context.setdefault("now", datetime.now(UTC))
+        context.setdefault("now", utcnow())
         return self._templates.TemplateResponse(request, name, context, status_code=status_code)
 
     async def _counts(self) -> dict[str, int]:
@@ -226,7 +226,7 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
     heartbeat = None
     if record.status is TaskStatus.RUNNING:
         heartbeat = await client.store.heartbeats.get(record.task_id)
-    now = datetime.now(UTC)
+    now = utcnow()
     return {
         "record": record,
         "timeline": views.timeline(events, now, plan),

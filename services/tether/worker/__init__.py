@@ -2,6 +2,7 @@
 
 from tether.worker.app import App, Tool
 from tether.worker.context import StepContext
+from tether.worker.liveness import Liveness
 from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 from tether.worker.worker import Worker
@@ -9,6 +10,7 @@ from tether.worker.worker import Worker
 __all__ = [
     "App",
     "Child",
+    "Liveness",
     "NeedsInput",
     "NextSteps",
     "RetryPolicy",

@@ -48,12 +48,6 @@ class Tool:
     agent: bool = False
     """The tool runs an agent's turns (`App.agent`)."""
 
-    @property
-    def ack_wait(self) -> timedelta:
-        """How long a step's message waits for its worker before another takes it: the
-        recovery time of a step a crash cut short before it was held."""
-        return self.heartbeat * 2.5
-
     def input_schema(self) -> dict[str, Any]:
         if self.schema is not None:
             return self.schema

@@ -9,12 +9,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from tether.clock import utcnow
 from tether.nats.store import Store
 from tether.nats.tokens import TokenWriter
 from tether.schemas.codec import encode
 from tether.schemas.ids import validate_tool_name
 from tether.schemas.tasks import Checkpoint, Heartbeat, TaskRecord, ToolInfo, Usage
-from tether.tasks.rules import utcnow
 
 T = TypeVar("T")
 

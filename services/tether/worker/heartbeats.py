@@ -10,10 +10,10 @@ from datetime import timedelta
 from types import TracebackType
 
 from tether.nats.cancellation import raise_if_cancelled
-from tether.nats.custody import Custody
 from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.worker.context import StepContext
+from tether.worker.custody import Custody
 
 log = logging.getLogger("tether.worker")
 
@@ -22,7 +22,7 @@ class StepHeartbeat:
     """From receipt to settlement, keep the message without costing a message a second.
 
     Half an `interval` in, a step that is still running goes into its worker's custody
-    (`custody`, see `tether.nats.custody`): its message is acknowledged and the worker's
+    (`custody`, see `tether.worker.custody`): its message is acknowledged and the worker's
     own beat keeps it from then on. A tool with a global concurrency limit keeps its
     message instead (an acknowledged step would not count against the limit), and so does
     any step while custody fails: those `extend()` every `interval`. The step's

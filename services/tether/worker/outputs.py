@@ -6,11 +6,11 @@ from typing import Any
 
 import msgspec
 
+from tether.clock import utcnow
 from tether.errors import InvalidTaskError
 from tether.schemas.codec import encode
 from tether.schemas.tasks import Checkpoint, ErrorInfo
 from tether.tasks.plans import validate_steps
-from tether.tasks.rules import utcnow
 from tether.worker.results import NextSteps, Sleep
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from tether.clock import utcnow
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.tasks import WorkMessage
 from tether.tasks import rules
-from tether.tasks.rules import utcnow
 
 START_DELAY = 0.1
 

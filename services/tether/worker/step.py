@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from tether.clock import utcnow
 from tether.errors import (
     BlobNotFoundError,
     InvalidTaskError,
@@ -26,7 +27,6 @@ from tether.errors import (
     NatsUnavailableError,
     TaskExistsError,
 )
-from tether.nats.custody import Custody
 from tether.nats.delivery import Delivery
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
@@ -43,12 +43,12 @@ from tether.schemas.tasks import (
     WorkMessage,
 )
 from tether.tasks import rules
-from tether.tasks.rules import utcnow
 from tether.tasks.service import TaskService
 from tether.worker import decisions
 from tether.worker.app import Tool
 from tether.worker.attempts import Attempt, AttemptObserver, Outcome
 from tether.worker.context import StepContext
+from tether.worker.custody import Custody
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.outputs import UnstorableResult, checkpoint_of

@@ -13,20 +13,22 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from tether.clock import utcnow
 from tether.errors import NatsUnavailableError
 from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.consumers import ConsumerOptions
-from tether.nats.custody import BEAT_EVERY, Custody, Succession
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.nats.workers import worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
-from tether.tasks.rules import utcnow
 from tether.worker.app import App, Tool
+from tether.worker.custody import Custody
+from tether.worker.liveness import Liveness
 from tether.worker.step import StepRunner
+from tether.worker.succession import Succession
 
 if TYPE_CHECKING:
     from tether.metrics import Metrics
@@ -44,9 +46,6 @@ and not yet held (a held step is acknowledged), across every worker."""
 START_AHEAD = 256
 """Messages a worker takes before their tools run: more would wait in this process while
 their ack wait runs out (a burst of 10,000 steps is taken a few hundred at a time)."""
-LOOK_EVERY = 30.0
-"""Seconds between looks at the records of the tasks whose steps run here, for a
-cancellation whose notice this process missed (one read per task)."""
 
 
 async def _take(semaphore: asyncio.Semaphore, most: int) -> int:
@@ -87,6 +86,7 @@ class Worker(Service):
         worker_id: str | None = None,
         shutdown_grace: timedelta = timedelta(seconds=10),
         metrics: Metrics | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.tools: dict[str, Tool] = {}
         for app in [apps] if isinstance(apps, App) else apps:
@@ -102,6 +102,7 @@ class Worker(Service):
         self.worker_id = worker_id or default_worker_id()
         self.shutdown_grace = shutdown_grace
         self.metrics = metrics
+        self.liveness = liveness or Liveness()
         self._nc: Connection | None = None
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -132,7 +133,7 @@ class Worker(Service):
         self._started_at = utcnow()
         with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
             await self._beat(store)  # alive before it holds anything
-        self._succession = Succession(store, key)
+        self._succession = Succession(store, key, self.liveness)
         await self._succession.start()
         self._beating = asyncio.create_task(self._beats(store))
         self._loops.append(asyncio.create_task(self._report(consumers)))
@@ -141,7 +142,8 @@ class Worker(Service):
 
     async def _register(self, store: Store, tool: Tool) -> Consumer:
         options = ConsumerOptions(
-            ack_wait=tool.ack_wait, max_ack_pending=tool.max_concurrency or UNLIMITED_IN_FLIGHT
+            ack_wait=self.liveness.ack_wait(tool.heartbeat),
+            max_ack_pending=tool.max_concurrency or UNLIMITED_IN_FLIGHT,
         )
         consumer = await store.tool_consumer(tool.name, options)
         await store.tools.register(
@@ -186,7 +188,7 @@ class Worker(Service):
             except Exception as exc:  # NATS away: the next beat tries again
                 log.debug("no worker beat: %s", exc)
             raise_if_cancelled()
-            await asyncio.sleep(BEAT_EVERY)
+            await asyncio.sleep(self.liveness.beat_every)
 
     async def _report(self, consumers: dict[str, Consumer]) -> None:
         """With metrics on, each tool's queue and unacknowledged steps."""
@@ -202,7 +204,7 @@ class Worker(Service):
     async def _look(self, runner: StepRunner) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), LOOK_EVERY)
+                await asyncio.wait_for(self._stopping.wait(), self.liveness.look_every)
             try:
                 await runner.stop_ended()
             except Exception as exc:  # NATS away: the next round tries again

@@ -1,0 +1,40 @@
+"""How a worker proves it is alive, and how soon the others act on its silence: one
+value a large fleet can tune (`tether worker --beat-every ...`, `TETHER_BEAT_EVERY`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class Liveness:
+    beat_every: float = 0.5
+    """Seconds between a worker's beats: its liveness, and so that of every step it
+    holds (one KV put per beat, whatever it holds). A fleet of thousands of workers may
+    beat less often, at the cost of a slower takeover."""
+    dead_after: float = 2.0
+    """Seconds of silence after which a survivor hands a worker's held steps on. A worker
+    whose event loop is blocked this long (a tool calling blocking code) is taken for
+    dead: its held steps run again elsewhere, at least once as always."""
+    look_every: float = 30.0
+    """Seconds between looks at the records of the tasks whose steps run here, for a
+    cancellation whose notice this worker missed (one read per task)."""
+    ack_wait_factor: float = 2.5
+    """A step's message waits this many heartbeats for its worker before another takes
+    it: the recovery time of a step a crash cut short before it was held."""
+
+    def ack_wait(self, heartbeat: timedelta) -> timedelta:
+        """How long a step's message waits for its worker before another takes it: the
+        recovery time of a step a crash cut short before it was held."""
+        return heartbeat * self.ack_wait_factor
+
+    def __post_init__(self) -> None:
+        if not 0 < self.beat_every < self.dead_after:
+            raise ValueError(
+                f"beat_every ({self.beat_every}s) must be above 0 and below dead_after "
+                f"({self.dead_after}s): a worker that beats less often than others wait "
+                "for it is taken for dead"
+            )
+        if self.look_every <= 0 or self.ack_wait_factor <= 1:
+            raise ValueError("look_every must be above 0 and ack_wait_factor above 1")
