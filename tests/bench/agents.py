@@ -163,7 +163,7 @@ class AgentWorker:
 
 
 async def _registered(client: Client) -> bool:
-    return await client.store.tools.get("long_agent") is not None
+    return await client._store.tools.get("long_agent") is not None
 
 
 async def measure(url: str, runs: int) -> tuple[list[dict[str, float]], list[dict[str, float]]]:

@@ -27,11 +27,11 @@ async def fill(client: Client, tasks: int) -> None:
         record = new_record(TaskSubmit(task_id=f"w9-{run}-{n}", steps=steps), utcnow())
         if n % (tasks // WAITING) == 0:
             record = msgspec.structs.replace(record, status=TaskStatus.WAITING)
-        await client.store.records.create(record)
+        await client._store.records.create(record)
 
     for start in range(0, tasks, 500):
         await asyncio.gather(*(create(n) for n in range(start, min(start + 500, tasks))))
-    await client.store.nc.flush()
+    await client._store.nc.flush()
 
 
 async def measure(url: str, tasks: int) -> dict[str, float]:

@@ -99,7 +99,7 @@ async def _some(items: list[Any], count: int) -> bool:
 
 
 async def _registered(client: Client) -> bool:
-    return await client.store.tools.get("researcher") is not None
+    return await client._store.tools.get("researcher") is not None
 
 
 def _watch(config: NatsConfig, task_id: str, out: Path) -> subprocess.Popen[bytes]:

@@ -60,8 +60,8 @@ async def test_a_held_step_is_off_the_consumers_books_and_its_entry_goes_with_it
         handle = await client.submit([{"tool": "waits"}])
 
         async def is_held() -> None:
-            assert await held_entries(client.store) == [f"holder.{handle.task_id}.0"]
-            backlog = await client.store.tools.backlog("waits")
+            assert await held_entries(client._store) == [f"holder.{handle.task_id}.0"]
+            backlog = await client._store.tools.backlog("waits")
             assert backlog is not None and backlog[:2] == (0, 0), backlog  # acked
 
         await eventually(is_held, timeout=10)
@@ -69,7 +69,7 @@ async def test_a_held_step_is_off_the_consumers_books_and_its_entry_goes_with_it
         assert (await handle.wait(timeout=10)) == 1
 
         async def released() -> None:
-            assert await held_entries(client.store) == []
+            assert await held_entries(client._store) == []
 
         await eventually(released, timeout=10)
 
@@ -82,7 +82,7 @@ async def test_a_held_step_that_fails_is_retried_with_its_attempts_counted(
         assert (await handle.wait(timeout=20)) == 2
     starts = [e.attempt async for e in handle.events(timeout=5) if isinstance(e, StepStarted)]
     assert starts == [1, 2]
-    assert await held_entries(client.store) == []
+    assert await held_entries(client._store) == []
 
 
 async def test_a_held_step_whose_handling_fails_runs_again_rather_than_waiting_for_ever(
@@ -112,7 +112,7 @@ async def test_a_held_step_whose_handling_fails_runs_again_rather_than_waiting_f
     ]
     assert starts == [1, 2] and not failures  # step 0 ran again after the failure
     assert await handle.output(0) == 2
-    assert await held_entries(client.store) == []
+    assert await held_entries(client._store) == []
 
 
 @pytest.mark.slow
@@ -129,8 +129,8 @@ async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
     handles = [await client.submit(plan) for plan in plans]
 
     async def all_held() -> None:
-        assert len(await held_entries(client.store)) == len(handles)
-        backlog = await client.store.tools.backlog("slow")
+        assert len(await held_entries(client._store)) == len(handles)
+        backlog = await client._store.tools.backlog("slow")
         assert backlog is not None and backlog[1] == 0, backlog  # nothing left to redeliver
 
     await eventually(all_held, timeout=20)
@@ -154,12 +154,12 @@ async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
         ]
         assert starts == [1, 2]
         assert (await handle.get()).status is TaskStatus.COMPLETED
-    assert await held_entries(client.store) == []
-    assert [w.worker_id for w in await client.store.workers.list()] == []
+    assert await held_entries(client._store) == []
+    assert [w.worker_id for w in await client._store.workers.list()] == []
 
 
 async def _workers(client: Client, n: int) -> Any:
-    workers = await client.store.workers.list()
+    workers = await client._store.workers.list()
     assert len(workers) == n, workers
 
 

@@ -50,7 +50,7 @@ async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
     )
     worker.send_signal(signal.SIGKILL)
     worker.wait(10)
-    done_at_kill = await stored_steps(client.store)
+    done_at_kill = await stored_steps(client._store)
     started_at_kill = set(read_executions(executions))
 
     replacement = start_worker(config, APP, log=tmp_path / "worker-2.log", concurrency=20)
@@ -108,4 +108,4 @@ async def test_restart_of_nats_server_loses_nothing(
 
 
 async def _registered(client: Client) -> bool:
-    return await client.store.tools.get("slow") is not None
+    return await client._store.tools.get("slow") is not None

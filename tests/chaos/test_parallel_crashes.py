@@ -25,7 +25,7 @@ def plan() -> list[Step]:
 async def checkpointed_branches(client: Client, task_id: str) -> set[int]:
     found = set()
     for branch in range(len(SLEEPS)):
-        if await client.store.checkpoints.get(task_id, 1, branch) is not None:
+        if await client._store.checkpoints.get(task_id, 1, branch) is not None:
             found.add(branch)
     return found
 

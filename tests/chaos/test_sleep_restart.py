@@ -63,7 +63,7 @@ async def test_sleepers_wake_on_time_after_the_server_and_the_workers_restart(
 
 
 async def _registered(client: Client) -> bool:
-    return await client.store.tools.get("naps") is not None
+    return await client._store.tools.get("naps") is not None
 
 
 async def _all_asleep(client: Client, task_ids: list[str]) -> bool:

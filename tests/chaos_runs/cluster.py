@@ -103,7 +103,7 @@ async def submit_all(run: Run) -> None:
 async def wait_done(run: Run, share: float) -> int:
     """Wait until `share` of the tasks completed, restarting any role that died."""
     return await tasks.wait_finished(
-        run.client.store,
+        run.client._store,
         run.task_ids,
         [TaskStatus.COMPLETED],
         share,
@@ -114,10 +114,10 @@ async def wait_done(run: Run, share: float) -> int:
 
 async def work_leader(run: Run) -> tuple[str, dict[str, str]]:
     """The node leading the work stream, and the leader of every stream."""
-    names = run.client.store.names
+    names = run.client._store.names
     while True:
         found = await tasks.retrying(
-            lambda: leaders(run.client.store.js, expected_streams(names)), "leaders"
+            lambda: leaders(run.client._store.js, expected_streams(names)), "leaders"
         )
         if found[names.work_stream]:
             return found[names.work_stream], found
@@ -197,7 +197,7 @@ class Outcome:
 
 
 async def outcome(run: Run) -> Outcome:
-    store = run.client.store
+    store = run.client._store
     records = await tasks.read_records(store, run.task_ids)
     ran = executions.read(run.executions)
     stored = await tasks.stored_at(store, [r for r in records.values() if r is not None])

@@ -31,7 +31,7 @@ async def registered(client: Client, timeout: float = 60.0) -> None:
     """Return once a worker has registered every tool of the app."""
 
     async def all_there() -> bool:
-        return all([await client.store.tools.get(name) for name in app.tools])
+        return all([await client._store.tools.get(name) for name in app.tools])
 
     deadline = time.monotonic() + timeout
     while not await retrying(all_there, "read the tools"):

@@ -171,7 +171,7 @@ async def soak(run: Run) -> None:
 
 async def _all_ended(run: Run) -> None:
     await tasks.wait_finished(
-        run.client.store,
+        run.client._store,
         list(run.kinds),
         TERMINAL,
         stuck_after=run.options.stuck_after,
@@ -190,7 +190,7 @@ class Outcome:
 
 
 async def outcome(run: Run) -> Outcome:
-    store = run.client.store
+    store = run.client._store
     records = await tasks.read_records(store, run.kinds)
     wrong = {}
     for task_id, kind in run.kinds.items():
@@ -357,9 +357,9 @@ async def main(options: Options, base: Path) -> int:
             say(f"1 dispatcher and {options.workers} workers up; logs in {base}")
             run = Run(options, base, servers, roles, client, random.Random(options.seed))
             run.workers_started = options.workers
-            start = await tasks.retrying(lambda: snapshot(client.store), "streams")
+            start = await tasks.retrying(lambda: snapshot(client._store), "streams")
             await soak(run)
-            end = await tasks.retrying(lambda: snapshot(client.store), "streams")
+            end = await tasks.retrying(lambda: snapshot(client._store), "streams")
             return report(run, await outcome(run), start, end)
 
 

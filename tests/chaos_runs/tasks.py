@@ -77,7 +77,7 @@ async def wait_status(
     """The task's record once `wanted(record)`; TimeoutError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = await retrying(lambda: client.store.records.get(task_id), f"get {task_id}")
+        found = await retrying(lambda: client._store.records.get(task_id), f"get {task_id}")
         if found is not None and wanted(found.record):
             return found.record
         await asyncio.sleep(0.25)

@@ -267,12 +267,12 @@ async def test_gc_removes_finished_tasks_and_never_a_running_one(
     dry = await tether(config, "gc", "--older-than", "0", "--dry-run", "--json")
     assert dry.code == 0, dry
     assert dry.json()["tasks"] == ["gc-done"] and dry.json()["dry_run"] is True
-    assert await client.store.records.get("gc-done") is not None
+    assert await client._store.records.get("gc-done") is not None
 
     swept = await tether(config, "gc", "--older-than", "0")
     assert swept.code == 0, swept
     assert swept.out.splitlines()[0] == "removed 1 task(s) finished over 0:00:00 ago (1 kept)"
-    assert await client.store.records.get("gc-done") is None
+    assert await client._store.records.get("gc-done") is None
     assert (await slow.get()).status is TaskStatus.RUNNING
     await slow.cancel()
 

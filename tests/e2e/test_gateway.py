@@ -164,7 +164,7 @@ def _start_gateway(
 
 async def _tools_registered(config: NatsConfig) -> bool:
     async with Client(config) as client:
-        return await client.store.tools.get("asks") is not None
+        return await client._store.tools.get("asks") is not None
 
 
 # -- clients -------------------------------------------------------------------------------
@@ -729,7 +729,10 @@ async def test_a_callers_tasks_are_hidden_from_another_caller(guarded: str) -> N
                 await bob.call(method, {"taskId": task_id})
         listed = await bob.call("tasks/list", {})
         assert task_id not in [task["taskId"] for task in listed["tasks"]]
+        with pytest.raises(RpcError, match="invalid cursor"):  # nor learns it exists
+            await bob.call("tasks/list", {"cursor": task_id})
         mine = await alice.call("tasks/list", {})
         assert task_id in [task["taskId"] for task in mine["tasks"]]
+        assert "nextCursor" not in mine
         assert (await alice.call("tasks/get", {"taskId": task_id}))["status"] == "working"
         await alice.call("tasks/cancel", {"taskId": task_id})  # its owner may

@@ -79,7 +79,7 @@ async def test_parallel_tool_calls_fan_in_to_the_next_turn_and_the_answer_is_the
     assert record.usage is not None
     assert (record.usage.input_tokens, record.usage.output_tokens) == (280, 29)
     assert (record.usage.cached_tokens, record.usage.requests) == (40, 2)
-    group = await client.store.checkpoints.get(handle.task_id, 1)
+    group = await client._store.checkpoints.get(handle.task_id, 1)
     assert group is not None and group.output == [
         ["durable agents: result 1", "durable agents: result 2"],
         ["NATS JetStream: result 1", "NATS JetStream: result 2"],
@@ -156,9 +156,9 @@ async def test_a_string_tool_gets_its_input_unwrapped_and_an_unknown_tool_is_tol
     _, handle = await _ask(client, model, [calls, ANSWER])
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
-    group = await client.store.checkpoints.get(handle.task_id, 1)
+    group = await client._store.checkpoints.get(handle.task_id, 1)
     assert group is not None and group.output == ["QUIET"]  # one branch: teleport never ran
-    turn = await client.store.checkpoints.get(handle.task_id, 0)
+    turn = await client._store.checkpoints.get(handle.task_id, 0)
     assert turn is not None and "no tool named 'teleport'" in turn.output["results"]["call_0_1"]
 
 
@@ -176,7 +176,7 @@ async def test_a_denied_call_is_not_run_and_the_model_is_told_why(
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
     assert "send_email" not in executions.read_text()
-    turn = await client.store.checkpoints.get(handle.task_id, 2)
+    turn = await client._store.checkpoints.get(handle.task_id, 2)
     assert turn is not None and turn.output["results"] == {
         "call_0_0": "The user denied this tool call: not today"
     }
@@ -193,7 +193,7 @@ async def test_an_approved_call_runs_once(
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
     assert executions.read_text().count("send_email") == 1
-    group = await client.store.checkpoints.get(handle.task_id, 3)
+    group = await client._store.checkpoints.get(handle.task_id, 3)
     assert group is not None and group.output == ["sent to team@example.com"]
 
 

@@ -222,7 +222,7 @@ async def test_result_without_timeout_on_a_running_task_then_cancel_it(
     assert cancelled.task_id == "slow" and cancelled.status is TaskStatus.CANCELLED
     outcome = await calls.ok("result", {"task_id": "slow"}, ResultReply)
     assert outcome.status is TaskStatus.CANCELLED and outcome.result is None
-    names = client.store.names
+    names = client._store.names
 
     async def let_go() -> None:
         info = await raw.js.consumer_info(names.work_stream, names.tool_consumer("slow"))
@@ -430,7 +430,7 @@ async def test_invalid_requests_get_invalid_with_a_message_naming_the_problem(
             assert code == "invalid", (verb, _short(body), code, message)
             assert expected in message, (verb, _short(body), message)
 
-    info = await raw.js.stream_info(client.store.names.submit_stream)
+    info = await raw.js.stream_info(client._store.names.submit_stream)
     assert info.state.last_seq == 0, "an invalid submit must not be published"
     assert await client.list() == []
     await valid_task_completes(calls)
@@ -563,7 +563,7 @@ async def test_cancel_racing_completion_leaves_each_task_in_one_consistent_end(
 
     # Every task ends (none is stuck), whatever its cancel reply said.
     ends = {task_id: (await calls.outcome(task_id)).status.value for task_id in ids}
-    names = client.store.names
+    names = client._store.names
     await eventually(lambda: drained(raw, names.submit_stream))
     await eventually(lambda: drained(raw, names.work_stream))
 

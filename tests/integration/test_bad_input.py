@@ -244,7 +244,7 @@ BAD_SUBMISSIONS = [
 async def test_bad_submissions_get_clear_errors_and_the_dispatcher_keeps_serving(
     client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for bad in BAD_SUBMISSIONS:
             await publish_submit(raw, names, bad.data)
@@ -272,7 +272,7 @@ async def test_bad_submissions_get_clear_errors_and_the_dispatcher_keeps_serving
 async def test_bad_resubmit_never_fails_an_existing_task(
     client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     await valid_task_completes(client, "existing")
     before = await client.get("existing")
     data = submission(task_id="existing", steps="not a plan")
@@ -294,7 +294,7 @@ async def test_a_step_retry_override_out_of_range_fails_the_task_clearly(
         task_id="no-attempts", steps=[{"tool": "fast", "input": {}, "retry": {"max_attempts": 0}}]
     )
 
-    await publish_submit(raw, client.store.names, data)
+    await publish_submit(raw, client._store.names, data)
 
     record = await eventually(lambda: failed_record(client, "no-attempts"), timeout=5)
     assert record.error is not None and "max_attempts" in record.error.message, record.error
@@ -305,7 +305,7 @@ async def test_a_large_invalid_submission_is_still_rejected(
     client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     """Under max_payload as sent, but its dead letter (bytes as base64) would be over it."""
-    names = client.store.names
+    names = client._store.names
     steps = [{"tool": "nope", "input": "x" * 900_000}]
     data = submission(task_id="big-unknown", steps=steps, strict=True)
     assert len(data) < client.max_payload
@@ -355,7 +355,7 @@ async def test_client_refuses_invalid_task_ids(client: Client, raw: Raw, worker:
             await client.submit(VALID, task_id=task_id)
         assert expected in str(refused.value), (task_id, str(refused.value))
 
-    await nothing_published(raw, client.store.names)
+    await nothing_published(raw, client._store.names)
 
 
 async def test_client_refuses_invalid_plans_before_publishing(
@@ -375,7 +375,7 @@ async def test_client_refuses_invalid_plans_before_publishing(
     for task_id in ("empty", "unknown", "bad-tool", "tool-int", "huge"):
         with pytest.raises(TaskNotFoundError):
             await client.get(task_id)
-    await nothing_published(raw, client.store.names)
+    await nothing_published(raw, client._store.names)
 
 
 async def test_client_refuses_a_task_id_that_already_ran(
@@ -399,7 +399,7 @@ async def test_client_refuses_a_duplicate_submitted_in_quick_succession(
         await client.submit([{"tool": "fast", "input": {"x": 2}}], task_id="twice")
 
     assert await first.wait(timeout=15) == VALID_RESULT
-    info = await raw.js.stream_info(client.store.names.submit_stream)
+    info = await raw.js.stream_info(client._store.names.submit_stream)
     assert info.state.last_seq == 1
     assert read_executions(executions)[("twice", 0)] == 1
 
@@ -410,7 +410,7 @@ async def test_client_refuses_a_duplicate_submitted_in_quick_succession(
 async def test_raw_duplicate_without_msg_id_changes_nothing(
     client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     await valid_task_completes(client, "raw-dup")
     before = await client.get("raw-dup")
     events_before = await events_of(client, "raw-dup")
@@ -437,7 +437,7 @@ async def test_raw_duplicate_without_msg_id_changes_nothing(
 async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
     client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     subject = names.work_subject("fast")
     bad = {
         b"\x00 not json": (None, "undecodable work message: JSON is malformed"),
@@ -518,7 +518,7 @@ def is_task_id(text: str) -> bool:
 @pytest.fixture
 async def submit_letters(client: Client, raw: Raw) -> AsyncIterator[DeadLetters]:
     """Dead letters of the submit subject for the whole test (hypothesis reuses it)."""
-    async with dead_letters(raw, client.store.names, SUBMIT_DEAD_LETTER) as box:
+    async with dead_letters(raw, client._store.names, SUBMIT_DEAD_LETTER) as box:
         yield box
 
 
@@ -537,7 +537,7 @@ async def test_generated_garbage_loses_nothing_and_the_dispatcher_keeps_serving(
     data, task_id = as_payload(value)
     seen = len(submit_letters.of(data))
 
-    seq = await publish_submit(raw, client.store.names, data)
+    seq = await publish_submit(raw, client._store.names, data)
 
     letter = await eventually(lambda: _outcome(client, submit_letters, data, seen, task_id, seq))
     event("accepted" if letter is None else "rejected, usable id" if task_id else "rejected, no id")
@@ -550,7 +550,7 @@ async def test_generated_garbage_loses_nothing_and_the_dispatcher_keeps_serving(
         if task_id is not None:
             record = await eventually(lambda: failed_record(client, task_id))
             assert record.error is not None and record.error.message == letter.error.message
-    await eventually(lambda: drained(raw, client.store.names.submit_stream))
+    await eventually(lambda: drained(raw, client._store.names.submit_stream))
     assert len(submit_letters.of(data)) == seen + (letter is not None)
     await valid_task_completes(client)
 
@@ -562,7 +562,7 @@ async def _outcome(
     letters = box.of(data)
     if len(letters) > seen:
         return letters[-1]
-    found = None if task_id is None else await client.store.records.get(task_id)
+    found = None if task_id is None else await client._store.records.get(task_id)
     if found is not None and found.record.submit_seq == seq and found.record.steps:
         return None
     raise AssertionError(f"submission {data[:80]!r} was neither accepted nor dead-lettered")

@@ -54,7 +54,7 @@ async def test_a_large_output_travels_by_reference_and_the_next_tool_gets_the_va
 
     assert await handle.wait(timeout=20) == {"sizes": [LARGE], "refs": [False]}
 
-    checkpoint = await client.store.checkpoints.get(handle.task_id, 0)
+    checkpoint = await client._store.checkpoints.get(handle.task_id, 0)
     assert checkpoint is not None and _is_ref(checkpoint.output)
     encoded = msgspec.json.encode({"text": "x" * LARGE, "step": 0})
     assert checkpoint.output == {
@@ -65,7 +65,7 @@ async def test_a_large_output_travels_by_reference_and_the_next_tool_gets_the_va
     events = [e async for e in handle.events(timeout=5)]
     first = next(e for e in events if isinstance(e, StepCompleted) and e.step == 0)
     assert first.output == checkpoint.output  # the event carries the reference, not 300 KiB
-    info = await raw.js.stream_info(f"OBJ_{client.store.names.blobs_bucket}")
+    info = await raw.js.stream_info(f"OBJ_{client._store.names.blobs_bucket}")
     assert LARGE <= info.state.bytes < 2 * LARGE
 
 
@@ -87,7 +87,7 @@ async def test_the_same_content_is_stored_once(
 ) -> None:
     for _ in range(3):
         await (await client.submit([Step(tool="big", input=LARGE)])).wait(timeout=20)
-    info = await raw.js.stream_info(f"OBJ_{client.store.names.blobs_bucket}")
+    info = await raw.js.stream_info(f"OBJ_{client._store.names.blobs_bucket}")
     assert info.state.bytes < 2 * LARGE  # three tasks, one object
 
 
@@ -98,7 +98,7 @@ async def test_parallel_branch_outputs_are_references_in_the_group_and_values_fo
     handle = await client.submit([group, "measure"])
 
     assert await handle.wait(timeout=20) == {"sizes": [LARGE, LARGE + 1], "refs": [False, False]}
-    checkpoint = await client.store.checkpoints.get(handle.task_id, 0)
+    checkpoint = await client._store.checkpoints.get(handle.task_id, 0)
     assert checkpoint is not None and all(_is_ref(item) for item in checkpoint.output)
 
 
@@ -119,7 +119,7 @@ async def test_the_api_resolves_a_reference_in_one_request(
     handle = await client.submit([Step(tool="big", input=LARGE)])
     await handle.wait(timeout=20)
     ref = (await handle.get()).result["$blob"]
-    subject = client.store.names.api_subject("blob")
+    subject = client._store.names.api_subject("blob")
 
     reply = msgspec.json.decode((await raw.nc.request(subject, _ref(ref), timeout=5)).data)
     missing = msgspec.json.decode((await raw.nc.request(subject, _ref("sha256:0"), timeout=5)).data)
@@ -156,17 +156,17 @@ async def test_gc_removes_a_finished_task_past_retention_and_the_blob_only_it_us
         await handle.wait(timeout=20)
     waiting = await client.submit([Step(tool="big", input=LARGE + 2), "asks"])
     await waiting.wait_for(lambda r: r.status.value == "waiting", timeout=20)
-    sweeper = Sweeper(client.store)
+    sweeper = Sweeper(client._store)
     later = datetime.now(UTC) + timedelta(hours=2)  # past the blob grace
 
     report = await sweeper.sweep(retention=timedelta(hours=1), now=later, dry_run=True)
     assert sorted(report.tasks) == sorted([old.task_id, *(h.task_id for h in shared)])
-    assert await client.store.records.get(old.task_id) is not None  # a dry run removes nothing
+    assert await client._store.records.get(old.task_id) is not None  # a dry run removes nothing
 
     report = await sweeper.sweep(retention=timedelta(hours=1), now=later)
-    assert await client.store.records.get(old.task_id) is None
-    assert await client.store.checkpoints.get(old.task_id, 0) is None
-    assert await last_event(client.store, old.task_id) is None
+    assert await client._store.records.get(old.task_id) is None
+    assert await client._store.checkpoints.get(old.task_id, 0) is None
+    assert await last_event(client._store, old.task_id) is None
     assert len(report.blobs) == 2  # the old task's and the shared one
     still = await waiting.get()  # a waiting task is never swept, nor what it refers to
     assert still.status.value == "waiting"
@@ -180,7 +180,7 @@ async def test_gc_keeps_a_blob_younger_than_the_grace_even_with_no_reference(
     handle = await client.submit([Step(tool="big", input=LARGE + 3)])
     await handle.wait(timeout=20)
 
-    report = await Sweeper(client.store).sweep(retention=timedelta(0))
+    report = await Sweeper(client._store).sweep(retention=timedelta(0))
 
     assert handle.task_id in report.tasks  # finished, so past a zero retention
     assert report.blobs == [] and report.kept_blobs >= 1  # stored seconds ago
@@ -189,11 +189,11 @@ async def test_gc_keeps_a_blob_younger_than_the_grace_even_with_no_reference(
 async def test_a_blob_read_sees_it_stored_again_and_says_when_its_chunks_are_gone(
     client: Client,
 ) -> None:
-    blobs, js = client.store.blobs, client.store.js
+    blobs, js = client._store.blobs, client._store.js
     data = msgspec.json.encode("y" * LARGE)
     ref = msgspec.json.decode(await blobs.by_reference(data))["$blob"]
     name = "sha256-" + ref.removeprefix("sha256:")
-    bucket = client.store.names.blobs_bucket
+    bucket = client._store.names.blobs_bucket
 
     await (await js.object_store(bucket)).put(name, data)  # stored again: new chunks
     assert await blobs.load(ref) == data
@@ -206,11 +206,11 @@ async def test_a_blob_read_sees_it_stored_again_and_says_when_its_chunks_are_gon
 async def test_a_blob_stored_under_another_blobs_name_is_refused(client: Client) -> None:
     """A blob's name is its content's hash, so whoever may write blobs still cannot change
     what an existing reference means."""
-    blobs, js = client.store.blobs, client.store.js
+    blobs, js = client._store.blobs, client._store.js
     data = msgspec.json.encode("z" * LARGE)
     ref = msgspec.json.decode(await blobs.by_reference(data))["$blob"]
     name = "sha256-" + ref.removeprefix("sha256:")
-    store = await js.object_store(client.store.names.blobs_bucket)
+    store = await js.object_store(client._store.names.blobs_bucket)
 
     await store.put(name, msgspec.json.encode("forged" * LARGE))  # a valid object, wrong name
 

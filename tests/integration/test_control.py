@@ -61,7 +61,7 @@ async def test_cancel_a_running_step_within_a_heartbeat(
     with pytest.raises(TaskCancelledError):
         await handle.wait(timeout=5)
     # The worker let go of the step (acked) without handing off step 1.
-    await eventually(lambda: _consumer_idle(raw, client.store.names, "slow"), timeout=3)
+    await eventually(lambda: _consumer_idle(raw, client._store.names, "slow"), timeout=3)
     assert read_executions(executions)[(handle.task_id, 1)] == 0
 
 
@@ -139,7 +139,7 @@ async def test_once_prevents_a_repeated_side_effect_across_a_retry(
 
 
 async def _status(client: Client, task_id: str, status: TaskStatus) -> None:
-    found = await client.store.records.get(task_id)
+    found = await client._store.records.get(task_id)
     assert found is not None and found.record.status is status
 
 

@@ -121,13 +121,13 @@ async def test_the_tools_page_shows_each_tools_queue_and_the_workers_serving_it(
 
     assert page.status_code == 200
     assert 'data-tool="fast"' in page.text and "worker-a" in page.text
-    workers = await client.store.workers.list()
+    workers = await client._store.workers.list()
     assert [w.worker_id for w in workers] == ["worker-a"]
     assert "fast" in workers[0].tools
-    assert await client.store.tools.backlog("fast") == (0, 0, 0)
+    assert await client._store.tools.backlog("fast") == (0, 0, 0)
 
 
 async def test_a_stopped_worker_leaves_the_list_at_once(client: Client, config: NatsConfig) -> None:
     async with Worker(tools, config, worker_id="worker-b"):
-        assert [w.worker_id for w in await client.store.workers.list()] == ["worker-b"]
-    assert await client.store.workers.list() == []
+        assert [w.worker_id for w in await client._store.workers.list()] == ["worker-b"]
+    assert await client._store.workers.list() == []

@@ -20,7 +20,7 @@ from tether.testing import eventually
 async def test_a_task_published_before_its_worker_starts_waits_and_then_completes(
     client: Client, raw: Raw, dispatcher: object, config: NatsConfig
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     task = {
         "task_id": "early-bird",
         "steps": [{"tool": "fast", "input": {"n": 1}}, {"tool": "fast"}],
@@ -28,7 +28,7 @@ async def test_a_task_published_before_its_worker_starts_waits_and_then_complete
     await raw.js.publish(names.submit_subject, json.dumps(task).encode())  # any language
 
     async def pending() -> None:
-        found = await client.store.records.get("early-bird")
+        found = await client._store.records.get("early-bird")
         assert found is not None
         record = found.record
         assert record.status is TaskStatus.PENDING
@@ -64,12 +64,12 @@ async def test_a_tool_no_worker_has_served_for_a_day_is_no_longer_known(
     client: Client, dispatcher: object, config: NatsConfig
 ) -> None:
     stale = ToolInfo(name="retired", updated_at=utcnow() - FORGET_AFTER - timedelta(minutes=1))
-    await client.store.tools.register(stale)
+    await client._store.tools.register(stale)
     with pytest.raises(InvalidTaskError, match="unknown tool 'retired'"):
         await client.submit(["retired"], strict=True)
 
     async with Worker(app, config):  # a live worker's tools are known however old
-        await client.store.tools.register(
+        await client._store.tools.register(
             ToolInfo(name="fast", updated_at=utcnow() - 2 * FORGET_AFTER)
         )
         handle = await client.submit(["fast"], strict=True)

@@ -65,7 +65,7 @@ async def test_exhausted_retries_fail_the_task_and_dead_letter_the_step(
     assert read_executions(executions)[(handle.task_id, 0)] == 3
     record = await handle.get()
     assert record.status is TaskStatus.FAILED and record.failed_step == 0
-    names = client.store.names
+    names = client._store.names
     letters = await eventually(lambda: _letters_for(raw, names, "broken", handle.task_id))
     assert letters[0].step == 0 and letters[0].attempt == 3
 
@@ -90,7 +90,7 @@ async def test_terminal_error_is_not_retried(
     events = [e async for e in handle.events(timeout=5)]
     assert isinstance(events[-1], Failed) and events[-1].error is not None
     assert events[-1].error.type == "TerminalError"
-    assert await _letters_for(raw, client.store.names, "refuses", handle.task_id)
+    assert await _letters_for(raw, client._store.names, "refuses", handle.task_id)
 
 
 async def test_step_timeout_is_retried_then_fails(
@@ -172,7 +172,7 @@ async def test_a_record_ahead_of_a_lost_checkpoint_runs_the_step_again(
         created_at=now,
         updated_at=now,
     )
-    store = client.store
+    store = client._store
     assert await store.records.create(record) is not None
     work = WorkMessage(task_id="ahead", step=0, tool="fast", input=1)
     await store.publish_work(work, store.names.step_msg_id("ahead", 0))

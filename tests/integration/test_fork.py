@@ -65,7 +65,7 @@ def lines_of(executions: Path, task_id: str) -> list[str]:
 
 
 async def checkpoint_keys(client: Client, task_id: str) -> list[str]:
-    keys = await client.store.keys(client.store.names.checkpoints_bucket)
+    keys = await client._store.keys(client._store.names.checkpoints_bucket)
     return sorted(key for key in keys if key.split(".")[0] == task_id)
 
 
@@ -361,7 +361,7 @@ async def test_the_cli_forks_and_waits_for_the_new_task(
 
 
 async def _all_checkpoint_keys(client: Client) -> list[str]:
-    return await client.store.keys(client.store.names.checkpoints_bucket)
+    return await client._store.keys(client._store.names.checkpoints_bucket)
 
 
 async def _executed(executions: Path, task_id: str, step: int) -> None:

@@ -148,7 +148,7 @@ def legacy_record(task_id: str, size: int) -> bytes:
 async def write_legacy_record(client: Client, raw: Raw, task_id: str, size: int) -> None:
     """Put a record straight into the tasks bucket (a KV put carries no headers)."""
     assert size <= client.max_payload
-    kv = await raw.js.key_value(client.store.names.tasks_bucket)
+    kv = await raw.js.key_value(client._store.names.tasks_bucket)
     await kv.put(task_id, legacy_record(task_id, size))
 
 
@@ -255,7 +255,7 @@ async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatche
     """Used to: a record in the header window closed the dispatcher's connection unacked, and
     the redelivery closed the next dispatcher's: no submission was accepted any more."""
     limit = client.max_payload
-    names = client.store.names
+    names = client._store.names
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for offset in SUBMIT_OFFSETS:
             task_id = f"h-k{offset}"
@@ -278,7 +278,7 @@ async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatche
 async def test_get_answers_for_a_task_that_failed_with_output_too_large(
     client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     plan = [{"tool": "sized", "input": client.max_payload - 106}, "fast"]
     handle = await client.submit(plan, task_id="too-large")
     with pytest.raises(TaskFailedError):
@@ -297,7 +297,7 @@ async def test_get_of_a_legacy_record_too_large_to_reply_is_an_error_and_the_api
 ) -> None:
     """Used to: the record fit the KV write, record + the reply's headers did not, and the
     server closed the API's connection: `get` stopped answering for everyone."""
-    names = client.store.names
+    names = client._store.names
     await write_legacy_record(client, raw, "legacy", client.max_payload - 40)
 
     reply = await api_call(raw, names, "get", {"task_id": "legacy"})
@@ -317,7 +317,7 @@ async def test_get_of_a_legacy_record_too_large_to_reply_is_an_error_and_the_api
 async def test_a_deeply_nested_submission_is_dead_lettered_not_redelivered(
     client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     data = nested_submit("d1", 10_000)
 
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
@@ -333,7 +333,7 @@ async def test_a_deeply_nested_submission_is_dead_lettered_not_redelivered(
 async def test_a_deeply_nested_work_message_is_dead_lettered_not_redelivered(
     client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     data = nested_work("d2", 10_000)
 
     async with dead_letters(raw, names, "fast") as box:
@@ -350,7 +350,7 @@ async def test_a_flood_of_nested_submissions_cannot_fill_the_dispatcher(
     client: Client, raw: Raw, dispatcher: object, worker: Worker
 ) -> None:
     """1,100 submissions nested 1,200 deep: more than the consumer's 1,000 unacked slots."""
-    names = client.store.names
+    names = client._store.names
     datas = [nested_submit(f"flood-{n:04d}", 1200) for n in range(1100)]
     wanted = set(datas)
 
@@ -381,7 +381,7 @@ async def test_raw_submissions_with_unbounded_overrides_are_rejected(
 ) -> None:
     """Used to: accepted, then the worker's backoff overflowed on every delivery and the task
     stayed pending for ever (or a count of 10**9 attempts was taken as a policy)."""
-    names = client.store.names
+    names = client._store.names
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for field, override in HUGE_OVERRIDES.items():
             task_id = f"huge-{field}"
@@ -400,7 +400,7 @@ async def test_raw_submissions_with_unbounded_overrides_are_rejected(
 async def test_api_submits_with_unbounded_overrides_are_invalid(
     client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     for field, override in HUGE_OVERRIDES.items():
         body = {"task_id": f"huge-{field}", "steps": [{"tool": "fast", **override}]}
 
@@ -420,7 +420,7 @@ async def test_the_client_refuses_unbounded_overrides_before_publishing(
         with pytest.raises(InvalidTaskError, match=field):
             await client.submit([{"tool": "fast", **override}])
 
-    await nothing_published(raw, client.store.names)
+    await nothing_published(raw, client._store.names)
 
 
 def _has_key(node: Any, key: str) -> bool:
@@ -467,7 +467,7 @@ async def test_list_pages_past_a_record_too_large_to_list(
     for task_id in normal[:2]:
         await valid_task_completes(client, task_id)
     await write_legacy_record(client, raw, "oversized", client.max_payload - LIST_MARGIN // 2)
-    assert await client.store.records.reindex() == 3  # as `tether gc --reindex` does
+    assert await client._store.records.reindex() == 3  # as `tether gc --reindex` does
     for task_id in normal[2:]:
         await valid_task_completes(client, task_id)
 
@@ -475,7 +475,7 @@ async def test_list_pages_past_a_record_too_large_to_list(
     omitted: list[str] = []
     body: dict[str, Any] = {"limit": 2}
     for _ in range(20):
-        reply = await api_call(raw, client.store.names, "list", body)
+        reply = await api_call(raw, client._store.names, "list", body)
         assert "error" not in reply, f"list {body}: {reply['error']}"
         seen.extend(record["task_id"] for record in reply["tasks"])
         omitted.extend(reply.get("omitted") or [])
@@ -546,7 +546,7 @@ async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
 ) -> None:
     """What a redelivery looks like after a nats-server restart lost the consumer's state:
     num_delivered 1, and the step's output already stored."""
-    names = client.store.names
+    names = client._store.names
     handle = await client.submit([{"tool": "fast", "input": 0}, "fast", "fast"], task_id="ckpt")
     record = await client.get("ckpt")
     assert (record.status, record.current_step) == (TaskStatus.PENDING, 0)
@@ -555,7 +555,7 @@ async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
     assert consumer.delivered.consumer_seq == 0, "step 0's message was delivered already"
 
     stored = Checkpoint(output={"step": 0, "payload": "from-checkpoint"}, time=datetime.now(UTC))
-    assert await client.store.checkpoints.create("ckpt", 0, stored) == stored
+    assert await client._store.checkpoints.create("ckpt", 0, stored) == stored
 
     async with Worker(app, config):
         result = await handle.wait(timeout=15)
@@ -624,7 +624,7 @@ async def test_a_checkpoint_stored_just_before_a_server_crash_is_not_run_again(
 
 async def _lose_state(client: Client, raw: Raw, task_id: str, step: int) -> None:
     """Delete the `fast` consumer and move the record back to `step`; its checkpoint stays."""
-    store = client.store
+    store = client._store
     names = store.names
     try:
         assert await store.checkpoints.get(task_id, step) is not None, "no checkpoint to keep"
@@ -657,7 +657,7 @@ shapes = st.one_of(
 @pytest.fixture
 async def boxes(client: Client, raw: Raw) -> AsyncIterator[dict[str, DeadLetters]]:
     """Dead letters of submissions and of `fast` for the whole test (hypothesis reuses it)."""
-    names = client.store.names
+    names = client._store.names
     async with contextlib.AsyncExitStack() as stack:
         submit = await stack.enter_async_context(dead_letters(raw, names, SUBMIT_DEAD_LETTER))
         work = await stack.enter_async_context(dead_letters(raw, names, "fast"))
@@ -704,7 +704,7 @@ async def test_hostile_sizes_and_depths_get_a_clear_outcome_and_everything_keeps
         data = padded_work(task_id, size) if kind == "size" else nested_work(task_id, amount)
         await _fuzz_work(client, raw, boxes["work"], task_id, data)
 
-    await eventually(lambda: streams_drained(raw, client.store.names))
+    await eventually(lambda: streams_drained(raw, client._store.names))
     await valid_task_completes(client)
 
 
@@ -716,7 +716,7 @@ def _too_large_to_send(client: Client, data: bytes) -> bool:
 async def _fuzz_submit(
     client: Client, raw: Raw, box: DeadLetters, task_id: str, data: bytes
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
             await publish_submit(raw, names, data)
@@ -730,7 +730,7 @@ async def _fuzz_submit(
         if letter is not None:
             assert letter.error.message, "a dead letter must say what is wrong"
             return "dead-lettered"
-        found = await client.store.records.get(task_id)
+        found = await client._store.records.get(task_id)
         if found is not None and found.record.submit_seq == seq and found.record.steps:
             return "accepted"
         raise AssertionError(f"{len(data):,}-byte submission neither accepted nor dead-lettered")
@@ -742,7 +742,7 @@ async def _fuzz_submit(
 
 
 async def _fuzz_api_submit(client: Client, raw: Raw, task_id: str, data: bytes) -> None:
-    names = client.store.names
+    names = client._store.names
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
             await api_call(raw, names, "submit", data)
@@ -768,7 +768,7 @@ async def _fuzz_api_get(
         body = json.dumps({"task_id": task_id}).encode()
     else:
         body = f'{{"task_id":"{task_id}","extra":'.encode() + nested(depth) + b"}"
-    reply = await api_call(raw, client.store.names, "get", body)
+    reply = await api_call(raw, client._store.names, "get", body)
     if is_error_reply(reply):
         event(f"error reply: {error_of(reply, 'api get')[0]}")
         return
@@ -777,7 +777,7 @@ async def _fuzz_api_get(
 
 
 async def _fuzz_work(client: Client, raw: Raw, box: DeadLetters, task_id: str, data: bytes) -> None:
-    subject = client.store.names.work_subject("fast")
+    subject = client._store.names.work_subject("fast")
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
             await raw.js.publish(subject, data)

@@ -46,11 +46,11 @@ async def test_a_task_that_moves_on_leaves_its_old_row_and_a_stale_row_is_skippe
     await handle.wait_for(lambda r: r.status is TaskStatus.RUNNING, timeout=20)
     await handle.cancel()
     # A row no record backs (a crash between the index and the record, say):
-    await raw.nc.publish(client.store.names.index_subject("cancelled", 1, "ghost"), b"")
+    await raw.nc.publish(client._store.names.index_subject("cancelled", 1, "ghost"), b"")
     await raw.nc.flush()
 
     async def moved() -> None:
-        rows = await client.store.records.index_rows("running")
+        rows = await client._store.records.index_rows("running")
         assert not any(row.endswith(".moves") for row in rows), rows  # expired after 1 s
 
     await eventually(moved, timeout=10)

@@ -202,7 +202,7 @@ async def test_outputs_come_in_branch_order_whatever_order_branches_finish(
     ]
     done = [e.branch for e in completions(await all_events(client, handle.task_id))]
     assert done.index(1) < done.index(0), f"branch 0 (0.5 s) finished first? {done}"
-    names = client.store.names
+    names = client._store.names
     tid = handle.task_id
     branch_1 = await checkpoint_json(raw, names, f"{tid}.0.b1")
     assert branch_1 is not None and branch_1["output"] == {"step": 0, "payload": 1}
@@ -231,7 +231,7 @@ async def test_a_branch_without_input_gets_the_previous_output_and_each_runs_onc
     ]
     assert result == {"step": 2, "payload": group_output}
     tid = handle.task_id
-    assert await client.store.checkpoints.get(tid, 1) is not None
+    assert await client._store.checkpoints.get(tid, 1) is not None
     steps = read_executions(executions)
     assert (steps[(tid, 0)], steps[(tid, 1)], steps[(tid, 2)]) == (1, 0, 1)
     branches = read_branch_executions(executions)
@@ -320,7 +320,7 @@ async def test_a_branch_that_fails_for_good_fails_the_task_and_stops_its_sibling
     assert "gave up after 3 attempts: the service is down" in failure.value.error.message
     record_ = await handle.get()
     assert record_.status is TaskStatus.FAILED and record_.failed_step == 0
-    names = client.store.names
+    names = client._store.names
     letters = await eventually(lambda: _letters(raw, names, "broken", tid))
     assert [(d.step, d.branch, d.attempt) for d in letters] == [(0, 2, 3)]
     # The siblings let go of their messages without completing.
@@ -328,8 +328,8 @@ async def test_a_branch_that_fails_for_good_fails_the_task_and_stops_its_sibling
     await eventually(lambda: consumer_idle(raw, names, "held"), timeout=5)
     if read_branch_executions(executions)[(tid, 0, 1)]:
         assert (tid, 0, 1, 1) in STOPPED
-    assert await client.store.checkpoints.get(tid, 0, 0) is None
-    assert await client.store.checkpoints.get(tid, 0, 1) is None
+    assert await client._store.checkpoints.get(tid, 0, 0) is None
+    assert await client._store.checkpoints.get(tid, 0, 1) is None
     events = await all_events(client, tid)
     failed = events[-1]
     assert isinstance(failed, Failed)
@@ -400,7 +400,7 @@ async def test_a_branch_may_not_ask_for_input_or_extend_the_plan(
     record_ = await handle.get()
     assert record_.status is TaskStatus.FAILED and record_.failed_step == 0
     assert record_.input_request is None and len(record_.steps) == 1
-    letters = await eventually(lambda: _letters(raw, client.store.names, tool, handle.task_id))
+    letters = await eventually(lambda: _letters(raw, client._store.names, tool, handle.task_id))
     assert [(d.step, d.branch) for d in letters] == [(0, 1)]
 
 
@@ -430,12 +430,12 @@ async def test_cancel_stops_every_running_branch(
     with pytest.raises(TaskCancelledError):
         await handle.wait(timeout=5)
     await wait_until(lambda: (tid, 0, 1, 1) in STOPPED, timeout=3, message="held to be stopped")
-    names = client.store.names
+    names = client._store.names
     await eventually(lambda: consumer_idle(raw, names, "slow"), timeout=3)
     await eventually(lambda: consumer_idle(raw, names, "held"), timeout=3)
-    assert await client.store.checkpoints.get(tid, 0, 0) is None
-    assert await client.store.checkpoints.get(tid, 0, 1) is None
-    assert await client.store.checkpoints.get(tid, 0) is None
+    assert await client._store.checkpoints.get(tid, 0, 0) is None
+    assert await client._store.checkpoints.get(tid, 0, 1) is None
+    assert await client._store.checkpoints.get(tid, 0) is None
     record_ = await handle.get()
     assert record_.status is TaskStatus.CANCELLED and record_.done_branches == [2]
     events = await all_events(client, tid)
@@ -524,7 +524,7 @@ async def test_an_invalid_group_is_refused_at_submit(
         else:
             pytest.fail(f"{case}: accepted")
 
-    info = await raw.js.stream_info(client.store.names.submit_stream)
+    info = await raw.js.stream_info(client._store.names.submit_stream)
     assert info.state.messages == 0, "an invalid task must not be published"
 
 
@@ -553,7 +553,7 @@ async def test_retry_reruns_only_the_branches_that_were_not_checkpointed(
     failed = await handle.get()
     assert failed.failed_step == 1 and failed.done_branches == [0]
     await wait_until(lambda: (tid, 1, 2, 1) in STOPPED, timeout=3, message="b2 to be stopped")
-    assert await client.store.checkpoints.get(tid, 1, 2) is None
+    assert await client._store.checkpoints.get(tid, 1, 2) is None
     OPEN.add(tid)
     release(tid, 2)
 
@@ -592,7 +592,7 @@ async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_r
         await handle.wait(timeout=10)
 
     async def late_checkpoint() -> None:
-        assert await client.store.checkpoints.get(tid, 0, 0) is not None
+        assert await client._store.checkpoints.get(tid, 0, 0) is not None
 
     await eventually(late_checkpoint, timeout=5)
     assert (await handle.get()).done_branches == []
@@ -605,7 +605,7 @@ async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_r
     branches = read_branch_executions(executions)
     assert (branches[(tid, 0, 0)], branches[(tid, 0, 1)]) == (1, 2)
     # `events()` ends at the first run's `failed`: read the whole log.
-    events = await raw_events(raw, client.store.names, tid, until="completed")
+    events = await raw_events(raw, client._store.names, tid, until="completed")
     again = [e for e in events if e["event"] == "step_completed" and e["branch"] == 0]
     assert [e.get("skipped", False) for e in again] == [True], "branch 0 ran again?"
 
@@ -639,7 +639,7 @@ async def test_retry_of_a_group_that_failed_at_its_fan_in_does_not_hang(
 async def test_a_raw_json_submit_runs_a_group(
     client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
 ) -> None:
-    names = client.store.names
+    names = client._store.names
     tid = f"raw-{uuid.uuid4().hex[:8]}"
     body = {
         "task_id": tid,
@@ -678,7 +678,7 @@ async def test_a_raw_json_submit_with_a_nested_group_is_rejected(
     tid = f"raw-{uuid.uuid4().hex[:8]}"
     body = {"task_id": tid, "steps": [{"parallel": [{"parallel": [{"tool": "fast"}]}]}]}
     await raw.js.publish(
-        client.store.names.submit_subject, json.dumps(body).encode(), headers={"Nats-Msg-Id": tid}
+        client._store.names.submit_subject, json.dumps(body).encode(), headers={"Nats-Msg-Id": tid}
     )
 
     with pytest.raises(TaskFailedError, match="groups do not nest") as failure:

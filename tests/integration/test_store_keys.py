@@ -16,7 +16,7 @@ def _record(task_id: str) -> TaskRecord:
 
 
 async def test_keys_lists_every_key_and_records_skip_deleted_ones(client: Client, raw: Raw) -> None:
-    store = client.store
+    store = client._store
     assert await store.keys(store.names.tasks_bucket) == []
     for n in range(5):
         assert await store.records.create(_record(f"k-{n}")) is not None

@@ -71,6 +71,6 @@ async def test_a_deadline_fails_a_task_that_nothing_is_running(
 
 
 async def _timers_fired(raw: Raw, client: Client) -> None:
-    names = client.store.names
+    names = client._store.names
     info = await raw.js.stream_info(names.work_stream, subjects_filter=names.timer_subjects)
     assert not info.state.subjects, info.state.subjects

@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from tether.nats.cancellation import raise_if_cancelled
+from tether.cancellation import raise_if_cancelled
 from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.worker.heartbeats import StepHeartbeat

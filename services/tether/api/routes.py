@@ -143,7 +143,7 @@ def build_broker(
 
     @route("blob")
     async def blob(request: BlobRequest) -> BlobReply:
-        data = await client().store.blobs.load(request.ref)
+        data = await client().load_blob(request.ref)
         limit = client().max_payload - REPLY_MARGIN
         if len(data) > limit:
             raise InvalidRequestError(
@@ -212,7 +212,7 @@ def _fits(client: Client, record: TaskRecord) -> TaskRecord:
 async def _list(client: Client, request: ListRequest) -> ListReply:
     if not 1 <= request.limit <= MAX_LIST:
         raise InvalidRequestError(f"invalid list request: limit must be between 1 and {MAX_LIST}")
-    if request.cursor is not None and await client.store.records.get(request.cursor) is None:
+    if request.cursor is not None and await client.find(request.cursor) is None:
         raise InvalidRequestError(f"invalid list request: unknown cursor {request.cursor!r}")
     records, more = await client.list_page(
         request.status, limit=request.limit, cursor=request.cursor

@@ -55,7 +55,7 @@ class ApiService(Service):
         subscriptions still buffered in nats-py, so the first requests would find no one."""
         subject = self.discovery.ping_subject
         deadline = time.monotonic() + timeout
-        while not await self._client.store.answers(subject, timeout=0.25):
+        while not await self._client.answers(subject, timeout=0.25):
             if time.monotonic() > deadline:
                 raise NatsUnavailableError(
                     f"the API did not answer its own {subject} within {timeout:.0f}s"

@@ -23,14 +23,13 @@ from tether.cli.running import (
     run,
 )
 from tether.client import Client
-from tether.nats.feeds import dead_letters
 from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import DeadLetter, TaskStatus
 
 
 async def _dlq_ls(nats: str, prefix: str, limit: int, as_json: bool) -> ExitCode:
     async with connected(nats, prefix) as client:
-        letters = await dead_letters(client.store, limit)
+        letters = await client.dead_letters(limit)
         now = await _task_statuses(client, letters)
     if as_json:
         render.print_json(
@@ -48,9 +47,9 @@ async def _task_statuses(client: Client, letters: list[DeadLetter]) -> dict[str,
     """Each dead letter's task as it is now: a retried task may have completed since."""
     statuses = {}
     for task_id in {letter.task_id for letter in letters if letter.task_id}:
-        found = await client.store.records.get(task_id)
-        if found is not None:
-            statuses[task_id] = found.record.status
+        record = await client.find(task_id)
+        if record is not None:
+            statuses[task_id] = record.status
     return statuses
 
 

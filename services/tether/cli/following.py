@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from tether.cancellation import raise_if_cancelled
 from tether.cli import render
 from tether.cli.running import ExitCode, outcome
 from tether.client import Client, TaskHandle
 from tether.errors import NatsUnavailableError
-from tether.nats.cancellation import raise_if_cancelled
-from tether.nats.store import Store
-from tether.nats.tokens import token_chunks
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
 
 HEARTBEAT_POLL = 0.3
@@ -49,15 +47,15 @@ class EventFeed:
         self.ended.set()
 
 
-async def show_tokens(store: Store, task_id: str, view: render.EventView) -> None:
-    async for chunk, _ in token_chunks(store, task_id):
+async def show_tokens(handle: TaskHandle, view: render.EventView) -> None:
+    async for chunk in handle.stream():
         view.token(chunk)
 
 
-async def poll_heartbeats(store: Store, task_id: str, view: render.EventView) -> None:
+async def poll_heartbeats(client: Client, task_id: str, view: render.EventView) -> None:
     while True:
         try:
-            view.heartbeat(await store.heartbeats.get(task_id))
+            view.heartbeat(await client.heartbeat(task_id))
         except NatsUnavailableError:
             pass  # reconnecting: the bar just pauses
         raise_if_cancelled()
@@ -76,10 +74,10 @@ async def follow(
     if not submitted:
         await handle.get()
     feed = EventFeed(handle, view)
-    tokens = asyncio.create_task(show_tokens(client.store, task_id, view))
+    tokens = asyncio.create_task(show_tokens(handle, view))
     helpers = [asyncio.create_task(feed.run()), tokens]
     if view.shows_progress:
-        helpers.append(asyncio.create_task(poll_heartbeats(client.store, task_id, view)))
+        helpers.append(asyncio.create_task(poll_heartbeats(client, task_id, view)))
     try:
         with view:
             record = await handle.wait_until_done()

@@ -11,15 +11,14 @@ from tether.cli import render
 from tether.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, JsonOption, NatsOption, PrefixOption
 from tether.cli.running import ExitCode, connected, run
 from tether.tasks.retention import DEFAULT_RETENTION
-from tether.tasks.sweep import Sweeper
 
 
 async def _gc(
     nats: str, prefix: str, retention: timedelta, dry_run: bool, reindex: bool, as_json: bool
 ) -> ExitCode:
     async with connected(nats, prefix) as client:
-        report = await Sweeper(client.store).sweep(retention, dry_run=dry_run)
-        indexed = await client.store.records.reindex() if reindex and not dry_run else 0
+        report = await client.sweep(retention, dry_run=dry_run)
+        indexed = await client.reindex() if reindex and not dry_run else 0
     if reindex and not as_json:
         render.print_lines([f"indexed {indexed} task(s)"])
     if as_json:

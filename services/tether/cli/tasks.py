@@ -31,7 +31,6 @@ from tether.errors import (
     TaskCancelledError,
     TaskFailedError,
 )
-from tether.nats.feeds import last_event
 from tether.schemas.api import ListReply, SubmitReply, SubmitRequest
 from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
@@ -215,8 +214,8 @@ def submit(
 async def _status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
     async with connected(nats, prefix) as client:
         record = await client.get(task_id)
-        heartbeat = live_heartbeat(record, await client.store.heartbeats.get(task_id))
-        last = await last_event(client.store, task_id)
+        heartbeat = live_heartbeat(record, await client.heartbeat(task_id))
+        last = await client.last_event(task_id)
     if as_json:
         view = to_builtins(record) | {
             "heartbeat": to_builtins(heartbeat),

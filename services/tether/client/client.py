@@ -8,12 +8,13 @@ import contextlib
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tether import tracing
 from tether.client.handle import TaskHandle
+from tether.client.reads import Reads
 from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.layout import Layout
@@ -27,12 +28,15 @@ from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import to_step, validate_submit
 from tether.tasks.service import TaskService
 
+if TYPE_CHECKING:
+    from tether.metrics import Metrics
+
 StepLike = StepSpec | dict[str, Any] | str
 ACCEPT_WAIT = 5.0
 RECORD_OVERHEAD = 1024
 
 
-class Client(Service):
+class Client(Reads, Service):
     """A connection to Tether.
 
     ```python
@@ -80,13 +84,9 @@ class Client(Service):
             await close(self._nc)
         self._nc = self._store = None
 
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            raise RuntimeError(
-                "the client is not connected: use 'async with Client(...)' or await connect()"
-            )
-        return self._store
+    def count_into(self, metrics: Metrics) -> None:
+        """Count what this client writes, and its reconnects, into `metrics`."""
+        metrics.attach(self._connected())
 
     async def submit(
         self,
@@ -116,7 +116,7 @@ class Client(Service):
         if strict:
             assert self._known_tools is not None
             await self._known_tools.check(submit.steps)
-        store = self.store
+        store = self._connected()
         if await store.records.get(submit.task_id) is not None:
             raise TaskExistsError(submit.task_id)
         if not await store.publish_submit(submit, tracing.current()):
@@ -157,24 +157,24 @@ class Client(Service):
             branches = [await self._by_reference(branch) for branch in spec.parallel]
             return msgspec.structs.replace(spec, parallel=branches)
         data = encode(spec.input)
-        if spec.input is None or len(data) <= self.store.blobs.threshold:
+        if spec.input is None or len(data) <= self._connected().blobs.threshold:
             return spec
-        ref = msgspec.Raw(await self.store.blobs.by_reference(data))
+        ref = msgspec.Raw(await self._connected().blobs.by_reference(data))
         replaced: StepSpec = msgspec.structs.replace(spec, input=ref)
         return replaced
 
     async def resolve(self, value: Any) -> Any:
         """A value with its blob references (`{"$blob": ...}`) replaced by what they name."""
-        return await self.store.blobs.resolve(value)
+        return await self._connected().blobs.resolve(value)
 
     @property
     def max_payload(self) -> int:
         """The largest message the NATS server accepts (its max_payload)."""
-        return self.store.max_payload
+        return self._connected().max_payload
 
     def _check_size(self, task_id: str, data: bytes) -> None:
         # The record the dispatcher makes of it is a little larger than the submission.
-        limit = self.store.max_value - RECORD_OVERHEAD
+        limit = self._connected().max_value - RECORD_OVERHEAD
         if len(data) > limit:
             raise InvalidTaskError(
                 f"task {task_id!r} is {len(data):,} bytes; at most {limit:,} fit (the NATS "
@@ -188,7 +188,7 @@ class Client(Service):
             validate_task_id(task_id)
         except InvalidNameError as exc:
             raise InvalidTaskError(str(exc)) from exc
-        return TaskHandle(self.store, task_id)
+        return TaskHandle(self._connected(), task_id)
 
     async def get(self, task_id: str) -> TaskRecord:
         return await self.handle(task_id).get()
@@ -196,7 +196,7 @@ class Client(Service):
     async def list(self, status: TaskStatus | str | None = None) -> list[TaskRecord]:
         """Tasks, oldest first, optionally only those with `status`."""
         wanted = None if status is None else TaskStatus(status)
-        records = await self.store.records.list()
+        records = await self._connected().records.list()
         return sorted(
             (r for r in records if wanted is None or r.status is wanted), key=lambda r: r.created_at
         )
@@ -213,7 +213,7 @@ class Client(Service):
         and whether more may follow. Read from the status index, so the first page costs
         one request and `limit` record reads however many tasks the store holds."""
         wanted = None if status is None else TaskStatus(status)
-        store = self.store
+        store = self._connected()
         known: dict[str, TaskRecord] = {}
         if await store.records.index_is_empty():  # a store from before the index: read it all
             known = {record.task_id: record for record in await self.list(wanted)}
@@ -245,14 +245,14 @@ class Client(Service):
         async def record(task_id: str) -> TaskRecord | None:
             if task_id in known:
                 return known[task_id]
-            found = await self.store.records.get(task_id)
+            found = await self._connected().records.get(task_id)
             return None if found is None else found.record
 
         return [*await asyncio.gather(*(record(task_id) for task_id in task_ids))]
 
     async def _position(self, task_id: str) -> tuple[int, str]:
         """Where task `task_id` sits in creation order."""
-        record = (await self.store.records.require(task_id)).record
+        record = (await self._connected().records.require(task_id)).record
         return listing.created_us(record.created_at), record.task_id
 
     async def cancel(self, task_id: str) -> TaskRecord:
@@ -262,7 +262,7 @@ class Client(Service):
     async def retry(self, task_id: str) -> TaskHandle:
         """Run a failed task again from its failed step (completed steps are not re-run)."""
         handle = self.handle(task_id)
-        await TaskService(self.store).retry(task_id)
+        await TaskService(self._connected()).retry(task_id)
         return handle
 
     async def fork(
@@ -278,7 +278,7 @@ class Client(Service):
         different"). The original task is not touched."""
         new_id = uuid.uuid4().hex if new_task_id is None else new_task_id
         handle = self.handle(new_id)
-        await TaskService(self.store).forks.fork(
+        await TaskService(self._connected()).forks.fork(
             self.handle(task_id).task_id, from_step, new_id, input
         )
         return handle

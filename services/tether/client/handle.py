@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from tether.cancellation import raise_if_cancelled
 from tether.durations import as_seconds
 from tether.errors import (
     NatsUnavailableError,
@@ -18,12 +19,12 @@ from tether.errors import (
     TaskFailedError,
     TaskTimeoutError,
 )
-from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.feeds import record_update, task_events
 from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
 from tether.schemas.events import AnyStatusEvent, ends_feed
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TokenChunk
+from tether.tasks.forks import full_plan
 from tether.tasks.service import TaskService
 
 RECHECK_INTERVAL = 5.0
@@ -52,7 +53,7 @@ class TaskHandle:
 
     async def plan(self) -> list[StepSpec]:
         """Every step of the task, finished ones too (the record keeps only the rest)."""
-        return await TaskService(self._store).forks.plan(await self.get())
+        return await full_plan(self._store, await self.get())
 
     async def wait(self, timeout: float | timedelta | None = None) -> Any:
         """The task's result once it completes.

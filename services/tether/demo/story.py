@@ -246,7 +246,7 @@ class Demo:
 
 
 async def _registered(client: Client) -> bool:
-    return await client.store.tools.get(AGENT) is not None
+    return await client.tool(AGENT) is not None
 
 
 def _what(event: AnyStatusEvent) -> str:

@@ -69,7 +69,7 @@ class TaskBackend:
         """The running step's latest heartbeat, for progress in the status message."""
         if record.status is not TaskStatus.RUNNING:
             return None
-        return await self.client.store.heartbeats.get(record.task_id)
+        return await self.client.heartbeat(record.task_id)
 
     async def submit(
         self,
@@ -105,7 +105,7 @@ class TaskBackend:
         try:
             if name == RUN_PLAN:
                 return plan_steps(arguments)
-            info = await self.client.store.tools.get(name)
+            info = await self.client.tool(name)
             if info is None:
                 raise errors.unknown_tool(name)
             return [tool_step(info, arguments)]

@@ -16,7 +16,6 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from pydantic import ValidationError
 
-from tether.clock import utcnow
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
 from tether.gateway.callers import caller_of
@@ -40,7 +39,6 @@ from tether.gateway.tasks import (
 )
 from tether.gateway.tools import RUN_PLAN, mcp_tool, run_plan_tool
 from tether.schemas.tasks import TaskRecord, TaskStatus
-from tether.tasks.known_tools import live_tools, served
 
 Context = ServerRequestContext[Any, Any]
 
@@ -71,9 +69,7 @@ class ToolCalls:
 
     async def list_tools(self, ctx: Context, params: types.PaginatedRequestParams) -> HandlerResult:
         legacy = not is_modern(ctx.protocol_version)
-        store = self.backend.client.store
-        live, now = await live_tools(store), utcnow()
-        advertised = [info for info in await store.tools.list() if served(info, live, now)]
+        advertised = await self.backend.client.served_tools()
         tools = [mcp_tool(info, legacy=legacy) for info in advertised if info.name != RUN_PLAN]
         return types.ListToolsResult(tools=[run_plan_tool(legacy=legacy), *tools])
 

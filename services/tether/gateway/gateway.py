@@ -89,7 +89,7 @@ class Gateway(Service):
     async def start(self) -> None:
         await self._client.connect()
         if self.metrics is not None:
-            self.metrics.attach(self._client.store)
+            self._client.count_into(self.metrics)
         try:
             await self._feed.start()
             await self._start_http()

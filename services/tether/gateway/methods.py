@@ -73,12 +73,8 @@ def final_result(record: TaskRecord) -> dict[str, Any]:
     return {**result, "_meta": related_task_meta(record.task_id)}
 
 
-def _cursor_offset(cursor: str | None) -> int:
-    if cursor is None:
-        return 0
-    if not cursor.isdecimal():
-        raise errors.invalid_params(f"invalid cursor {cursor!r}: pass a nextCursor from tasks/list")
-    return int(cursor)
+SCAN = 2_000
+"""Other callers' tasks `tasks/list` reads past at most for one page."""
 
 
 class TaskMethods:
@@ -110,18 +106,36 @@ class TaskMethods:
 
     async def list_tasks(self, ctx: Context, params: ListTasksParams) -> HandlerResult:
         _legacy_only(ctx)
-        offset = _cursor_offset(params.cursor)
-        caller = caller_of(ctx)
-        records = [
-            record
-            for record in await self.backend.client.list()
-            if caller is None or owner(record) == caller
-        ]
-        page = records[offset : offset + PAGE_SIZE]
+        page, cursor = await self._page(caller_of(ctx), params.cursor)
         answer: dict[str, Any] = {"tasks": [legacy_task(r, self._poll_ms) for r in page]}
-        if offset + PAGE_SIZE < len(records):
-            answer["nextCursor"] = str(offset + PAGE_SIZE)
+        if cursor is not None:
+            answer["nextCursor"] = cursor
         return answer
+
+    async def _page(
+        self, caller: str | None, cursor: str | None
+    ) -> tuple[list[TaskRecord], str | None]:
+        """A page of the caller's tasks after task `cursor`, and the next cursor: read
+        from the status index a page at a time, never every record."""
+        client = self.backend.client
+        if cursor is not None:
+            after = await client.find(cursor)
+            if after is None or (caller is not None and owner(after) != caller):
+                hint = "pass a nextCursor from tasks/list"
+                raise errors.invalid_params(f"invalid cursor {cursor!r}: {hint}")
+        page: list[TaskRecord] = []
+        scanned, more = 0, True
+        while more and len(page) < PAGE_SIZE and scanned < SCAN:
+            records, more = await client.list_page(limit=PAGE_SIZE, cursor=cursor)
+            for record in records:
+                scanned += 1
+                cursor = record.task_id
+                if caller is None or owner(record) == caller:
+                    page.append(record)
+                    if len(page) == PAGE_SIZE:
+                        more = more or record is not records[-1]
+                        break
+        return page, cursor if more else None
 
     async def cancel_task(self, ctx: Context, params: TaskIdParams) -> HandlerResult:
         modern = is_modern(ctx.protocol_version)

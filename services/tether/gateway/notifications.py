@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -35,7 +35,6 @@ from tether.gateway.backend import TaskBackend
 from tether.gateway.callers import caller_of
 from tether.gateway.protocol import declares_tasks
 from tether.gateway.tasks import detailed_task, legacy_task, mcp_status
-from tether.nats.feeds import AllEvents
 from tether.schemas.codec import event_decoder
 
 log = logging.getLogger(__name__)
@@ -66,16 +65,15 @@ class StatusFeed:
     def __init__(self, backend: TaskBackend) -> None:
         self._backend = backend
         self._listeners: dict[str, dict[object, Listener]] = {}
-        self._events: AllEvents | None = None
+        self._stop: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> None:
-        self._events = AllEvents(self._backend.client.store, self._on_event)
-        await self._events.start()
+        self._stop = await self._backend.client.on_every_event(self._on_event)
 
     async def stop(self) -> None:
-        if self._events is not None:
-            await self._events.stop()
-        self._events = None
+        if self._stop is not None:
+            await self._stop()
+        self._stop = None
 
     def _on_event(self, data: bytes) -> None:
         try:

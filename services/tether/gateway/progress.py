@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tether.gateway.backend import TaskBackend
-from tether.nats.tokens import token_chunks
 
 log = logging.getLogger(__name__)
 DRAIN = 2.0
@@ -39,7 +38,7 @@ async def token_progress(backend: TaskBackend, ctx: Any, task_id: str) -> AsyncI
 async def _report(backend: TaskBackend, ctx: Any, task_id: str) -> None:
     sent = 0
     try:
-        async for chunk, _ in token_chunks(backend.client.store, task_id):
+        async for chunk in backend.client.handle(task_id).stream():
             if chunk.delta:
                 sent += 1
                 await ctx.session.report_progress(sent, None, chunk.delta)

@@ -21,10 +21,9 @@ from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
 from tether.nats.connection import translating
+from tether.schemas.blobs import PREFIX, REF_KEY, is_ref
 
 log = logging.getLogger("tether.nats")
-REF_KEY = "$blob"
-PREFIX = "sha256:"
 OBJECT_PREFIX = "sha256-"
 
 BLOB_GRACE = timedelta(hours=1)
@@ -32,17 +31,6 @@ BLOB_GRACE = timedelta(hours=1)
 that finds a blob older than half of it stores it again (`Blobs.by_reference`), so a
 reference written now always points at a blob the sweep leaves alone for at least half
 the grace."""
-
-
-def is_ref(value: Any) -> bool:
-    """Whether `value` is a blob reference (as decoded JSON)."""
-    return (
-        isinstance(value, dict)
-        and len(value) == 2
-        and isinstance(value.get(REF_KEY), str)
-        and value[REF_KEY].startswith(PREFIX)
-        and isinstance(value.get("size"), int)
-    )
 
 
 def object_stream(bucket: str) -> str:

@@ -15,7 +15,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from tether.nats.cancellation import raise_if_cancelled
+from tether.cancellation import raise_if_cancelled
 from tether.nats.connection import failures_translated, translated, translating
 from tether.nats.replay import Replay
 from tether.nats.store import Store
@@ -29,10 +29,10 @@ _dead_letter_decoder = msgspec.json.Decoder(DeadLetter)
 async def task_events(
     store: Store, task_id: str, timeout: float | None = None, after: int = 0
 ) -> AsyncIterator[tuple[AnyStatusEvent, int]]:
-    """Every status event of a task (after stream sequence `after`) with the number still
-    pending after it: history first, then live, without a gap, through NATS restarts
-    (see `Replay`). `timeout`: raise TimeoutError when no event comes that long (None:
-    wait for ever)."""
+    """Every status event of a task (after stream sequence `after`) with its stream
+    sequence: history first, then live, without a gap, through NATS restarts (see
+    `Replay`). `timeout`: raise TimeoutError when no event comes that long (None: wait
+    for ever)."""
     names = store.names
     subject = names.status_subject(task_id)
     async with Replay(store.nc, store.js, names.status_stream, subject, after) as replay:
@@ -40,7 +40,7 @@ async def task_events(
             msg = await replay.next(timeout)
             if msg is None:
                 raise TimeoutError(f"no event of task {task_id!r} within {timeout}s")
-            yield event_decoder.decode(msg.data), replay.pending
+            yield event_decoder.decode(msg.data), replay.seen
 
 
 async def task_history(store: Store, task_id: str, limit: int = 10_000) -> list[AnyStatusEvent]:

@@ -22,8 +22,8 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from tether.cancellation import raise_if_cancelled
 from tether.errors import NatsUnavailableError
-from tether.nats.cancellation import raise_if_cancelled
 
 log = logging.getLogger("tether.nats")
 POLL = 0.5
@@ -54,8 +54,6 @@ class Replay:
         self._away_since: float | None = None
         self.seen = after
         """The stream sequence of the last message handed out."""
-        self.pending = 0
-        """Messages stored after it when it was delivered (as far as the consumer knew)."""
 
     async def __aenter__(self) -> Replay:
         return self
@@ -97,7 +95,7 @@ class Replay:
         sequence = int(msg.metadata.sequence.stream)
         if sequence <= self.seen:
             return None  # delivered again by a consumer that started over
-        self.seen, self.pending = sequence, int(msg.metadata.num_pending)
+        self.seen = sequence
         return msg
 
     async def _subscription(self) -> Subscription | None:

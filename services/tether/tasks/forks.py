@@ -12,6 +12,7 @@ from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord
 from tether.tasks import rules
 
 if TYPE_CHECKING:
+    from tether.nats.store import Store
     from tether.tasks.service import TaskService
 
 
@@ -23,14 +24,10 @@ class Forks:
         self.store = tasks.store
 
     async def plan(self, record: TaskRecord) -> list[StepSpec]:
-        """The whole plan: the steps the record let go of, from their checkpoints, then
-        the record's own."""
-        return _plan(record, await self._checkpoints(record.task_id, record.done_steps))
+        return await full_plan(self.store, record)
 
     async def _checkpoints(self, task_id: str, steps: int) -> list[Checkpoint | None]:
-        return list(
-            await asyncio.gather(*(self.store.checkpoints.get(task_id, i) for i in range(steps)))
-        )
+        return await _checkpoints(self.store, task_id, steps)
 
     async def fork(
         self, task_id: str, from_step: int, new_task_id: str, new_input: Any = None
@@ -73,3 +70,13 @@ def _plan(record: TaskRecord, finished: list[Checkpoint | None]) -> list[StepSpe
     """The steps the record let go of (from their checkpoints), then its own."""
     history = [found.spec if found and found.spec else StepSpec(tool="?") for found in finished]
     return history + record.steps
+
+
+async def full_plan(store: Store, record: TaskRecord) -> list[StepSpec]:
+    """The whole plan: the steps the record let go of, from their checkpoints, then the
+    record's own."""
+    return _plan(record, await _checkpoints(store, record.task_id, record.done_steps))
+
+
+async def _checkpoints(store: Store, task_id: str, steps: int) -> list[Checkpoint | None]:
+    return list(await asyncio.gather(*(store.checkpoints.get(task_id, i) for i in range(steps))))

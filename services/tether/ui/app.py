@@ -20,11 +20,8 @@ from starlette.templating import Jinja2Templates
 from tether.client import Client
 from tether.clock import utcnow
 from tether.errors import BlobNotFoundError, TaskConflictError, TetherError
-from tether.nats.blobs import is_ref
-from tether.nats.feeds import dead_letters, task_history
+from tether.schemas.blobs import is_ref
 from tether.schemas.tasks import TaskRecord, TaskStatus
-from tether.tasks.listing import parse
-from tether.tasks.service import TaskService
 from tether.ui import views
 from tether.ui.auth import TokenAuth
 from tether.ui.live import changes, task_feed, until_closed
@@ -78,9 +75,7 @@ class Pages:
         every row): read at most every `COUNTS_EVERY` seconds however many pages ask."""
         now = time.monotonic()
         if self._counted is None or now - self._counted[0] > COUNTS_EVERY:
-            store = self._client.store
-            rows = parse(await store.records.index_rows(), store.names.prefix)
-            self._counted = (now, views.counts(row.status for row in rows))
+            self._counted = (now, await self._client.status_counts())
         return self._counted[1]
 
     def _missing(self, request: Request, message: str, status_code: int = 404) -> Response:
@@ -89,7 +84,7 @@ class Pages:
     async def tasks(self, request: Request) -> Response:
         client, query = self._client, request.query_params
         status, tool, text = query.get("status") or None, query.get("tool"), query.get("q")
-        if text and await client.store.records.get(text.strip()) is not None:
+        if text and await client.find(text.strip()) is not None:
             return RedirectResponse(f"/tasks/{text.strip()}", status_code=303)
         if status is not None and status not in {s.value for s in TaskStatus}:
             return self._missing(request, f"no status {status!r}", 400)
@@ -128,11 +123,11 @@ class Pages:
         generation = int(request.query_params.get("generation") or 1)
         after = int(request.headers.get("last-event-id") or 0)
         task_id = request.path_params["task_id"]
-        feed = task_feed(self._client.store, task_id, seen, generation, after)
+        feed = task_feed(self._client, task_id, seen, generation, after)
         return EventSourceResponse(until_closed(self._closing, feed), ping=15)
 
     async def list_live(self, request: Request) -> Response:
-        feed = until_closed(self._closing, changes(self._client.store))
+        feed = until_closed(self._closing, changes(self._client))
         return EventSourceResponse(feed, ping=15)
 
     async def action(self, request: Request) -> Response:
@@ -149,19 +144,19 @@ class Pages:
         return RedirectResponse(f"/tasks/{where}?" + urlencode({"note": note}), status_code=303)
 
     async def dlq(self, request: Request) -> Response:
-        store = self._client.store
-        letters = list(reversed(await dead_letters(store, 100)))  # newest first
+        client = self._client
+        letters = list(reversed(await client.dead_letters(100)))  # newest first
         now: dict[str, str] = {}
         for task_id in {letter.task_id for letter in letters if letter.task_id}:
-            found = await store.records.get(task_id)
-            if found is not None:
-                now[task_id] = found.record.status.value
+            record = await client.find(task_id)
+            if record is not None:
+                now[task_id] = record.status.value
         return self._page(request, "dlq.html", letters=letters, task_status=now)
 
     async def tools(self, request: Request) -> Response:
-        store = self._client.store
-        infos, workers = await store.tools.list(), await store.workers.list()
-        backlog = await asyncio.gather(*(store.tools.backlog(info.name) for info in infos))
+        client = self._client
+        infos, workers = await client.tools(), await client.workers()
+        backlog = await asyncio.gather(*(client.backlog(info.name) for info in infos))
         rows = [
             {
                 "info": info,
@@ -175,7 +170,7 @@ class Pages:
     async def blob(self, request: Request) -> Response:
         ref = request.path_params["ref"]
         try:
-            data = await self._client.store.blobs.load(ref)
+            data = await self._client.load_blob(ref)
         except BlobNotFoundError:
             return self._missing(request, f"no blob {ref!r} (removed by `tether gc`?)")
         return Response(data, media_type="application/json")
@@ -209,23 +204,16 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
     before the record, so the record is never older than the events the page counts as
     seen: the live feed sends only the later ones, and a terminal event among those read
     would otherwise leave the page showing a status it never refreshes."""
-    events = await task_history(client.store, task_id)
-    found = await client.store.records.get(task_id)
-    if found is None:
+    events = await client.history(task_id)
+    record = await client.find(task_id)
+    if record is None:
         return None
-    record = found.record
-    plan = await TaskService(client.store).forks.plan(record)
-    children = []
-    for child_id in record.children:
-        found = await client.store.records.get(child_id)
-        children.append((child_id, found.record if found else None))
-    parent = None
-    if record.parent is not None:
-        found = await client.store.records.get(record.parent.task_id)
-        parent = found.record if found else None
+    plan = await client.plan(record)
+    children = [(child_id, await client.find(child_id)) for child_id in record.children]
+    parent = None if record.parent is None else await client.find(record.parent.task_id)
     heartbeat = None
     if record.status is TaskStatus.RUNNING:
-        heartbeat = await client.store.heartbeats.get(record.task_id)
+        heartbeat = await client.heartbeat(record.task_id)
     now = utcnow()
     return {
         "record": record,

@@ -10,9 +10,7 @@ from typing import TypeVar
 
 from sse_starlette import ServerSentEvent
 
-from tether.nats.feeds import AllEvents, task_events
-from tether.nats.store import Store
-from tether.nats.tokens import token_chunks
+from tether.client import Client
 from tether.schemas.codec import encode
 from tether.schemas.events import ends_feed
 
@@ -22,7 +20,7 @@ CHANGES_EVERY = 1.0
 
 
 async def task_feed(
-    store: Store, task_id: str, seen: int, generation: int, after: int
+    client: Client, task_id: str, seen: int, generation: int, after: int
 ) -> AsyncIterator[ServerSentEvent]:
     """`status` for each event after the first `seen` (the page shows those, of the
     task's run `generation`) until the end of that run or a later one; `token` for each
@@ -31,7 +29,7 @@ async def task_feed(
 
     async def statuses() -> None:
         count = 0
-        async for event, _ in task_events(store, task_id):
+        async for event, _ in client.events(task_id):
             count += 1
             if count <= seen:
                 continue  # the page has it (an end among them is a run before a retry)
@@ -40,19 +38,18 @@ async def task_feed(
                 break
 
     async def tokens() -> None:
-        async for chunk, sequence in token_chunks(store, task_id, after):
+        async for chunk in client.handle(task_id).stream(after):
             data = encode(chunk).decode()
-            await queue.put(ServerSentEvent(data, event="token", id=str(sequence)))
+            await queue.put(ServerSentEvent(data, event="token", id=str(chunk.stream_seq)))
 
     async for item in _merged(queue, [statuses, tokens]):
         yield item
 
 
-async def changes(store: Store) -> AsyncIterator[ServerSentEvent]:
+async def changes(client: Client) -> AsyncIterator[ServerSentEvent]:
     """A `changed` event (at most one a second) when any task's status moves."""
     moved = asyncio.Event()
-    feed = AllEvents(store, lambda _: moved.set())
-    await feed.start()
+    stop = await client.on_every_event(lambda _: moved.set())
     try:
         while True:
             await moved.wait()
@@ -60,7 +57,7 @@ async def changes(store: Store) -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent("", event="changed")
             await asyncio.sleep(CHANGES_EVERY)
     finally:
-        await feed.stop()
+        await stop()
 
 
 async def _merged(

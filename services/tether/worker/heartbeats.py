@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
 
-from tether.nats.cancellation import raise_if_cancelled
+from tether.cancellation import raise_if_cancelled
 from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.worker.context import StepContext

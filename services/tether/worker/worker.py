@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from tether.cancellation import raise_if_cancelled
 from tether.clock import utcnow
 from tether.errors import NatsUnavailableError
-from tether.nats.cancellation import raise_if_cancelled
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.consumers import ConsumerOptions
 from tether.nats.delivery import Consumer, Delivery

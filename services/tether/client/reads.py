@@ -1,0 +1,131 @@
+"""Every read a front end needs (API, gateway, dashboard, CLI, demo), in one place: they
+import nothing else of the NATS seam but its connection settings, provisioning and the
+embedded server."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from tether.clock import utcnow
+from tether.nats.feeds import AllEvents, dead_letters, last_event, task_events, task_history
+from tether.nats.store import Store
+from tether.schemas.events import AnyStatusEvent
+from tether.schemas.tasks import (
+    DeadLetter,
+    Heartbeat,
+    StepSpec,
+    TaskRecord,
+    ToolInfo,
+    WorkerBeat,
+)
+from tether.tasks.forks import full_plan
+from tether.tasks.known_tools import live_tools, served
+from tether.tasks.retention import DEFAULT_RETENTION
+from tether.tasks.sweep import Sweeper, SweepReport
+
+
+class Reads:
+    """The read half of `Client`: tasks, their events and plans, workers and tools."""
+
+    _store: Store | None
+
+    def _connected(self) -> Store:
+        if self._store is None:
+            raise RuntimeError(
+                "the client is not connected: use 'async with Client(...)' or await connect()"
+            )
+        return self._store
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every subject, stream and bucket this client uses."""
+        return self._connected().names.prefix
+
+    async def find(self, task_id: str) -> TaskRecord | None:
+        """The task's record, or None when there is no such task."""
+        found = await self._connected().records.get(task_id)
+        return None if found is None else found.record
+
+    def events(self, task_id: str, after: int = 0) -> AsyncIterator[tuple[AnyStatusEvent, int]]:
+        """The task's status events after stream sequence `after`, each with its sequence
+        (resume from the last one): history, then live, through NATS restarts, without
+        end (`TaskHandle.events()` ends at the task's end)."""
+        return task_events(self._connected(), task_id, after=after)
+
+    async def history(self, task_id: str, limit: int = 10_000) -> builtins.list[AnyStatusEvent]:
+        """The task's events so far (the latest `limit`), with no wait for more."""
+        return await task_history(self._connected(), task_id, limit)
+
+    async def last_event(self, task_id: str) -> AnyStatusEvent | None:
+        return await last_event(self._connected(), task_id)
+
+    async def heartbeat(self, task_id: str) -> Heartbeat | None:
+        """The running step's heartbeat (its worker, progress and last beat)."""
+        return await self._connected().heartbeats.get(task_id)
+
+    async def plan(self, record: TaskRecord) -> builtins.list[StepSpec]:
+        """Every step of the task, finished ones too (the record keeps only the rest)."""
+        return await full_plan(self._connected(), record)
+
+    async def tool(self, name: str) -> ToolInfo | None:
+        return await self._connected().tools.get(name)
+
+    async def tools(self) -> builtins.list[ToolInfo]:
+        """Every tool a worker has advertised, by name."""
+        return await self._connected().tools.list()
+
+    async def served_tools(self) -> builtins.list[ToolInfo]:
+        """The advertised tools that still count as served (see `known_tools.served`)."""
+        store = self._connected()
+        live, now = await live_tools(store), utcnow()
+        return [info for info in await store.tools.list() if served(info, live, now)]
+
+    async def backlog(self, tool: str) -> tuple[int, int, int] | None:
+        """A tool's queue, steps in flight and redeliveries (None: never served)."""
+        return await self._connected().tools.backlog(tool)
+
+    async def workers(self) -> builtins.list[WorkerBeat]:
+        """Every worker that beat lately, by id."""
+        return await self._connected().workers.list()
+
+    async def dead_letters(self, limit: int = 20) -> builtins.list[DeadLetter]:
+        """The latest `limit` dead letters, oldest first."""
+        return await dead_letters(self._connected(), limit)
+
+    async def load_blob(self, ref: str) -> bytes:
+        """A stored blob's bytes by its `sha256:` reference."""
+        return await self._connected().blobs.load(ref)
+
+    async def status_counts(self) -> dict[str, int]:
+        """Tasks per status, from the status index (one request, whatever the count)."""
+        from tether.tasks import listing
+
+        store = self._connected()
+        rows = listing.parse(await store.records.index_rows(), store.names.prefix)
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row.status] = counts.get(row.status, 0) + 1
+        return counts
+
+    async def on_every_event(self, heard: Callable[[bytes], Any]) -> Callable[[], Awaitable[None]]:
+        """Hear every task's status events as they happen (live only); returns the stop."""
+        feed = AllEvents(self._connected(), heard)
+        await feed.start()
+        return feed.stop
+
+    async def answers(self, subject: str, timeout: float) -> bool:
+        """Whether anyone replies to a request on `subject` within `timeout` seconds."""
+        return await self._connected().answers(subject, timeout)
+
+    async def sweep(
+        self, retention: timedelta = DEFAULT_RETENTION, dry_run: bool = False
+    ) -> SweepReport:
+        """Remove finished tasks past `retention` and blobs nothing refers to."""
+        return await Sweeper(self._connected()).sweep(retention, dry_run=dry_run)
+
+    async def reindex(self) -> int:
+        """Write the status index row of every task (for tasks from before the index)."""
+        return await self._connected().records.reindex()
