@@ -1,0 +1,317 @@
+"""Executing one step: run the tool under its timeout and heartbeat, record what it
+returned and hand the task on, or settle its failure (retry or give up); each attempt
+ends once (`attempts.Attempt`). `step.StepRunner` decides when a message comes to this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from tether.clock import utcnow
+from tether.errors import (
+    BlobNotFoundError,
+    InvalidTaskError,
+    MessageTooLargeError,
+    TaskExistsError,
+)
+from tether.nats.delivery import Delivery
+from tether.nats.recent import Versioned
+from tether.nats.store import Store
+from tether.schemas.events import StepRetrying, StepStarted
+from tether.schemas.ids import InvalidNameError
+from tether.schemas.tasks import (
+    Checkpoint,
+    ErrorInfo,
+    StepSpec,
+    TaskRecord,
+    TaskStatus,
+    Usage,
+    WorkMessage,
+)
+from tether.tasks import rules
+from tether.tasks.service import TaskService
+from tether.worker import decisions
+from tether.worker.app import Tool
+from tether.worker.attempts import Attempt, AttemptObserver, Outcome
+from tether.worker.context import StepContext
+from tether.worker.decisions import Failure, GiveUp, Retry
+from tether.worker.heartbeats import StepHeartbeat
+from tether.worker.outputs import UnstorableResult, checkpoint_of
+from tether.worker.record_start import RecordStart
+from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
+from tether.worker.retry import RetryPolicy
+
+
+class _Failed(Exception):
+    """An attempt failed; `failure` says how (see `decisions.classify`)."""
+
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+class _TaskEnded(Exception):
+    """The task was cancelled (or failed elsewhere) while the step ran."""
+
+
+def _give_up(error: ErrorInfo) -> _Failed:
+    return _Failed(Failure(error, retryable=False))
+
+
+@dataclass
+class Execution:
+    store: Store
+    tasks: TaskService
+    worker_id: str
+    rng: random.Random
+    observer: AttemptObserver | None = None
+    """Told of each attempt's start and end (metrics)."""
+
+    async def run(
+        self,
+        delivery: Delivery,
+        heartbeat: StepHeartbeat,
+        tool: Tool,
+        work: WorkMessage,
+        found: Versioned,
+    ) -> None:
+        spec = found.record.spec(work.step).branch(work.branch)
+        policy = tool.retry.overridden(spec.retry)
+        early = decisions.before_attempt(found.record, delivery.attempt, policy, utcnow())
+        if early is not None:
+            failure = Failure(early.error, retryable=False)
+            await self._settle_failure(delivery, tool, work, found, policy, failure)
+            return
+        started = await self._start(found, work, delivery.attempt)
+        number = delivery.attempt
+        attempt = Attempt(found.record, work, number, tool.agent, self.observer)
+        try:
+            try:
+                try:
+                    result, usage = await self._run_tool(heartbeat, tool, spec, work, found, number)
+                finally:
+                    if started is not None:
+                        found = await started.settle()
+                outcome = await self._finish(found, work, number, result, usage)
+            except _TaskEnded:
+                outcome = Outcome.CANCELLED
+            except _Failed as failed:
+                failure = failed.failure
+                ended = await self._settle_failure(delivery, tool, work, found, policy, failure)
+                attempt.end(ended, failed.__cause__)
+                return
+            await delivery.done()
+            attempt.end(outcome)
+        finally:
+            attempt.end(Outcome.HANDED_ON)  # unless it ended above: stopped, or NATS away
+
+    async def _emit(
+        self,
+        kind: type[StepStarted] | type[StepRetrying],
+        work: WorkMessage,
+        attempt: int,
+        **fields: Any,
+    ) -> None:
+        """A running step's event; its `Nats-Msg-Id` names the attempt, so a replay is a no-op."""
+        event = kind(
+            task_id=work.task_id,
+            status=TaskStatus.RUNNING,
+            step=work.step,
+            branch=work.branch,
+            tool=work.tool,
+            attempt=attempt,
+            time=utcnow(),
+            generation=work.generation,
+            **fields,
+        )
+        await self.store.emit(event, attempt)
+
+    async def _start(self, found: Versioned, work: WorkMessage, attempt: int) -> RecordStart | None:
+        """Emit `step_started`; on a pending task also move it to running (see
+        `RecordStart`; the caller settles it before finishing)."""
+        await self._emit(StepStarted, work, attempt)
+        if found.record.status is not TaskStatus.PENDING:
+            return None
+        return RecordStart(self.store, found, work)
+
+    async def _run_tool(
+        self,
+        heartbeat: StepHeartbeat,
+        tool: Tool,
+        spec: StepSpec,
+        work: WorkMessage,
+        found: Versioned,
+        attempt: int,
+    ) -> tuple[Any, Usage | None]:
+        ctx = StepContext(
+            store=self.store,
+            record=found.record,
+            step=work.step,
+            attempt=attempt,
+            worker_id=self.worker_id,
+            branch=work.branch,
+        )
+        try:
+            data = tool.convert_input(await self.store.blobs.resolve(work.input))
+        except msgspec.ValidationError as exc:
+            raise _give_up(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
+        except BlobNotFoundError as exc:
+            raise _give_up(ErrorInfo(type="BlobNotFound", message=str(exc))) from exc
+        args = (ctx, data) if tool.takes_input else (ctx,)
+        # Created here, so the tool runs inside the attempt's span (see `Attempt`).
+        call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
+        return await self._call(heartbeat, ctx, call, tool, spec, found.record)
+
+    async def _call(
+        self,
+        heartbeat: StepHeartbeat,
+        ctx: StepContext,
+        call: asyncio.Task[Any],
+        tool: Tool,
+        spec: StepSpec,
+        record: TaskRecord,
+    ) -> tuple[Any, Usage | None]:
+        """Wait for the tool: its timeout, its heartbeats, and what its failure means."""
+        timeout = decisions.step_timeout(tool.timeout, spec, record.deadline_at, utcnow())
+        heartbeat.attach(ctx, call)
+        limit = asyncio.timeout(timeout) if timeout is not None else None
+        try:
+            if limit is None:  # most tools: no timer to arm on the hot path
+                result = await call
+            else:
+                async with limit:
+                    result = await call
+            await ctx.end_stream()
+            return result, ctx.usage
+        except asyncio.CancelledError:
+            if heartbeat.ended:
+                raise _TaskEnded from None
+            raise
+        except Exception as exc:
+            failure = decisions.classify(
+                exc,
+                timed_out=limit is not None and limit.expired(),  # not the tool's own TimeoutError
+                deadline_passed=rules.deadline_passed(record, utcnow()),
+                timeout=timeout,
+            )
+            raise _Failed(failure) from exc
+        finally:
+            heartbeat.detach()
+
+    async def _finish(
+        self, found: Versioned, work: WorkMessage, attempt: int, result: Any, usage: Usage | None
+    ) -> Outcome:
+        try:
+            return await self._record(found, work, attempt, result, usage)
+        except MessageTooLargeError as exc:
+            raise _give_up(_too_large(exc)) from exc
+
+    async def _record(
+        self, found: Versioned, work: WorkMessage, attempt: int, result: Any, usage: Usage | None
+    ) -> Outcome:
+        """Store what the tool returned and hand the task on; what became of the attempt."""
+        if work.branch is not None:
+            if isinstance(result, NeedsInput | NextSteps | Sleep | Child):
+                raise _give_up(_NOT_IN_A_BRANCH)
+            checkpoint = await self._by_reference(_stored(result, attempt, usage))
+            await self.tasks.branches.record(
+                found, work.step, work.branch, checkpoint, attempt=attempt
+            )
+            return Outcome.COMPLETED
+        if isinstance(result, NeedsInput):
+            await self.tasks.wait_for_input(found, work.step, result.request(utcnow()), attempt)
+            return Outcome.WAITING
+        if isinstance(result, Child):
+            await self._start_child(found, work, result)
+            return Outcome.CHILD
+        checkpoint = await self._by_reference(_stored(result, attempt, usage))
+        await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
+        return Outcome.COMPLETED
+
+    async def _by_reference(self, checkpoint: Checkpoint) -> Checkpoint:
+        """The checkpoint with a large output stored once as a blob (see `nats.blobs`)."""
+        output = await self.store.blobs.raw_by_reference(checkpoint.output)
+        inline = output is checkpoint.output  # most outputs: small enough to travel as is
+        return checkpoint if inline else msgspec.structs.replace(checkpoint, output=output)
+
+    async def _start_child(self, found: Versioned, work: WorkMessage, child: Child) -> None:
+        try:
+            await self.tasks.children.start(
+                found, work.step, child.steps, task_id=child.task_id, metadata=child.metadata
+            )
+        except (InvalidTaskError, InvalidNameError, TaskExistsError) as exc:
+            raise _give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
+
+    async def _settle_failure(
+        self,
+        delivery: Delivery,
+        tool: Tool,
+        work: WorkMessage,
+        found: Versioned,
+        policy: RetryPolicy,
+        failure: Failure,
+    ) -> Outcome:
+        """Retry later (`step_retrying`, nak with the delay) or give up (dead letter,
+        failed task, term), as `decisions.outcome` says; a branch of a group that
+        collects errors records its error as its output instead."""
+        attempt = delivery.attempt
+        match decisions.outcome(failure, policy, attempt, self.rng):
+            case Retry(delay):
+                retry_in_ms = int(delay.total_seconds() * 1000)
+                await self._emit(
+                    StepRetrying, work, attempt, error=failure.error, retry_in_ms=retry_in_ms
+                )
+                await delivery.retry(delay)
+                return Outcome.RETRIED
+            case GiveUp(error) if work.branch is not None and _collects(found, work):
+                checkpoint = Checkpoint(
+                    output=rules.branch_error(error), attempt=attempt, time=utcnow()
+                )
+                await self.tasks.branches.record(
+                    found, work.step, work.branch, checkpoint, attempt=attempt
+                )
+                await delivery.done()
+                return Outcome.FAILED
+            case GiveUp(error):
+                await self.tasks.dead_letter(
+                    tool=tool.name,
+                    subject=delivery.subject,
+                    data=delivery.data,
+                    error=error,
+                    task_id=work.task_id,
+                    step=work.step,
+                    branch=work.branch,
+                    attempt=attempt,
+                )
+                await self.tasks.fail(
+                    work.task_id, error, step=work.step, branch=work.branch, attempt=attempt
+                )
+                await delivery.give_up()
+                return Outcome.FAILED
+
+
+_NOT_IN_A_BRANCH = ErrorInfo(
+    type="InvalidOutput",
+    message="a branch of a parallel step returned NeedsInput, NextSteps, Sleep or Child: "
+    "do that in the step after the group",
+)
+
+
+def _collects(found: Versioned, work: WorkMessage) -> bool:
+    return found.record.spec(work.step).collect_errors
+
+
+def _stored(result: Any, attempt: int, usage: Usage | None = None) -> Checkpoint:
+    try:
+        checkpoint = checkpoint_of(result, attempt)
+    except UnstorableResult as exc:
+        raise _give_up(exc.error) from exc
+    return checkpoint if usage is None else msgspec.structs.replace(checkpoint, usage=usage)
+
+
+def _too_large(exc: MessageTooLargeError) -> ErrorInfo:
+    return ErrorInfo(type="OutputTooLarge", message=f"the step's output does not fit: {exc}")
