@@ -1,7 +1,7 @@
 """Prometheus metrics of one Tether process (worker, dispatcher, gateway).
 
 Step attempts are counted from their one end (`tether.worker.attempts.Attempt`); tasks,
-tokens and skipped steps from the status events this process emits (`Store.emit`), and
+tokens and skipped steps from the status events this process publishes (`Store.publish_event`), and
 dead letters as it writes them. Each process has its own registry (no globals); `serve`
 exposes it on a port.
 

@@ -73,7 +73,7 @@ if POINT == "checkpointed":
         lambda task_id, step, _, branch=None: (task_id, step, branch) == (TASK_ID, STEP_NO, BRANCH),
     )
 elif POINT in ("recorded", "counted"):
-    before(Store, "emit", completed)
+    before(Store, "publish_event", completed)
 elif POINT == "handed-off":
     next_step = (TASK_ID, STEP_NO + 1)
     after(Store, "publish_work", lambda work, *_: (work.task_id, work.step) == next_step)

@@ -8,7 +8,6 @@ bound to no one.
 
 from __future__ import annotations
 
-import hmac
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +15,8 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tether.bearer import matching, presented_token
 
 CALLER = "tether_caller"
 """Where the middleware puts the caller on the request's state."""
@@ -62,13 +63,8 @@ class BearerAuth:
         await self._app(scope, receive, send)
 
     def _caller(self, header: str) -> str | None:
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer" or not presented:
-            return None
-        for token, caller in self._tokens.items():
-            if hmac.compare_digest(presented.strip().encode(), token.encode()):
-                return caller
-        return None
+        token = matching(presented_token(header), self._tokens)
+        return None if token is None else self._tokens[token]
 
 
 def caller_of(ctx: Any) -> str | None:

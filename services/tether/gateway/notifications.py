@@ -35,6 +35,7 @@ from tether.gateway.backend import TaskBackend
 from tether.gateway.callers import caller_of
 from tether.gateway.protocol import declares_tasks
 from tether.gateway.tasks import detailed_task, legacy_task, mcp_status
+from tether.mcp_tasks import TERMINAL_STATUSES
 from tether.schemas.codec import event_decoder
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 Context = ServerRequestContext[Any, Any]
 Listener = Callable[[str], None]
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 FOLLOW_LIMIT = 24 * 3600.0
 """Seconds a 2025-11-25 session follows a task that never ends (the session may be long gone)."""
 
@@ -126,7 +126,7 @@ class LegacyPush:
         the subscription is caught by one re-read right after it.
         """
         session_id = _session_id(ctx)
-        if session_id is None or seen in TERMINAL:
+        if session_id is None or seen in TERMINAL_STATUSES:
             return
         self._prune()
         key = (session_id, task_id)

@@ -199,7 +199,7 @@ class Store:
         sent = {**(extra or {}), **schedule_headers(at, target)}
         await self._jetstream.publish(subject, data, sent)
 
-    async def emit(self, event: AnyStatusEvent, n: int = 0) -> None:
+    async def publish_event(self, event: AnyStatusEvent, n: int = 0) -> None:
         """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops.
 
         Events that end or pause a task wait for JetStream's acknowledgement. Progress

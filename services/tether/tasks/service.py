@@ -365,7 +365,7 @@ class TaskService:
         in_plan = step is not None and record.has_step(step)
         tool = record.spec(step).branch(branch).tool if in_plan and step is not None else None
         event = kind(task_id=record.task_id, step=step, tool=tool, **fields)
-        await self.store.emit(event)
+        await self.store.publish_event(event)
 
     async def _change_or_conflict(self, task_id: str, change: Change, refusal: str) -> TaskRecord:
         """Apply `change`, or raise TaskConflictError saying why the task refuses it."""

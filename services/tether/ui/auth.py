@@ -4,12 +4,13 @@ come from the dashboard's own pages, whatever the token (no cross-site form post
 
 from __future__ import annotations
 
-import hmac
 from urllib.parse import urlencode, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tether.bearer import matching, presented_token
 
 COOKIE = "tether_ui_token"
 
@@ -43,8 +44,7 @@ class TokenAuth:
             response: Response = RedirectResponse(target, status_code=303)
             response.set_cookie(COOKIE, given, httponly=True, samesite="strict")
             return response
-        bearer = request.headers.get("authorization", "")
-        presented = bearer[7:] if bearer.lower().startswith("bearer ") else None
+        presented = presented_token(request.headers.get("authorization", ""))
         if self._matches(presented) or self._matches(request.cookies.get(COOKIE)):
             return None
         return PlainTextResponse(
@@ -55,11 +55,7 @@ class TokenAuth:
         )
 
     def _matches(self, presented: str | None) -> bool:
-        return (
-            presented is not None
-            and self._token is not None
-            and hmac.compare_digest(presented.encode(), self._token.encode())
-        )
+        return self._token is not None and matching(presented, [self._token]) is not None
 
 
 def _same_origin(request: Request) -> bool:

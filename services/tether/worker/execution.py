@@ -109,7 +109,7 @@ class Execution:
         finally:
             attempt.end(Outcome.HANDED_ON)  # unless it ended above: stopped, or NATS away
 
-    async def _emit(
+    async def _running_event(
         self,
         kind: type[StepStarted] | type[StepRetrying],
         work: WorkMessage,
@@ -128,12 +128,12 @@ class Execution:
             generation=work.generation,
             **fields,
         )
-        await self.store.emit(event, attempt)
+        await self.store.publish_event(event, attempt)
 
     async def _start(self, found: Versioned, work: WorkMessage, attempt: int) -> RecordStart | None:
         """Emit `step_started`; on a pending task also move it to running (see
         `RecordStart`; the caller settles it before finishing)."""
-        await self._emit(StepStarted, work, attempt)
+        await self._running_event(StepStarted, work, attempt)
         if found.record.status is not TaskStatus.PENDING:
             return None
         return RecordStart(self.store, found, work)
@@ -262,7 +262,7 @@ class Execution:
         match decisions.outcome(failure, policy, attempt, self.rng):
             case Retry(delay):
                 retry_in_ms = int(delay.total_seconds() * 1000)
-                await self._emit(
+                await self._running_event(
                     StepRetrying, work, attempt, error=failure.error, retry_in_ms=retry_in_ms
                 )
                 await delivery.retry(delay)

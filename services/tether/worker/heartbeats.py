@@ -93,7 +93,7 @@ class StepHeartbeat:
     async def _run(self) -> None:
         while not self.ended:
             try:
-                if await self._beat():
+                if await self._keep():
                     return  # held: nothing more to do until it settles
             except asyncio.CancelledError:
                 raise
@@ -102,7 +102,7 @@ class StepHeartbeat:
             raise_if_cancelled()  # or a loop whose cancel a NATS call ate beats on forever
             await asyncio.sleep(self._interval)
 
-    async def _beat(self) -> bool:
+    async def _keep(self) -> bool:
         """One beat; True once the step is held and shown."""
         delivery = self._delivery
         if not delivery.held:

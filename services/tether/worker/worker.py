@@ -132,10 +132,10 @@ class Worker(Service):
             self.metrics.attach(store)
         self._started_at = utcnow()
         with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
-            await self._beat(store)  # alive before it holds anything
+            await self._announce(store)  # alive before it holds anything
         self._succession = Succession(store, key, self.liveness)
         await self._succession.start()
-        self._beating = asyncio.create_task(self._beats(store))
+        self._beating = asyncio.create_task(self._announcing(store))
         self._loops.append(asyncio.create_task(self._report(consumers)))
         self._loops.append(asyncio.create_task(self._look(runner)))
         log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
@@ -179,12 +179,12 @@ class Worker(Service):
             _give(slots, ahead - len(deliveries))
             _give(self._ahead, ahead - len(deliveries))
 
-    async def _beats(self, store: Store) -> None:
+    async def _announcing(self, store: Store) -> None:
         """The worker's liveness (and that of every step it holds), until it has left:
         through a stop's grace too, while its last steps finish."""
         while True:
             try:
-                await self._beat(store)
+                await self._announce(store)
             except Exception as exc:  # NATS away: the next beat tries again
                 log.debug("no worker beat: %s", exc)
             raise_if_cancelled()
@@ -210,7 +210,7 @@ class Worker(Service):
             except Exception as exc:  # NATS away: the next round tries again
                 log.debug("no look at running tasks: %s", exc)
 
-    async def _beat(self, store: Store) -> None:
+    async def _announce(self, store: Store) -> None:
         await store.workers.announce(
             WorkerBeat(
                 worker_id=self.worker_id,
