@@ -20,6 +20,7 @@ from tether.errors import (
     TaskTimeoutError,
 )
 from tether.nats.feeds import record_update, task_events
+from tether.nats.replay import GIVE_UP_AFTER
 from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
 from tether.schemas.events import AnyStatusEvent, ends_feed
@@ -78,10 +79,12 @@ class TaskHandle:
         """The first version of the record for which `condition(record)` is true.
 
         Follows the record with a KV watch, re-reading it every few seconds and
-        re-watching after errors, so a NATS restart or reconnect cannot stall it.
+        re-watching after errors, so a NATS restart or reconnect cannot stall it; NATS
+        away for `GIVE_UP_AFTER` seconds raises NatsUnavailableError (the task goes on).
         """
         seconds = None if timeout is None else as_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
+        away_since: float | None = None
         while True:
             raise_if_cancelled()
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -97,8 +100,13 @@ class TaskHandle:
                     return found.record
                 record = await record_update(self._store, self.task_id, condition, window)
             except NatsUnavailableError:
+                away_since = away_since or time.monotonic()
+                if time.monotonic() - away_since > GIVE_UP_AFTER:
+                    raise
                 record = None  # reconnecting: try again until the deadline
                 await asyncio.sleep(min(window, 0.25))
+            else:
+                away_since = None
             if record is not None:
                 return record
 

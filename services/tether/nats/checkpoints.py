@@ -26,6 +26,8 @@ class Checkpoints:
         """Store `checkpoint` unless one exists; return the one that won."""
         key = self._names.step_key(task_id, step, branch)
         data = encode(checkpoint)
+        if await self._bucket.create(key, data) is not None:
+            return checkpoint  # most steps: the first and only checkpoint
         stored = await self._create_once(key, data)
         return checkpoint if stored is data else checkpoint_decoder.decode(stored)
 

@@ -16,6 +16,7 @@ from tether.nats.limits import check_value
 GONE = {headers.KV_OPERATION: "DEL", headers.TTL: "30s"}
 """A delete marker that expires (a plain KV delete leaves one behind for ever)."""
 _DELETED = ("DEL", "PURGE")
+_ABSENT = {headers.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
 
 
 class Entry(NamedTuple):
@@ -59,8 +60,10 @@ class Bucket:
 
     async def create(self, key: str, value: bytes) -> int | None:
         """Write a key that does not exist; its revision, or None when it exists."""
+        subject = self._prefix + key  # as `update`, without a call more on the hot path
+        check_value(f"the value of {subject}", value, self._js.nc.max_payload)
         try:
-            return await self.update(key, value, 0)
+            return (await self._js.publish(subject, value, _ABSENT)).seq
         except RevisionConflictError:
             return None
 

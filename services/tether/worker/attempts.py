@@ -50,10 +50,13 @@ class Attempt:
     ) -> None:
         self._tool = tool = work.tool
         self._observer = observer
-        self._scope = contextlib.ExitStack()
-        self._span = self._scope.enter_context(
-            tracing.step_span(record, work.step, work.branch, tool, attempt, agent)
-        )
+        self._scope: contextlib.ExitStack | None = None
+        self._span = None
+        if tracing.enabled():  # else no span, and nothing held per running step for one
+            self._scope = contextlib.ExitStack()
+            self._span = self._scope.enter_context(
+                tracing.step_span(record, work.step, work.branch, tool, attempt, agent)
+            )
         self._began = time.monotonic()
         self.outcome: Outcome | None = None
         if observer is not None:
@@ -64,7 +67,8 @@ class Attempt:
         if self.outcome is not None:
             return
         self.outcome = outcome
-        tracing.outcome(self._span, outcome.value, error)
-        self._scope.close()
+        if self._scope is not None:
+            tracing.outcome(self._span, outcome.value, error)
+            self._scope.close()
         if self._observer is not None:
             self._observer.attempt_ended(self._tool, outcome, time.monotonic() - self._began)
