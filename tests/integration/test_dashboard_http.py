@@ -94,6 +94,8 @@ async def test_unknown_things_are_pages_that_say_so(http: httpx.AsyncClient) -> 
     assert (await http.get("/?status=sleepy")).status_code == 400
     assert (await http.get("/blobs/sha256:" + "0" * 64)).status_code == 404
     assert (await http.post("/tasks/nope/cancel")).status_code == 404
+    bad = await http.get("/tasks/nope/live?seen=-1")
+    assert bad.status_code == 400 and "whole numbers" in bad.text
 
 
 async def test_the_task_feed_sends_new_events_and_tokens_and_ends_with_the_task(

@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from tether.nats.headers import STATUS
 from tether.nats.limits import check_message
 
 NO_RESPONDERS = "503"
@@ -52,7 +53,7 @@ class Requester:
             reply = await future
         finally:
             self._waiting.pop(token, None)
-        if not reply.data and reply.headers and reply.headers.get("Status") == NO_RESPONDERS:
+        if not reply.data and reply.headers and reply.headers.get(STATUS) == NO_RESPONDERS:
             raise NoRespondersError
         return reply
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-SCHEDULE = "Nats-Schedule"
-SCHEDULE_TARGET = "Nats-Schedule-Target"
+from tether.nats.headers import SCHEDULE, SCHEDULE_TARGET
 
 
 def schedule_time(at: datetime) -> str:

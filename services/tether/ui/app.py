@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -119,9 +119,16 @@ class Pages:
         return self._page(request, name, **context)
 
     async def task_live(self, request: Request) -> Response:
-        seen = int(request.query_params.get("seen") or 0)
-        generation = int(request.query_params.get("generation") or 1)
-        after = int(request.headers.get("last-event-id") or 0)
+        given = request.query_params
+        numbers = (
+            given.get("seen") or "0",
+            given.get("generation") or "1",
+            request.headers.get("last-event-id") or "0",
+        )
+        if not all(number.isdecimal() for number in numbers):
+            message = "seen, generation and Last-Event-ID must be whole numbers"
+            return PlainTextResponse(message, 400)
+        seen, generation, after = (int(number) for number in numbers)
         task_id = request.path_params["task_id"]
         feed = task_feed(self._client, task_id, seen, generation, after)
         return EventSourceResponse(until_closed(self._closing, feed), ping=15)
