@@ -36,6 +36,15 @@ class ModelRequestError(TerminalError):
     """The endpoint rejected the request (unknown model, bad parameter, ...)."""
 
 
+class ModelOutputTruncated(TerminalError):
+    """The model stopped at its output token limit (`finish_reason: length`): a cut-off
+    answer or cut-off tool arguments are never stored as if they were whole."""
+
+
+class ModelContentFiltered(TerminalError):
+    """The endpoint's content filter stopped the answer (`finish_reason: content_filter`)."""
+
+
 @dataclass(frozen=True, eq=False)  # by identity: `settings` is a dict
 class OpenAIModel:
     """A model behind an OpenAI-compatible endpoint.
@@ -95,7 +104,36 @@ async def complete(
                 text = reply.add(chunk)
                 if text:
                     await on_delta(text)
-    return reply.result()
+    return checked(reply.result(), model)
+
+
+def checked(reply: Reply, model: OpenAIModel) -> Reply:
+    """The reply, if the model finished it: a stream that ended without a finish_reason
+    was cut off on the way (a call to send again), one cut at the token limit or by a
+    filter is not an answer."""
+    where = _where(model)
+    text = reply.message.get("content") or ""
+    calls = reply.message.get("tool_calls") or []
+    if reply.finish_reason is None:
+        raise RetryableError(
+            f"{where} ended its answer without a finish_reason after {len(text)} characters "
+            f"and {len(calls)} tool call(s): the stream was cut off, so the call is sent again"
+        )
+    if reply.finish_reason == "length":
+        what = f"its answer after {len(text)} characters"
+        if calls:
+            what = f"the arguments of tool call {calls[-1]['function']['name']!r}"
+        raise ModelOutputTruncated(
+            f"{where} stopped at its output token limit (finish_reason 'length') in {what}: "
+            "raise max_completion_tokens (OpenAIModel(settings={'max_completion_tokens': "
+            "...})) or ask for a shorter answer, then retry the task"
+        )
+    if reply.finish_reason == "content_filter":
+        raise ModelContentFiltered(
+            f"{where} stopped its answer with its content filter (finish_reason "
+            "'content_filter'): the conversation needs changing, retrying sends it again"
+        )
+    return reply
 
 
 class _Accumulated:
@@ -104,7 +142,9 @@ class _Accumulated:
     def __init__(self, model: str) -> None:
         self.model = model
         self.content: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: list[dict[str, Any]] = []
+        self._open: dict[int, dict[str, Any]] = {}
+        """The call each stream index adds to now."""
         self.usage = Usage(requests=1, model=model)
         self.finish_reason: str | None = None
 
@@ -130,9 +170,12 @@ class _Accumulated:
         return text
 
     def _add_call(self, call: Any) -> None:
-        entry = self.calls.setdefault(
-            call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-        )
+        entry = self._open.get(call.index)
+        if entry is None or (call.id and entry["id"] and call.id != entry["id"]):
+            # A new call (some servers reuse an index for the next call, with a new id).
+            entry = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            self._open[call.index] = entry
+            self.calls.append(entry)
         if call.id:
             entry["id"] = call.id
         if call.function is not None:
@@ -144,14 +187,30 @@ class _Accumulated:
     def result(self) -> Reply:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         if self.calls:
-            message["tool_calls"] = [self.calls[index] for index in sorted(self.calls)]
+            message["tool_calls"] = unique_ids(self.calls)
         return Reply(message=message, usage=self.usage, finish_reason=self.finish_reason)
+
+
+def unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls, each with an id no other has: an empty or repeated id (some compatible
+    servers send them) is replaced by `tether_call_<i>`. The message is stored with these
+    ids, so the model hears each call's own result under the id it is shown."""
+    seen: set[str] = set()
+    for i, call in enumerate(calls):
+        if not call["id"] or call["id"] in seen:
+            call["id"] = f"tether_call_{i}"
+        seen.add(call["id"])
+    return calls
+
+
+def _where(model: OpenAIModel) -> str:
+    return f"model {model.name!r} at {model.base_url or 'the OpenAI API'}"
 
 
 @contextlib.contextmanager
 def model_errors(model: OpenAIModel) -> Iterator[None]:
     """The `openai` client's errors as Tether's: retry what may pass, fail what won't."""
-    where = f"model {model.name!r} at {model.base_url or 'the OpenAI API'}"
+    where = _where(model)
     try:
         yield
     except openai.AuthenticationError as exc:

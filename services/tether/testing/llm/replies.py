@@ -45,10 +45,11 @@ class Reply:
     words: list[str]
     calls: list[Call]
     usage: dict[str, Any]
+    scripted_finish: str | None = None
 
     @property
     def finish_reason(self) -> str:
-        return "tool_calls" if self.calls else "stop"
+        return self.scripted_finish or ("tool_calls" if self.calls else "stop")
 
 
 def usage_of(turn: Turn, messages: list[dict[str, Any]], words: int) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def make_reply(
     words = split_words(turn.content or "")
     calls = [
         Call(
-            id=f"call_{k}_{i}",
+            id=f"call_{k}_{i}" if call.id is None else call.id,
             name=call.name,
             arguments=(
                 call.arguments
@@ -94,6 +95,7 @@ def make_reply(
         words=words,
         calls=calls,
         usage=usage_of(turn, messages, len(words)),
+        scripted_finish=turn.finish_reason,
     )
 
 

@@ -12,6 +12,9 @@ class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     name: str
     arguments: dict[str, Any] | str = {}
+    id: str | None = None
+    """The call's id as sent (default `call_<turn>_<i>`): "" or a repeated one, as some
+    OpenAI-compatible servers send."""
 
 
 class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -23,7 +26,9 @@ class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """What goes wrong with one attempt at a turn: exactly one of `status`, `drop_after`,
+    """What goes wrong with one attempt at a turn: exactly one of `status`, `drop_after`
+    (the connection breaks after n chunks), `end_after` (the body ends cleanly after n
+    chunks: no finish_reason, no usage, no [DONE], as a proxy that gives up does),
     `stall_after` (with `seconds`) or `ok`."""
 
     status: int | None = None
@@ -31,16 +36,17 @@ class Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
     code: str | None = None
     message: str | None = None
     drop_after: int | None = None
+    end_after: int | None = None
     stall_after: int | None = None
     seconds: int | float | None = None
     ok: bool = False
 
     def __post_init__(self) -> None:
         kinds = [self.status is not None, self.drop_after is not None]
-        kinds += [self.stall_after is not None, self.ok]
+        kinds += [self.end_after is not None, self.stall_after is not None, self.ok]
         if sum(kinds) != 1:
             raise ValueError(
-                "a fault is exactly one of {'status': S}, {'drop_after': n}, "
+                "a fault is exactly one of {'status': S}, {'drop_after': n}, {'end_after': n}, "
                 "{'stall_after': n, 'seconds': s} or {'ok': true}"
             )
         if self.stall_after is not None and self.seconds is None:
@@ -54,6 +60,8 @@ class Turn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tool_calls: list[ToolCall] = []
     usage: Usage | None = None
     faults: list[Fault] = []
+    finish_reason: str | None = None
+    """Sent instead of `stop` / `tool_calls`: `length`, `content_filter`, ..."""
 
 
 class Conversation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

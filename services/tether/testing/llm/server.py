@@ -42,6 +42,11 @@ class ChatRequest(msgspec.Struct, frozen=True):
     tools: list[dict[str, Any]] | None = None
 
     @property
+    def tool_results(self) -> list[str | None]:
+        """The `tool_call_id` of each tool result in the conversation, in order."""
+        return [m.get("tool_call_id") for m in self.messages if m.get("role") == "tool"]
+
+    @property
     def include_usage(self) -> bool:
         return bool((self.stream_options or {}).get("include_usage"))
 
@@ -137,11 +142,14 @@ class ScriptedServer:
     ) -> AsyncIterator[bytes]:
         plan = replies.stream(reply, include_usage=include_usage)
         drop_at = fault.drop_after if fault else None
+        end_at = fault.end_after if fault else None
         stall_at = fault.stall_after if fault else None
         yield plan.head
         for i, chunk in enumerate([*plan.chunks, None]):
             if i == drop_at:
                 raise Dropped
+            if i == end_at:
+                return  # a clean end of the body, with no finish_reason
             if i == stall_at and fault is not None:
                 await asyncio.sleep(fault.seconds or 0.0)
             if chunk is None:
@@ -163,6 +171,7 @@ class ScriptedServer:
             "stream": body.stream,
             "model": body.model,
             "messages": len(body.messages),
+            "tool_results": body.tool_results,
             "tools": body.tool_names,
             "fault": msgspec.to_builtins(fault) if fault else None,
         }
