@@ -5,8 +5,10 @@ model in its own process)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,10 @@ import pytest
 
 from tests.apps.agents import app as agents
 from tests.apps.tools import read_branch_executions
-from tether import Client, NatsConfig, TaskFailedError, TaskHandle, Worker
+from tether import Client, Dispatcher, NatsConfig, TaskFailedError, TaskHandle, Worker
+from tether.clock import utcnow
+from tether.nats.cleanup import Cleanup
+from tether.nats.layout import Layout
 from tether.testing.llm import ScriptedModel
 
 ANSWER = "Durable agents keep their state outside the process, so a crash loses nothing."
@@ -113,3 +118,37 @@ async def test_tool_calls_with_repeated_or_empty_ids_each_run_and_get_their_own_
     assert sorted(b for (t, _, b), n in branches.items() if t == handle.task_id and n) == [0, 1]
     answered = _calls(model, question)[1]["tool_results"]
     assert len(answered) == 2 and len(set(answered)) == 2 and all(answered)
+
+
+async def test_a_task_id_used_again_after_gc_never_gets_the_old_tasks_conversation(
+    config: NatsConfig, model: ScriptedModel, executions: Path
+) -> None:
+    """A worker keeps recent conversations in memory; once `gc` removed a task, a new task
+    under its id must start from its own question, not the old one's."""
+    layout = Layout(names=config.names, duplicate_window=timedelta(seconds=1))
+    search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "q"}}]}
+    old, new = "old question " + uuid.uuid4().hex[:6], "new question " + uuid.uuid4().hex[:6]
+    model.load(
+        {
+            "conversations": [
+                {"match": old, "turns": [search, {"content": "the old answer"}]},
+                {"match": new, "turns": [search, {"content": "the new answer"}]},
+            ]
+        }
+    )
+    async with (
+        Client(config, layout=layout) as client,
+        Dispatcher(config, layout=layout),
+        Worker(agents, config, layout=layout),  # one worker: one in-memory cache
+    ):
+        first = await client.submit_agent("researcher", old, task_id="reused")
+        assert await first.wait(timeout=30) == "the old answer"
+        ended = (await first.get()).updated_at  # after its last message was published
+        await Cleanup(client._store).remove_task("reused")  # as `tether gc` does
+        # A timer, not a condition: the id is free once the duplicate window has passed.
+        free_at = ended + layout.duplicate_window + timedelta(seconds=0.2)
+        await asyncio.sleep(max(0.0, (free_at - utcnow()).total_seconds()))
+
+        second = await client.submit_agent("researcher", new, task_id="reused")
+        assert await second.wait(timeout=30) == "the new answer"
+    assert [(c["turn"], c["attempt"]) for c in _calls(model, new)] == [(0, 0), (1, 0)]

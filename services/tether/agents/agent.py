@@ -12,7 +12,7 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import openai
@@ -169,7 +169,9 @@ class _Runtime:
 
     def __init__(self) -> None:
         self._clients: dict[tuple[OpenAIModel, str | None], openai.AsyncOpenAI] = {}
-        self._histories: OrderedDict[str, list[Entry]] = OrderedDict()
+        self._histories: OrderedDict[tuple[str, datetime], list[Entry]] = OrderedDict()
+        """By task id and creation time: a task removed by `gc` and a new one under its
+        id never share a history."""
         self._tools: dict[str, tuple[ToolInfo, float]] = {}
 
     def client(self, model: OpenAIModel) -> openai.AsyncOpenAI:
@@ -181,11 +183,12 @@ class _Runtime:
     async def history(self, ctx: StepContext) -> list[Entry]:
         """One entry per step before `ctx.step` (a step without a checkpoint is left out,
         and then nothing is kept)."""
-        known = self._histories.pop(ctx.task_id, [])[: ctx.step]
+        key = (ctx.task_id, ctx.created_at)
+        known = self._histories.pop(key, [])[: ctx.step]
         read = await ctx.history(len(known))
         entries = [*known, *(_entry(c) for c in read if c is not None)]
         if len(entries) == ctx.step:
-            self._histories[ctx.task_id] = entries
+            self._histories[key] = entries
             while len(self._histories) > HISTORY_CACHE:
                 self._histories.popitem(last=False)
         return entries

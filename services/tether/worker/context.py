@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -56,6 +57,12 @@ class StepContext:
     @property
     def metadata(self) -> dict[str, Any]:
         return self._record.metadata
+
+    @property
+    def created_at(self) -> datetime:
+        """When the task was created: with its id, what no later task can share (an id is
+        free again once `tether gc` removed the task)."""
+        return self._record.created_at
 
     async def output(self, step: int) -> Any:
         """The output of an earlier step of this task."""
