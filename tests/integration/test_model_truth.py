@@ -152,3 +152,4 @@ async def test_a_task_id_used_again_after_gc_never_gets_the_old_tasks_conversati
         second = await client.submit_agent("researcher", new, task_id="reused")
         assert await second.wait(timeout=30) == "the new answer"
     assert [(c["turn"], c["attempt"]) for c in _calls(model, new)] == [(0, 0), (1, 0)]
+

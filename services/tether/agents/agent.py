@@ -93,7 +93,8 @@ class Agent:
         if journal.turns >= self.max_turns:
             raise MaxTurnsExceeded(
                 f"agent {self.name!r} did not answer within {self.max_turns} turns: raise "
-                "max_turns, or fork the task from its last turn"
+                "max_turns (app.agent(..., max_turns=N)), restart its workers, then retry "
+                "the task ('tether dlq retry ID'): its turns so far are kept, none is sent again"
             )
         budget = journal.token_budget or self.token_budget
         if budget is not None and journal.usage.total_tokens >= budget:
