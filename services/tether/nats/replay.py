@@ -102,7 +102,8 @@ class Replay:
         """The consumer to read from, started (again) when needed; None while NATS is away."""
         nc = self._nc
         if nc.is_closed:
-            raise NatsUnavailableError(f"the NATS connection closed while following {self._what}")
+            what = self._subject
+            raise NatsUnavailableError(f"the NATS connection closed while following {what}")
         if not nc.is_connected:
             self._away()
             return None
@@ -120,12 +121,12 @@ class Replay:
                 self._subject, stream=self._stream, ordered_consumer=True, config=start
             )
         except (nats.errors.Error, OSError) as exc:  # JetStream not ready yet after a restart
-            log.debug("following %s: %s", self._what, exc)
+            log.debug("following %s: %s", self._subject, exc)
             self._away()
             return None
         self._reconnects = reconnects
         if self._away_since is not None:
-            log.warning("NATS is back: following %s again", self._what)
+            log.warning("NATS is back: following %s again", self._subject)
             self._away_since = None
         return self._sub
 
@@ -135,18 +136,14 @@ class Replay:
             self._away_since = now
             log.warning(
                 "lost NATS while following %s; resuming after sequence %d when it is back",
-                self._what,
+                self._subject,
                 self.seen,
             )
         elif now - self._away_since > self._give_up_after:
             raise NatsUnavailableError(
                 f"NATS has been away for {self._give_up_after:.0f}s while following "
-                f"{self._what}: check that the server is up, then follow it again"
+                f"{self._subject}: check that the server is up, then follow it again"
             )
-
-    @property
-    def _what(self) -> str:
-        return self._subject
 
     async def _drop(self) -> None:
         sub, self._sub = self._sub, None
