@@ -507,3 +507,10 @@ def test_to_step_rejects_a_bad_dict_with_the_field(bad: dict[str, Any], fragment
 )
 def test_task_id_of_an_undecodable_submission(data: bytes, expected: str | None) -> None:
     assert plans.task_id_of(data) == expected
+
+
+def test_a_child_that_ended_first_is_still_listed_once_by_its_parent() -> None:
+    parent = _record()
+    listed = rules.list_child(parent, "kid", T0 + timedelta(seconds=1))
+    assert listed is not None and listed.children == ["kid"]
+    assert rules.list_child(listed, "kid", T0) is None  # listed already: no write

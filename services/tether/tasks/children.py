@@ -79,6 +79,9 @@ class ChildTasks:
         found = await self.store.records.get(link.task_id)
         if found is None or not rules.awaits(found.record, link):
             return
+        found, _ = await self.store.records.update(
+            link.task_id, lambda record: rules.list_child(record, child.task_id, utcnow()), found
+        )
         failure = rules.child_failure(child)
         if failure is not None:
             await self._fail_step_if_waiting(link, failure)

@@ -109,6 +109,14 @@ def await_child(record: TaskRecord, step: int, child: str, now: datetime) -> Tas
     )
 
 
+def list_child(record: TaskRecord, child: str, now: datetime) -> TaskRecord | None:
+    """The record with `child` among its children (None: listed already). A child can end
+    before its parent's step, re-run after a crash, has recorded that it waits for it."""
+    if child in record.children:
+        return None
+    return msgspec.structs.replace(record, children=[*record.children, child], updated_at=now)
+
+
 def awaits(record: TaskRecord, parent: ParentStep) -> bool:
     """Whether `record` (the parent) still waits at the step `parent` names."""
     return (
