@@ -21,6 +21,7 @@ from tether.schemas.tasks import (
     ToolInfo,
     WorkerBeat,
 )
+from tether.tasks import listing
 from tether.tasks.forks import full_plan
 from tether.tasks.known_tools import live_tools, served
 from tether.tasks.retention import DEFAULT_RETENTION
@@ -100,15 +101,11 @@ class Reads:
         return await self._connected().blobs.load(ref)
 
     async def status_counts(self) -> dict[str, int]:
-        """Tasks per status, from the status index (one request, whatever the count)."""
-        from tether.tasks import listing
-
+        """Tasks per status, every status present (zero when none), from the status
+        index: one request, whatever the count."""
         store = self._connected()
         rows = listing.parse(await store.records.index_rows(), store.names.prefix)
-        counts: dict[str, int] = {}
-        for row in rows:
-            counts[row.status] = counts.get(row.status, 0) + 1
-        return counts
+        return listing.counts(row.status for row in rows)
 
     async def on_every_event(self, heard: Callable[[bytes], Any]) -> Callable[[], Awaitable[None]]:
         """Hear every task's status events as they happen (live only); returns the stop."""

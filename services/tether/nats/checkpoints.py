@@ -28,8 +28,7 @@ class Checkpoints:
         data = encode(checkpoint)
         if await self._bucket.create(key, data) is not None:
             return checkpoint  # most steps: the first and only checkpoint
-        stored = await self._create_once(key, data)
-        return checkpoint if stored is data else checkpoint_decoder.decode(stored)
+        return checkpoint_decoder.decode(await self._winner(key, data))
 
     async def get_memo(self, key: str) -> bytes | None:
         found = await self._bucket.get(key)
@@ -38,12 +37,14 @@ class Checkpoints:
     async def create_memo(self, key: str, value: bytes) -> bytes:
         """Store a memoized side effect's result create-only; the bytes that won (`value`
         itself when it was stored)."""
-        return await self._create_once(key, value)
+        if await self._bucket.create(key, value) is not None:
+            return value
+        return await self._winner(key, value)
 
-    async def _create_once(self, key: str, value: bytes) -> bytes:
-        while await self._bucket.create(key, value) is None:
-            existing = await self.get_memo(key)
-            if existing is not None:
-                return existing
-            # deleted in between: ours is as good as any, try again
-        return value
+    async def _winner(self, key: str, value: bytes) -> bytes:
+        """What a lost create on `key` lost to; ours, stored now, if that was deleted in
+        between (ours is as good as any)."""
+        while (existing := await self.get_memo(key)) is None:
+            if await self._bucket.create(key, value) is not None:
+                return value
+        return existing

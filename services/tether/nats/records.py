@@ -120,9 +120,6 @@ class Records:
         # consumer behind for nats-py's default 5 min.
         return await self._bucket.watch(task_id, WATCH_INACTIVE)
 
-    async def keys(self) -> list[str]:
-        return await self._bucket.keys()
-
     async def list(self) -> list[TaskRecord]:
         """Every record, one read each (the status index is the cheap way to list)."""
         records = []

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
 
+from tether.schemas.tasks import TaskStatus
+
 
 class Row(NamedTuple):
     created_us: int
@@ -40,3 +42,12 @@ def after(rows: list[Row], cursor: tuple[int, str], reverse: bool = False) -> li
     if reverse:
         return [row for row in rows if (row.created_us, row.task_id) < cursor]
     return [row for row in rows if (row.created_us, row.task_id) > cursor]
+
+
+def counts(statuses: Iterable[str]) -> dict[str, int]:
+    """How many tasks have each status, every status present (zero when none)."""
+    found = {status.value: 0 for status in TaskStatus}
+    for status in statuses:
+        if status in found:
+            found[status] += 1
+    return found

@@ -20,6 +20,7 @@ from tether.schemas.events import (
     Waiting,
 )
 from tether.schemas.tasks import ErrorInfo, StepSpec, TaskRecord, TaskStatus, Usage
+from tether.tasks.listing import counts as counts  # the pages name it from here
 from tether.tasks.plans import current_tool as current_tool  # the pages name it from here
 
 
@@ -184,13 +185,6 @@ def _tools(spec: StepSpec) -> set[str]:
     return found
 
 
-def counts(statuses: Iterable[str]) -> dict[str, int]:
-    """How many tasks have each status, every status present (zero when none)."""
-    found = {status.value: 0 for status in TaskStatus}
-    for status in statuses:
-        if status in found:
-            found[status] += 1
-    return found
 
 
 class FormError(ValueError):
