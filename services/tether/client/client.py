@@ -208,10 +208,12 @@ class Client(Reads, Service):
         limit: int = 100,
         cursor: str | None = None,
         newest_first: bool = False,
+        after: tuple[int, str] | None = None,
     ) -> tuple[builtins.list[TaskRecord], bool]:
         """A page of tasks in creation order (or newest first), after the task `cursor`,
         and whether more may follow. Read from the status index, so the first page costs
-        one request and `limit` record reads however many tasks the store holds."""
+        one request and `limit` record reads however many tasks the store holds.
+        `after`: a position (`position_of`) instead of `cursor`, read from no record."""
         wanted = None if status is None else TaskStatus(status)
         store = self._connected()
         known: dict[str, TaskRecord] = {}
@@ -225,8 +227,10 @@ class Client(Reads, Service):
             rows = listing.parse(subjects, store.names.prefix)
         if newest_first:
             rows.reverse()
-        if cursor is not None:
-            rows = listing.after(rows, await self._position(cursor), reverse=newest_first)
+        if after is None and cursor is not None:
+            after = await self._position(cursor)
+        if after is not None:
+            rows = listing.after(rows, after, reverse=newest_first)
         page: builtins.list[TaskRecord] = []
         for start in range(0, len(rows), limit):  # a page's records read at once
             chunk = [row.task_id for row in rows[start : start + limit]]
@@ -252,8 +256,7 @@ class Client(Reads, Service):
 
     async def _position(self, task_id: str) -> tuple[int, str]:
         """Where task `task_id` sits in creation order."""
-        record = (await self._connected().records.require(task_id)).record
-        return listing.created_us(record.created_at), record.task_id
+        return position_of((await self._connected().records.require(task_id)).record)
 
     async def cancel(self, task_id: str) -> TaskRecord:
         """Cancel an unfinished task; raises TaskConflictError if it already ended."""
@@ -286,3 +289,8 @@ class Client(Reads, Service):
     async def send_input(self, task_id: str, data: Any) -> None:
         """Answer a task that is waiting for input; it resumes at its next step."""
         await self.handle(task_id).send_input(data)
+
+
+def position_of(record: TaskRecord) -> tuple[int, str]:
+    """Where a task sits in creation order (a `list_page` position)."""
+    return listing.created_us(record.created_at), record.task_id

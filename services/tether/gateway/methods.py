@@ -13,6 +13,7 @@ from typing import Any
 from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 
+from tether.client.client import position_of
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
 from tether.gateway.callers import caller_of
@@ -73,6 +74,13 @@ def final_result(record: TaskRecord) -> dict[str, Any]:
     return {**result, "_meta": related_task_meta(record.task_id)}
 
 
+def _position(cursor: str) -> tuple[int, str]:
+    stamp, _, task_id = cursor.partition(".")
+    if not (stamp.isdecimal() and task_id):
+        raise errors.invalid_params(f"invalid cursor {cursor!r}: pass a nextCursor from tasks/list")
+    return int(stamp), task_id
+
+
 SCAN = 2_000
 """Other callers' tasks `tasks/list` reads past at most for one page."""
 
@@ -115,27 +123,25 @@ class TaskMethods:
     async def _page(
         self, caller: str | None, cursor: str | None
     ) -> tuple[list[TaskRecord], str | None]:
-        """A page of the caller's tasks after task `cursor`, and the next cursor: read
-        from the status index a page at a time, never every record."""
+        """A page of the caller's tasks after the position `cursor` names, and the next
+        cursor: read from the status index a page at a time, never every record. A cursor
+        is a position (`<µs>.<task id>`), not a task to look up: it reveals nothing about
+        another caller's tasks, and may point past them."""
         client = self.backend.client
-        if cursor is not None:
-            after = await client.find(cursor)
-            if after is None or (caller is not None and owner(after) != caller):
-                hint = "pass a nextCursor from tasks/list"
-                raise errors.invalid_params(f"invalid cursor {cursor!r}: {hint}")
+        after = None if cursor is None else _position(cursor)
         page: list[TaskRecord] = []
         scanned, more = 0, True
         while more and len(page) < PAGE_SIZE and scanned < SCAN:
-            records, more = await client.list_page(limit=PAGE_SIZE, cursor=cursor)
+            records, more = await client.list_page(limit=PAGE_SIZE, after=after)
             for record in records:
                 scanned += 1
-                cursor = record.task_id
+                after = position_of(record)
                 if caller is None or owner(record) == caller:
                     page.append(record)
                     if len(page) == PAGE_SIZE:
                         more = more or record is not records[-1]
                         break
-        return page, cursor if more else None
+        return page, f"{after[0]}.{after[1]}" if more and after is not None else None
 
     async def cancel_task(self, ctx: Context, params: TaskIdParams) -> HandlerResult:
         modern = is_modern(ctx.protocol_version)
