@@ -29,7 +29,7 @@ Tools may raise any exception: everything but TerminalError is retried.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from tether.durations import as_timedelta
@@ -132,12 +132,22 @@ class TaskNotFoundError(TaskError, LookupError):
 
 
 class TaskExistsError(TaskError):
-    def __init__(self, task_id: str) -> None:
-        super().__init__(
-            task_id,
+    """The id names a task, or one `tether gc` removed so lately that JetStream still
+    remembers its messages (`free_at`: when the id is free again)."""
+
+    def __init__(self, task_id: str, free_at: datetime | None = None) -> None:
+        message = (
             f"task {task_id!r} already exists: follow it with Client.get({task_id!r}) "
-            "or submit with a new task_id",
+            "or submit with a new task_id"
         )
+        if free_at is not None:
+            message = (
+                f"task id {task_id!r} was removed by gc so lately that JetStream's duplicate "
+                "window still remembers its messages (a new task under it would hang): it is "
+                f"free again at {free_at:%H:%M:%S} UTC; wait, or submit with a new task_id"
+            )
+        super().__init__(task_id, message)
+        self.free_at = free_at
 
 
 class TaskConflictError(TaskError):

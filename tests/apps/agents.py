@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from tests.apps.tools import BEAT, record
-from tether import App, OpenAIModel, RetryPolicy, StepContext
+from tether import App, OpenAIModel, RetryPolicy, StepContext, TerminalError
 
 app = App("agents")
 MODEL = OpenAIModel("scripted", api_key="test")
@@ -65,5 +65,21 @@ hasty = app.agent(
     tools=["web_search"],
     approval=["web_search"],  # asks before every search, and not for long
     approval_timeout=0.5,
+    retry=QUICK,
+)
+
+
+@app.tool(heartbeat=BEAT)
+async def close_account(ctx: StepContext, data: dict[str, Any]) -> str:
+    """Close an account; refuses for good when the account is frozen."""
+    record(ctx, "close_account")
+    raise TerminalError(f"account {data.get('account')} is frozen: stop the whole run")
+
+
+guarded = app.agent(
+    "guarded",
+    model=MODEL,
+    tools=["web_search", "close_account"],
+    token_budget=10_000,
     retry=QUICK,
 )

@@ -40,9 +40,7 @@ async def test_followers_resume_after_the_server_restarts_without_loss_or_repeat
     try:
         async with Client(config) as client, Dispatcher(config):
             worker = start_worker(config, AGENTS, log=tmp_path / "worker.log")
-            await wait_until(
-                lambda: _registered(client), timeout=20, message="the agent's worker"
-            )
+            await wait_until(lambda: _registered(client), timeout=20, message="the agent's worker")
             handle = await client.submit_agent("researcher", "restart question")
             watch = _watch(config, handle.task_id, tmp_path / "watch.out")
             events: list[AnyStatusEvent] = []
@@ -52,9 +50,7 @@ async def test_followers_resume_after_the_server_restarts_without_loss_or_repeat
                 asyncio.create_task(_collect(handle.events(), events, ended, "events")),
                 asyncio.create_task(_collect(handle.stream(), chunks, ended, "stream")),
             ]
-            await wait_until(
-                lambda: _some(chunks, 10), timeout=30, message="the answer streaming"
-            )
+            await wait_until(lambda: _some(chunks, 10), timeout=30, message="the answer streaming")
             server.kill()
             await asyncio.sleep(1.0)  # away for a while, not only a blink
             server.start()

@@ -6,20 +6,33 @@ model in its own process)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tests.apps.agents import app as agents
+from tests.apps.tools import app as tools
 from tests.apps.tools import read_branch_executions
-from tether import Client, Dispatcher, NatsConfig, TaskFailedError, TaskHandle, Worker
+from tests.conftest import Raw
+from tether import (
+    Client,
+    Dispatcher,
+    NatsConfig,
+    TaskExistsError,
+    TaskFailedError,
+    TaskHandle,
+    Worker,
+)
 from tether.clock import utcnow
 from tether.nats.cleanup import Cleanup
 from tether.nats.layout import Layout
+from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
 ANSWER = "Durable agents keep their state outside the process, so a crash loses nothing."
@@ -143,13 +156,135 @@ async def test_a_task_id_used_again_after_gc_never_gets_the_old_tasks_conversati
     ):
         first = await client.submit_agent("researcher", old, task_id="reused")
         assert await first.wait(timeout=30) == "the old answer"
-        ended = (await first.get()).updated_at  # after its last message was published
         await Cleanup(client._store).remove_task("reused")  # as `tether gc` does
-        # A timer, not a condition: the id is free once the duplicate window has passed.
-        free_at = ended + layout.duplicate_window + timedelta(seconds=0.2)
-        await asyncio.sleep(max(0.0, (free_at - utcnow()).total_seconds()))
-
-        second = await client.submit_agent("researcher", new, task_id="reused")
+        second = await _submit_once_free(client, new, "reused")
         assert await second.wait(timeout=30) == "the new answer"
     assert [(c["turn"], c["attempt"]) for c in _calls(model, new)] == [(0, 0), (1, 0)]
 
+
+async def _submit_once_free(client: Client, question: str, task_id: str) -> TaskHandle:
+    """Submit under an id `gc` removed: refused, saying when it is free, until it is."""
+    deadline = utcnow() + timedelta(seconds=30)
+    while True:
+        try:
+            return await client.submit_agent("researcher", question, task_id=task_id)
+        except TaskExistsError as exc:
+            assert exc.free_at is not None and "free again at" in str(exc)
+            assert utcnow() < deadline, "the removed id was never free again"
+            await asyncio.sleep(0.1)
+
+
+async def test_an_id_gc_removed_is_held_back_for_the_duplicate_window_not_hung(
+    client: Client, dispatcher: object, config: NatsConfig, raw: Raw
+) -> None:
+    """Its messages' ids are remembered for the duplicate window, so a new task under it
+    would have its steps dropped as repeats and hang: the SDK refuses it saying when the
+    id is free, and a raw submission is dead-lettered saying the same."""
+    handle = await client.submit(["fast"], task_id="gone-soon")
+    async with Worker(tools, config):
+        await handle.wait(timeout=30)
+    await Cleanup(client._store).remove_task("gone-soon")
+
+    with pytest.raises(TaskExistsError) as refused:
+        await client.submit(["fast"], task_id="gone-soon")
+    free_at = refused.value.free_at
+    assert free_at is not None
+    window = timedelta(minutes=2)  # the layout's default duplicate window
+    assert abs((free_at - utcnow()) - window) < timedelta(seconds=10)
+
+    body = {"task_id": "gone-soon", "steps": [{"tool": "fast"}]}
+    await raw.nc.publish(config.names.submit_subject, msgspec.json.encode(body))  # no msg id
+
+    async def dead_lettered() -> str:
+        letters = await client.dead_letters()
+        assert len(letters) == 1
+        return letters[0].error.message
+
+    assert "free again at" in await eventually(dead_lettered)
+    assert await client.find("gone-soon") is None  # nothing recorded to hang
+
+
+async def test_rate_limits_are_waited_out_in_place_without_spending_attempts(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+) -> None:
+    """Nine 429s in a row (the agent allows 4 attempts) still end in the answer, each
+    after the provider's Retry-After, within one attempt of the step."""
+    limited = [{"status": 429, "retry_after": 0.05}] * 9
+    question, handle = await _ask(client, model, {"content": ANSWER, "faults": limited})
+
+    assert await handle.wait(timeout=30) == ANSWER
+    assert len(_calls(model, question)) == 10
+    events = [e async for e in handle.events()]
+    assert not [e for e in events if e.kind == "step_retrying"]
+    assert {e.attempt for e in events if e.kind == "step_started"} == {1}
+
+
+async def test_insufficient_quota_fails_at_once_naming_billing(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+) -> None:
+    quota = {"status": 429, "code": "insufficient_quota", "message": "You exceeded your quota"}
+    question, handle = await _ask(client, model, {"content": ANSWER, "faults": [quota]})
+
+    with pytest.raises(TaskFailedError) as failed:
+        await handle.wait(timeout=30)
+    assert failed.value.error is not None and failed.value.error.type == "ModelQuotaExceeded"
+    assert "billing" in failed.value.error.message
+    assert len(_calls(model, question)) == 1
+
+
+async def test_a_lone_surrogate_in_the_answer_is_stored_as_a_replacement_character(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+) -> None:
+    """Encoding it would fail every attempt the same way; a pair split across two chunks
+    is put back together."""
+    text = "smile \\ud83d\\ude00 and a lone \\ud800 here"
+    question, handle = await _ask(client, model, {"content": text, "raw_escapes": True})
+
+    assert await handle.wait(timeout=30) == "smile \U0001f600 and a lone \ufffd here"
+    assert len(_calls(model, question)) == 1
+
+
+async def test_an_empty_reply_is_sent_again(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+) -> None:
+    question, handle = await _ask(client, model, {"content": ANSWER, "faults": [{"empty": True}]})
+
+    assert await handle.wait(timeout=30) == ANSWER
+    assert [(c["turn"], c["attempt"]) for c in _calls(model, question)] == [(0, 0), (0, 1)]
+
+
+async def test_a_tool_raising_terminal_error_stops_the_agent(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+) -> None:
+    """Other exceptions are told to the model; TerminalError fails the task, as it does
+    for any tool (README: "Raise `TerminalError` to fail the task now")."""
+    question = f"close {uuid.uuid4().hex[:8]}"
+    close = {"tool_calls": [{"name": "close_account", "arguments": {"account": "a-1"}}]}
+    model.load({"conversations": [{"match": question, "turns": [close, {"content": ANSWER}]}]})
+    handle = await client.submit_agent("guarded", question)
+
+    with pytest.raises(TaskFailedError) as failed:
+        await handle.wait(timeout=30)
+    assert failed.value.error is not None and failed.value.error.type == "TerminalError"
+    assert "frozen" in failed.value.error.message
+    assert len(_calls(model, question)) == 1  # the model was not asked again
+
+
+async def test_a_budget_with_a_model_that_reports_no_usage_is_warned_about_once(
+    client: Client,
+    dispatcher: object,
+    worker: Worker,
+    model: ScriptedModel,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nothing = {"prompt_tokens": 0, "completion_tokens": 0}
+    search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "q"}}]}
+    question = f"unmetered {uuid.uuid4().hex[:8]}"
+    turns = [{**search, "usage": nothing}, {"content": ANSWER, "usage": nothing}]
+    model.load({"conversations": [{"match": question, "turns": turns}]})
+    caplog.set_level(logging.WARNING, logger="tether.agents")
+    handle = await client.submit_agent("guarded", question)
+
+    assert await handle.wait(timeout=30) == ANSWER
+    warned = [r for r in caplog.records if "reports no token usage" in r.getMessage()]
+    assert len(warned) == 1 and handle.task_id in warned[0].getMessage()

@@ -34,6 +34,7 @@ from tether import (
 from tether.schemas import (
     Cancelled,
     DeadLetter,
+    ErrorInfo,
     Failed,
     StepCompleted,
     StepRetrying,
@@ -352,7 +353,7 @@ async def test_collect_errors_leaves_each_failure_in_its_place_and_the_task_goes
             Parallel(
                 Step(tool="fast", input=1),
                 Step(tool="broken", input={}),
-                Step(tool="refuses", input={}),
+                Step(tool="search", input={"wrong": 1}),
                 Step(tool="hangs", input={}),
                 {
                     "tool": "slow",
@@ -374,7 +375,7 @@ async def test_collect_errors_leaves_each_failure_in_its_place_and_the_task_goes
     assert outputs[1] == {
         "error": {"type": "ValueError", "message": "gave up after 3 attempts: the service is down"}
     }
-    assert outputs[2] == {"error": {"type": "TerminalError", "message": "permission denied"}}
+    assert outputs[2]["error"]["type"] == "InvalidInput"
     assert outputs[3]["error"]["type"] == "StepTimeout"
     assert "gave up after 2 attempts" in outputs[3]["error"]["message"]
     assert outputs[4]["error"]["type"] == "StepTimeout"
@@ -383,8 +384,24 @@ async def test_collect_errors_leaves_each_failure_in_its_place_and_the_task_goes
     assert record_.status is TaskStatus.COMPLETED and record_.error is None
     branches = read_branch_executions(executions)
     tid = handle.task_id
-    assert [branches[(tid, 0, b)] for b in range(5)] == [1, 3, 1, 2, 1]
+    assert [branches[(tid, 0, b)] for b in range(5)] == [1, 3, 0, 2, 1]
     assert not [e for e in await all_events(client, tid) if isinstance(e, Failed)]
+
+
+async def test_a_terminal_error_fails_the_task_even_when_the_group_collects_errors(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    """TerminalError is a tool's way to stop the whole run (an agent's tool calls are such
+    a group): it is not collected as a result."""
+    group = Parallel(
+        Step(tool="fast", input=1), Step(tool="refuses", input={}), collect_errors=True
+    )
+    handle = await client.submit([group, "fast"])
+
+    with pytest.raises(TaskFailedError) as failure:
+        await handle.wait(timeout=15)
+    assert failure.value.error == ErrorInfo(type="TerminalError", message="permission denied")
+    assert (await handle.get()).failed_step == 0
 
 
 @pytest.mark.parametrize("tool", ["asks", "plans"])

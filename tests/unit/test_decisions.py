@@ -98,7 +98,7 @@ CLASSIFIED = [
     ("the tool's own TimeoutError", TimeoutError("upstream"), False, False, None,
      Failure(ErrorInfo(type="TimeoutError", message="upstream"), True)),
     ("terminal", TerminalError("no"), False, False, None,
-     Failure(ErrorInfo(type="TerminalError", message="no"), False)),
+     Failure(ErrorInfo(type="TerminalError", message="no"), False, stops_task=True)),
     ("retryable with a delay", RetryableError("busy", retry_after=7), False, False, None,
      Failure(ErrorInfo(type="RetryableError", message="busy"), True, timedelta(seconds=7))),
     ("any other error", KeyError("k"), False, False, None,
@@ -130,6 +130,8 @@ OUTCOMES = [
     ("second attempt backs off", Failure(BOOM, True), 2, Retry(timedelta(seconds=2))),
     ("the error's own delay", Failure(BOOM, True, timedelta(seconds=9)), 1,
      Retry(timedelta(seconds=9))),
+    ("a Retry-After past max_backoff is capped", Failure(BOOM, True, timedelta(seconds=600)),
+     1, Retry(POLICY.max_backoff)),
     ("attempts used up", Failure(BOOM, True), 3,
      GiveUp(ErrorInfo(type="RuntimeError", message="gave up after 3 attempts: boom"))),
 ]  # fmt: skip

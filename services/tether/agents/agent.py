@@ -8,6 +8,7 @@ the call in flight; a checkpointed turn or tool call never runs again.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import OrderedDict
@@ -35,6 +36,7 @@ from tether.worker.context import StepContext
 from tether.worker.results import NeedsInput, NextSteps
 from tether.worker.retry import RetryPolicy
 
+log = logging.getLogger("tether.agents")
 AGENT_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -104,10 +106,24 @@ class Agent:
             )
         shapes, specs = await self._tools(ctx)
         client = self._runtime.client(self.model)
+
+        async def waiting(message: str) -> None:
+            log.info("task %s: %s", ctx.task_id, message)
+            await ctx.progress(message=message)
+
         with tracing.chat_span(self.model.name, ctx.task_id) as span:
-            reply = await complete(client, self.model, journal.messages, specs, ctx.stream)
+            messages = journal.messages
+            reply = await complete(client, self.model, messages, specs, ctx.stream, waiting)
             tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
         ctx.add_usage(reply.usage)
+        if budget is not None and journal.turns == 0 and reply.usage.total_tokens == 0:
+            message = (
+                f"agent {self.name!r}: {self.model.name!r} reports no token usage, so the "
+                f"token budget of {budget:,} cannot stop this task; ask the endpoint for "
+                "usage (stream_options include_usage) or drop the budget"
+            )
+            log.warning("task %s: %s", ctx.task_id, message)
+            await ctx.progress(message=message)
         return _result(after_reply(self.name, journal.turns + 1, reply.message, shapes))
 
     def _gate(self, journal: Journal, gated: list[str]) -> NeedsInput:

@@ -8,12 +8,15 @@ the provider's `Retry-After` when it sends one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import openai
@@ -22,6 +25,11 @@ from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import Usage
 
 OnDelta = Callable[[str], Awaitable[None]]
+OnWait = Callable[[str], Awaitable[None]]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+RATE_LIMIT_BACKOFF = (1.0, 60.0)
+"""First and longest wait between calls a provider rate-limits (a `Retry-After` it sends
+is honoured up to the longest)."""
 
 
 class ModelAuthError(TerminalError):
@@ -45,15 +53,26 @@ class ModelContentFiltered(TerminalError):
     """The endpoint's content filter stopped the answer (`finish_reason: content_filter`)."""
 
 
+class ModelQuotaExceeded(TerminalError):
+    """The account behind the API key has no quota left (`insufficient_quota`): a billing
+    matter, which no retry mends."""
+
+
+class RateLimited(RetryableError):
+    """The endpoint answered 429: waited out in place (see `complete`), not an attempt."""
+
+
 @dataclass(frozen=True, eq=False)  # by identity: `settings` is a dict
 class OpenAIModel:
     """A model behind an OpenAI-compatible endpoint.
 
     `base_url` and `api_key` default to `OPENAI_BASE_URL` and `OPENAI_API_KEY` (as the
-    `openai` client reads them). `max_concurrency`: LLM calls of this model in flight
-    across every worker (each agent's tool consumer's max-ack-pending), so a fleet
-    respects the provider's rate limit. `settings` go to every request
-    (`temperature`, `max_completion_tokens`, ...).
+    `openai` client reads them). `max_concurrency`: LLM calls in flight across every
+    worker *per agent* that uses this model (it is that agent's tool consumer's
+    max-ack-pending): two agents on one model may have twice as many. `settings` go to
+    every request (`temperature`, `max_completion_tokens`, ...). `max_rate_limit_wait`:
+    how long one call waits out rate limits (429) in place before its step counts a
+    failed attempt; the step's timeout and the task's deadline bound it too.
     """
 
     name: str
@@ -62,6 +81,7 @@ class OpenAIModel:
     max_concurrency: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     timeout: float = 600.0
+    max_rate_limit_wait: timedelta = timedelta(minutes=30)
 
     def client(self) -> openai.AsyncOpenAI:
         key = self.api_key or os.environ.get("OPENAI_API_KEY") or "unset"
@@ -84,8 +104,37 @@ async def complete(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     on_delta: OnDelta,
+    on_wait: OnWait | None = None,
 ) -> Reply:
-    """One streamed LLM call; each piece of text goes to `on_delta` as it arrives."""
+    """One streamed LLM call; each piece of text goes to `on_delta` as it arrives.
+
+    A rate limit (429) is waited out here, with the provider's `Retry-After` or a capped
+    backoff, and told to `on_wait`: a busy provider does not spend the step's attempts.
+    Past `model.max_rate_limit_wait` it is an attempt's failure like any other.
+    """
+    waited, wait = 0.0, RATE_LIMIT_BACKOFF[0]
+    while True:
+        try:
+            return await _complete_once(client, model, messages, tools, on_delta)
+        except RateLimited as exc:
+            asked = exc.retry_after.total_seconds() if exc.retry_after is not None else wait
+            pause = min(asked, RATE_LIMIT_BACKOFF[1])
+            if waited + pause > model.max_rate_limit_wait.total_seconds():
+                raise
+            if on_wait is not None:
+                await on_wait(f"{exc}: waiting {pause:.0f} s, then calling again")
+            await asyncio.sleep(pause)
+            waited += pause
+            wait = min(wait * 2, RATE_LIMIT_BACKOFF[1])
+
+
+async def _complete_once(
+    client: openai.AsyncOpenAI,
+    model: OpenAIModel,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]],
+    on_delta: OnDelta,
+) -> Reply:
     options: dict[str, Any] = {**model.settings}
     if tools:
         options["tools"] = list(tools)
@@ -133,6 +182,11 @@ def checked(reply: Reply, model: OpenAIModel) -> Reply:
             f"{where} stopped its answer with its content filter (finish_reason "
             "'content_filter'): the conversation needs changing, retrying sends it again"
         )
+    if not text and not calls:
+        raise RetryableError(
+            f"{where} answered with nothing (no text, no tool call; finish_reason "
+            f"{reply.finish_reason!r}): the call is sent again"
+        )
     return reply
 
 
@@ -147,6 +201,8 @@ class _Accumulated:
         """The call each stream index adds to now."""
         self.usage = Usage(requests=1, model=model)
         self.finish_reason: str | None = None
+        self._held = ""
+        """A high surrogate that ended the last piece of text: its pair may come next."""
 
     def add(self, chunk: Any) -> str:
         if chunk.usage is not None:
@@ -166,6 +222,7 @@ class _Accumulated:
                 text += delta.content
             for call in delta.tool_calls or []:
                 self._add_call(call)
+        text, self._held = _whole_text(self._held + text, final=self.finish_reason is not None)
         self.content.append(text)
         return text
 
@@ -185,10 +242,27 @@ class _Accumulated:
                 entry["function"]["arguments"] += call.function.arguments
 
     def result(self) -> Reply:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        content = "".join(self.content) + _whole_text(self._held, final=True)[0]
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        for call in self.calls:
+            function = call["function"]
+            for part in ("name", "arguments"):
+                function[part] = _whole_text(function[part], final=True)[0]
         if self.calls:
             message["tool_calls"] = unique_ids(self.calls)
         return Reply(message=message, usage=self.usage, finish_reason=self.finish_reason)
+
+
+def _whole_text(text: str, final: bool) -> tuple[str, str]:
+    """(text fit to store, a trailing high surrogate held for the next piece). A lone
+    UTF-16 surrogate (some servers send one, split from its pair or alone) becomes U+FFFD:
+    it cannot be encoded, so it would fail every attempt the same way."""
+    held = ""
+    if not final and text and "\ud800" <= text[-1] <= "\udbff":
+        text, held = text[:-1], text[-1]
+    if _SURROGATE.search(text) is None:
+        return text, held
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"), held
 
 
 def unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -231,8 +305,18 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
         raise ModelRequestError(
             f"{where} was not found ({exc.status_code}): check the model name and base_url"
         ) from exc
+    except openai.RateLimitError as exc:
+        if "insufficient_quota" in (exc.code, exc.type):
+            raise ModelQuotaExceeded(
+                f"{where} says the account has no quota left (429 insufficient_quota): "
+                "check the plan and billing of the API key's account, then retry the task"
+            ) from exc
+        raise RateLimited(
+            f"{where} is rate-limiting (429): {exc.message}",
+            retry_after=retry_after(exc.response.headers),
+        ) from exc
     except openai.APIStatusError as exc:
-        if exc.status_code == 429 or exc.status_code >= 500 or exc.status_code in (408, 409):
+        if exc.status_code >= 500 or exc.status_code in (408, 409):
             raise RetryableError(
                 f"{where} answered {exc.status_code}: {exc.message}",
                 retry_after=retry_after(exc.response.headers),

@@ -32,6 +32,10 @@ async def _gc(
             f"{verb} {len(report.blobs)} blob(s) nothing refers to ({report.kept_blobs} kept)",
         ]
     )
+    if report.tasks and not dry_run:  # a new task under a removed id would hang meanwhile
+        render.print_lines(
+            ["the removed tasks' ids are free again once the duplicate window has passed"]
+        )
     return ExitCode.OK
 
 

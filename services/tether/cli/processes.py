@@ -145,7 +145,6 @@ def worker(
     serve(serving, name=config.name)
 
 
-
 def dispatcher(
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,

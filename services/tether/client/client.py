@@ -117,8 +117,7 @@ class Client(Reads, Service):
             assert self._known_tools is not None
             await self._known_tools.check(submit.steps)
         store = self._connected()
-        if await store.records.get(submit.task_id) is not None:
-            raise TaskExistsError(submit.task_id)
+        await store.records.check_free(submit.task_id)
         if not await store.publish_submit(submit, tracing.current()):
             raise TaskExistsError(submit.task_id)
         handle = self.handle(submit.task_id)

@@ -12,7 +12,7 @@ import msgspec
 
 from tether import tracing
 from tether.clock import utcnow
-from tether.errors import InvalidTaskError, MessageTooLargeError
+from tether.errors import InvalidTaskError, MessageTooLargeError, TaskExistsError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
@@ -134,7 +134,12 @@ class Dispatcher(Service):
             )
             return
         if created is None:
-            existing = await store.records.require(submit.task_id)
+            existing = await store.records.get(submit.task_id)
+            if existing is None:  # removed by gc within the duplicate window: held back
+                free_at = await store.records.free_at(submit.task_id)
+                reason = str(TaskExistsError(submit.task_id, free_at=free_at))
+                await self._reject(store, delivery, reason, record=False)
+                return
             if existing.record.submit_seq != seq:
                 log.warning(
                     "duplicate submit of task %r ignored: it already exists", submit.task_id
@@ -145,8 +150,11 @@ class Dispatcher(Service):
         await _hand_off_if_pending(self._tasks, created.record)
         await delivery.done()
 
-    async def _reject(self, store: Store, delivery: Delivery, reason: str) -> None:
-        """Tell the sender: a failed record and event if the id is usable, always a dead letter."""
+    async def _reject(
+        self, store: Store, delivery: Delivery, reason: str, record: bool = True
+    ) -> None:
+        """Tell the sender: a failed record and event if the id is usable (and `record`),
+        always a dead letter."""
         error = ErrorInfo(type="InvalidTask", message=reason)
         task_id = task_id_of(delivery.data)
         await self._tasks.dead_letter(
@@ -156,7 +164,7 @@ class Dispatcher(Service):
             error=error,
             task_id=task_id,
         )
-        if task_id is not None:
+        if task_id is not None and record:
             await _record_rejection(self._tasks, task_id, error, delivery.stream_sequence)
         await delivery.give_up()
 
@@ -192,8 +200,8 @@ async def _record_rejection(tasks: TaskService, task_id: str, error: ErrorInfo, 
     )
     created = await tasks.store.records.create(record)
     if created is None:
-        existing = await tasks.store.records.require(task_id)
-        if existing.record.submit_seq != seq:
-            return  # never fail someone else's task because of a bad re-submit
+        existing = await tasks.store.records.get(task_id)
+        if existing is None or existing.record.submit_seq != seq:
+            return  # never fail someone else's task (nor a removed one's held-back id)
         created = existing
     await tasks.fail(task_id, error, current=created)

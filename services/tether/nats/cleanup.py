@@ -6,7 +6,7 @@ record goes last, so a sweep cut off half-way finds the task again next time.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from nats.js.api import DeliverPolicy
 
@@ -22,6 +22,7 @@ class Cleanup:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._names = store.names
+        self._window: timedelta | None = None
 
     async def remove_blob(self, digest: str) -> None:
         await self._store.blobs.remove(digest)
@@ -39,6 +40,15 @@ class Cleanup:
             names.kv_stream(names.tasks_bucket),
             subject=names.kv_subject(names.tasks_bucket, task_id),
         )
+        # Its messages' ids are remembered for the duplicate window: a new task under the
+        # id would have its steps dropped as repeats, so the id is held back until then.
+        await self._store.records.mark_removed(task_id, await self._duplicate_window())
+
+    async def _duplicate_window(self) -> timedelta:
+        if self._window is None:
+            info = await self._store.js.stream_info(self._names.work_stream)
+            self._window = timedelta(seconds=info.config.duplicate_window or 0)
+        return self._window
 
     def values(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:
         """The latest value of every key of a KV bucket."""

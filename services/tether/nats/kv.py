@@ -3,9 +3,10 @@ same for every bucket, with one read path (a direct get where the bucket allows 
 
 from __future__ import annotations
 
+from math import ceil
 from typing import NamedTuple
 
-from nats.js.errors import APIError, KeyNotFoundError
+from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from tether.errors import RevisionConflictError
@@ -22,6 +23,12 @@ _ABSENT = {headers.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
 class Entry(NamedTuple):
     value: bytes
     revision: int
+
+
+class Removed(NamedTuple):
+    """A delete marker: `note` is what its writer left in it (empty for most)."""
+
+    note: bytes
 
 
 class Bucket:
@@ -43,15 +50,25 @@ class Bucket:
 
     async def get(self, key: str) -> Entry | None:
         """The key's latest value and revision; None when deleted or never written."""
+        found = await self.lookup(key)
+        return found if isinstance(found, Entry) else None
+
+    async def lookup(self, key: str) -> Entry | Removed | None:
+        """The key's latest value and revision, its delete marker, or None (never written,
+        or its marker expired)."""
         if not self.direct:
             try:
                 entry = await self._kv.get(key, validate_keys=False)
+            except KeyDeletedError as exc:
+                return Removed((exc.entry.value or b"") if exc.entry is not None else b"")
             except KeyNotFoundError:
                 return None
             return Entry(entry.value, entry.revision or 0) if entry.value else None
         reply = await self._js.request(self._direct + key)
         found = reply.headers or {}
-        if found.get(headers.KV_OPERATION) in _DELETED or found.get(headers.STATUS) == "404":
+        if found.get(headers.KV_OPERATION) in _DELETED:
+            return Removed(reply.data)
+        if found.get(headers.STATUS) == "404":
             return None
         if headers.STATUS in found:
             code = int(found.get(headers.STATUS) or 0)
@@ -81,8 +98,11 @@ class Bucket:
         check_value(what or f"the value of {subject}", value, self._js.nc.max_payload)
         return (await self._js.publish(subject, value)).seq
 
-    async def remove(self, key: str) -> None:
-        await self._js.publish(self._prefix + key, b"", GONE)
+    async def remove(self, key: str, note: bytes = b"", keep_for: float | None = None) -> None:
+        """Delete the key with a marker that expires: after 30 s, or `keep_for` seconds
+        (the marker keeps `note` until then)."""
+        marker = GONE if keep_for is None else {**GONE, headers.TTL: f"{max(1, ceil(keep_for))}s"}
+        await self._js.publish(self._prefix + key, note, marker)
 
     async def keys(self, match: str = ">") -> list[str]:
         """The keys that `match` (a subject pattern; deleted keys included: reads skip

@@ -4,14 +4,16 @@ with its row in the status index."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from nats.js.kv import KeyValue
 
-from tether.errors import RevisionConflictError, TaskNotFoundError
+from tether.clock import utcnow
+from tether.errors import RevisionConflictError, TaskExistsError, TaskNotFoundError
 from tether.nats import headers
 from tether.nats.connection import translating
 from tether.nats.jetstream import JetStream
-from tether.nats.kv import Bucket
+from tether.nats.kv import Bucket, Entry, Removed
 from tether.nats.recent import RecentRecords, Versioned
 from tether.schemas.codec import encode, record_decoder
 from tether.schemas.tasks import TaskRecord
@@ -19,6 +21,13 @@ from tether.schemas.tasks import TaskRecord
 ROW_LEFT = {headers.ROLLUP: "sub", headers.TTL: "1s"}
 """Replaces a task's old index row and expires (nats-server 2.11+ message TTLs)."""
 WATCH_INACTIVE = 5.0
+
+
+def _free_at(note: bytes) -> datetime | None:
+    try:
+        return datetime.fromisoformat(note.decode())
+    except ValueError:
+        return None
 
 
 def created_us(record: TaskRecord) -> int:
@@ -40,6 +49,27 @@ class Records:
     async def get(self, task_id: str) -> Versioned | None:
         found = await self._bucket.get(task_id)
         return None if found is None else Versioned(record_decoder.decode(found.value), found[1])
+
+    async def check_free(self, task_id: str) -> None:
+        """TaskExistsError when `task_id` names a task, or one `gc` removed so lately that
+        JetStream still remembers its messages' ids (a new task under it would hang)."""
+        found = await self._bucket.lookup(task_id)
+        if isinstance(found, Entry):
+            raise TaskExistsError(task_id)
+        if isinstance(found, Removed):
+            raise TaskExistsError(task_id, free_at=_free_at(found.note))
+
+    async def free_at(self, task_id: str) -> datetime | None:
+        """When an id `gc` removed lately is free again (None: it is not held back)."""
+        found = await self._bucket.lookup(task_id)
+        return _free_at(found.note) if isinstance(found, Removed) else None
+
+    async def mark_removed(self, task_id: str, keep_for: timedelta) -> None:
+        """After `gc` removed a task: hold its id back for `keep_for` (the duplicate window),
+        with the time it is free again in the marker."""
+        free_at = utcnow() + keep_for
+        note = free_at.isoformat().encode()
+        await self._bucket.remove(task_id, note, keep_for.total_seconds())
 
     async def require(self, task_id: str) -> Versioned:
         found = await self.get(task_id)

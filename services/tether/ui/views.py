@@ -185,8 +185,6 @@ def _tools(spec: StepSpec) -> set[str]:
     return found
 
 
-
-
 class FormError(ValueError):
     """A form's fields do not make an answer its schema takes."""
 

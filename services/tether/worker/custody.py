@@ -116,5 +116,3 @@ async def publish_again(store: Store, held: HeldStep) -> None:
         headers.PRIOR_ATTEMPTS: str(held.attempt),
     }
     await store.publish_raw(held.subject, bytes(held.work), sent)
-
-

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tether.durations import as_timedelta
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import (
     Checkpoint,
@@ -136,6 +137,9 @@ class Failure:
     error: ErrorInfo
     retryable: bool
     retry_after: timedelta | None = None
+    stops_task: bool = False
+    """The tool raised TerminalError: the task fails, even in a group that collects its
+    branches' errors (an agent's tool calls), where other errors become results."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ def classify(
         message = f"step timed out after {timeout or 0:.1f}s"
         return Failure(ErrorInfo(type="StepTimeout", message=message), retryable=True)
     if isinstance(exc, TerminalError):
-        return Failure(error_info(exc), retryable=False)
+        return Failure(error_info(exc), retryable=False, stops_task=True)
     if isinstance(exc, RetryableError):
         return Failure(error_info(exc), retryable=True, retry_after=exc.retry_after)
     return Failure(error_info(exc), retryable=True)
@@ -168,13 +172,16 @@ def classify(
 def outcome(
     failure: Failure, policy: RetryPolicy, attempt: int, rng: random.Random
 ) -> Retry | GiveUp:
-    """Retry after the error's own delay or the policy's backoff, or give up for good."""
+    """Retry after the error's own delay or the policy's backoff, or give up for good.
+    The error's own delay (a provider's `Retry-After`) is capped by the policy's
+    `max_backoff`: a step never sleeps longer between attempts than its policy says."""
     if not failure.retryable:
         return GiveUp(failure.error)
     if not policy.can_retry(attempt):
         return GiveUp(exhausted(policy, failure.error.message, failure.error.type))
-    delay = failure.retry_after if failure.retry_after is not None else policy.backoff(attempt, rng)
-    return Retry(delay)
+    if failure.retry_after is None:
+        return Retry(policy.backoff(attempt, rng))
+    return Retry(min(failure.retry_after, as_timedelta(policy.max_backoff)))
 
 
 def before_attempt(

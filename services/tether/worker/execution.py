@@ -267,7 +267,9 @@ class Execution:
                 )
                 await delivery.retry(delay)
                 return Outcome.RETRIED
-            case GiveUp(error) if work.branch is not None and _collects(found, work):
+            case GiveUp(error) if (
+                work.branch is not None and _collects(found, work) and not failure.stops_task
+            ):
                 checkpoint = Checkpoint(
                     output=rules.branch_error(error), attempt=attempt, time=utcnow()
                 )

@@ -63,9 +63,7 @@ class StepRunner:
         self.tasks = TaskService(self.store)
         self.execution = Execution(self.store, self.tasks, self.worker_id, self.rng, self.observer)
 
-    async def handle(
-        self, delivery: Delivery, started: Callable[[], None] | None = None
-    ) -> None:
+    async def handle(self, delivery: Delivery, started: Callable[[], None] | None = None) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker.
         `started` is called when its tool starts to run."""
         tool = self.tools.get(_tool_of(delivery))

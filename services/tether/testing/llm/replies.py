@@ -46,6 +46,7 @@ class Reply:
     calls: list[Call]
     usage: dict[str, Any]
     scripted_finish: str | None = None
+    raw_escapes: bool = False
 
     @property
     def finish_reason(self) -> str:
@@ -96,6 +97,7 @@ def make_reply(
         calls=calls,
         usage=usage_of(turn, messages, len(words)),
         scripted_finish=turn.finish_reason,
+        raw_escapes=turn.raw_escapes,
     )
 
 
@@ -152,7 +154,8 @@ def _envelope(reply: Reply, kind: str) -> dict[str, Any]:
 
 def _chunk(reply: Reply, delta: dict[str, Any], finish_reason: str | None) -> bytes:
     choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
-    return _event({**_envelope(reply, "chat.completion.chunk"), "choices": [choice]})
+    event = _event({**_envelope(reply, "chat.completion.chunk"), "choices": [choice]})
+    return event.replace(b"\\\\u", b"\\u") if reply.raw_escapes else event
 
 
 def _event(body: dict[str, Any]) -> bytes:

@@ -29,7 +29,8 @@ class Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
     """What goes wrong with one attempt at a turn: exactly one of `status`, `drop_after`
     (the connection breaks after n chunks), `end_after` (the body ends cleanly after n
     chunks: no finish_reason, no usage, no [DONE], as a proxy that gives up does),
-    `stall_after` (with `seconds`) or `ok`."""
+    `stall_after` (with `seconds`), `empty` (a reply with no text and no tool call, as
+    a model sometimes gives) or `ok`."""
 
     status: int | None = None
     retry_after: int | float | None = None
@@ -39,15 +40,16 @@ class Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
     end_after: int | None = None
     stall_after: int | None = None
     seconds: int | float | None = None
+    empty: bool = False
     ok: bool = False
 
     def __post_init__(self) -> None:
         kinds = [self.status is not None, self.drop_after is not None]
-        kinds += [self.end_after is not None, self.stall_after is not None, self.ok]
+        kinds += [self.end_after is not None, self.stall_after is not None, self.empty, self.ok]
         if sum(kinds) != 1:
             raise ValueError(
                 "a fault is exactly one of {'status': S}, {'drop_after': n}, {'end_after': n}, "
-                "{'stall_after': n, 'seconds': s} or {'ok': true}"
+                "{'stall_after': n, 'seconds': s}, {'empty': true} or {'ok': true}"
             )
         if self.stall_after is not None and self.seconds is None:
             raise ValueError("a stall_after fault needs 'seconds' (how long to stall)")
@@ -62,6 +64,9 @@ class Turn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     faults: list[Fault] = []
     finish_reason: str | None = None
     """Sent instead of `stop` / `tool_calls`: `length`, `content_filter`, ..."""
+    raw_escapes: bool = False
+    """The content's `\\uXXXX` texts go out as JSON escapes, as written: a lone surrogate,
+    as a server that splits an emoji's pair sends it."""
 
 
 class Conversation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

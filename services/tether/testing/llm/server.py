@@ -124,6 +124,8 @@ class ScriptedServer:
     ) -> Response:
         if fault is not None and fault.status is not None:
             return _fault_error(fault, fault.status)
+        if fault is not None and fault.empty:
+            turn = msgspec.structs.replace(turn, content="", tool_calls=[])
         reply = replies.make_reply(
             turn,
             k=k,
