@@ -153,6 +153,10 @@ async def _complete_once(
                 text = reply.add(chunk)
                 if text:
                     await on_delta(text)
+                # A fast model's chunks arrive many to a read, and parsing them never waits:
+                # without this, one stream holds the event loop for a whole read, and the
+                # worker's beat starves behind a few busy streams (taken for dead).
+                await asyncio.sleep(0)
     return checked(reply.result(), model)
 
 

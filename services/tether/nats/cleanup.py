@@ -42,12 +42,18 @@ class Cleanup:
         )
         # Its messages' ids are remembered for the duplicate window: a new task under the
         # id would have its steps dropped as repeats, so the id is held back until then.
-        await self._store.records.mark_removed(task_id, await self._duplicate_window())
+        await self._store.records.mark_removed(task_id, await self._hold_back())
 
-    async def _duplicate_window(self) -> timedelta:
+    async def _hold_back(self) -> timedelta:
+        """Twice the longest duplicate window of the streams a task's messages go to: the
+        server forgets an id in a periodic sweep, so it may outlive the window a little
+        (an id was still a duplicate 1.04 s into a 1 s window)."""
         if self._window is None:
-            info = await self._store.js.stream_info(self._names.work_stream)
-            self._window = timedelta(seconds=info.config.duplicate_window or 0)
+            names = self._names
+            streams = (names.work_stream, names.status_stream, names.submit_stream)
+            infos = [await self._store.js.stream_info(stream) for stream in streams]
+            longest = max(info.config.duplicate_window or 0 for info in infos)
+            self._window = timedelta(seconds=2 * longest)
         return self._window
 
     def values(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:

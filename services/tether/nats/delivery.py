@@ -36,7 +36,10 @@ class Delivery:
         self.subject: str = msg.subject
         self.data: bytes = msg.data
         self._keeper: Keeper | None = None
+        """Set once the step is held: its copy stored *and* its message's ack confirmed."""
         self._held = ""
+        self._copy: tuple[Keeper, str] | None = None
+        """The keeper and key of a stored copy whose ack is not confirmed yet."""
         self._settling = asyncio.Lock()  # a hold and a settlement never interleave
         self._settled = False
         headers = msg.headers or {}
@@ -68,11 +71,14 @@ class Delivery:
         async with self._settling:
             if self._settled or self._keeper is not None:
                 return
-            self._held = await keeper.hold(self)
-            self._keeper = keeper
-            # Waits for JetStream's answer: an ack lost on the way would have the message
-            # redelivered later, and the step run twice (never lost: the copy is held).
+            if self._copy is None:
+                self._copy = (keeper, await keeper.hold(self))
+            # Held only once JetStream confirms the ack: until then the caller goes on
+            # extending the message (a timed-out ack may not have landed, and a message
+            # neither extended nor acknowledged would be delivered again mid-run).
             await self._msg.ack_sync()
+            self._keeper, self._held = self._copy
+            self._copy = None
 
     async def done(self) -> None:
         await self._settle(lambda keeper, key: keeper.release(key), self._msg.ack)
@@ -101,8 +107,11 @@ class Delivery:
             self._settled = True
             if self._keeper is not None:
                 await by_keeper(self._keeper, self._held)
-            else:
-                await by_message()
+                return
+            await by_message()
+            if self._copy is not None:  # stored, its ack never confirmed: not needed now
+                keeper, key = self._copy
+                await keeper.release(key)
 
     @property
     def settled(self) -> bool:

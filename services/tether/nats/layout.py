@@ -30,7 +30,8 @@ class Layout:
     replicas: int = 1
     """3 on a JetStream cluster."""
     duplicate_window: timedelta = timedelta(minutes=2)
-    """How long a step's `Nats-Msg-Id` is remembered; must outlast a redelivery."""
+    """How long a step's (and an event's) `Nats-Msg-Id` is remembered; must outlast a
+    redelivery. A task id `tether gc` removed is free again after twice this."""
     status_max_age: timedelta = timedelta(days=7)
     status_per_task: int = 10_000
     dead_letter_max_age: timedelta = timedelta(days=30)
@@ -80,6 +81,7 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
             name=names.status_stream,
             subjects=[names.status_subjects],
             retention=RetentionPolicy.LIMITS,
+            duplicate_window=_seconds(layout.duplicate_window),  # events' ids, as steps
             max_age=_seconds(layout.status_max_age),
             max_msgs_per_subject=layout.status_per_task,
             discard=DiscardPolicy.OLD,

@@ -1,10 +1,13 @@
 """Streamed text: a step writes `TokenChunk`s to `<prefix>.tokens.<task_id>` (a stream
-kept for an hour), and any client follows them from the start or from where it stopped.
+kept for an hour), in batches of what arrived within 25 ms, and any client follows them
+from the start or from where it stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -19,10 +22,21 @@ from tether.schemas.tasks import TokenChunk
 _chunk_decoder = msgspec.json.Decoder(TokenChunk)
 IDLE_CHECK = 0.5
 """With no chunk for this long, a follower asks whether the task has ended."""
+SOON = 0.02
+"""How long after a step's last chunk a follower first asks."""
+
+
+FLUSH_EVERY = 0.025
+"""Seconds text waits to go out with what follows it: a model streaming hundreds of
+tokens a second sends a chunk per 25 ms instead of one per token (a fiftieth of the
+messages), and one streaming slower sends each token at once."""
+FLUSH_SIZE = 4096
+"""Characters that go out at once, however soon after the last chunk."""
 
 
 class TokenWriter:
-    """The chunks of one attempt of one step, numbered from 0."""
+    """The chunks of one attempt of one step, numbered from 0. Text is batched: the first
+    piece goes out at once, then at most one chunk per `FLUSH_EVERY`."""
 
     def __init__(
         self, store: Store, task_id: str, step: int, attempt: int, branch: int | None
@@ -30,14 +44,51 @@ class TokenWriter:
         self._store = store
         self._first = TokenChunk(task_id=task_id, step=step, attempt=attempt, seq=0, branch=branch)
         self._seq = 0
+        self._pending: list[str] = []
+        self._size = 0
+        self._sent_at = -FLUSH_EVERY
+        self._timer: asyncio.TimerHandle | None = None
+        self._later: asyncio.Task[None] | None = None
 
     async def write(self, delta: str) -> None:
-        if delta:
-            await self._chunk(delta=delta)
+        if not delta:
+            return
+        self._pending.append(delta)
+        self._size += len(delta)
+        wait = self._sent_at + FLUSH_EVERY - time.monotonic()
+        if wait <= 0 or self._size >= FLUSH_SIZE:
+            await self._flush()
+        elif self._timer is None:  # the text must not wait for a next piece that is slow
+            self._timer = asyncio.get_running_loop().call_later(wait, self._flush_soon)
 
     async def close(self) -> None:
-        """Mark the attempt's text complete (before the step's checkpoint is written)."""
+        """Send what is pending and mark the attempt's text complete (before the step's
+        checkpoint is written)."""
+        await self._flush()
         await self._chunk(done=True)
+
+    def discard(self) -> None:
+        """The attempt ended without an answer (or was stopped): send nothing more."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._pending.clear()
+
+    def _flush_soon(self) -> None:
+        self._timer = None
+        self._later = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._pending:
+            return
+        delta = "".join(self._pending)
+        self._pending.clear()
+        self._size = 0
+        self._sent_at = time.monotonic()
+        await self._chunk(delta=delta)
 
     async def _chunk(self, delta: str = "", done: bool = False) -> None:
         chunk = msgspec.structs.replace(self._first, seq=self._seq, delta=delta, done=done)
@@ -54,14 +105,19 @@ async def token_chunks(
     names = store.names
     subject = names.tokens_subject(task_id)
     async with Replay(store.nc, store.js, names.tokens_stream, subject, after) as replay:
+        idle = IDLE_CHECK
         while True:
-            msg = await replay.next(IDLE_CHECK)
+            msg = await replay.next(idle)
             if msg is not None:
                 with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
-                    yield _chunk_decoder.decode(msg.data), replay.seen
+                    chunk = _chunk_decoder.decode(msg.data)
+                    # After a step's last chunk the task may end at once: look soon.
+                    idle = SOON if chunk.done else IDLE_CHECK
+                    yield chunk, replay.seen
                 continue
             if replay.connected and await _over(store, task_id, replay.seen):
                 return
+            idle = IDLE_CHECK
 
 
 async def _over(store: Store, task_id: str, seen: int) -> bool:

@@ -38,15 +38,24 @@ class Workers:
         self._bucket = bucket
         self._nc = nc
 
-    async def follow(self, heard: Callable[[str, bool], None]) -> Callable[[], Awaitable[None]]:
-        """Hear every worker's beat, and its removal (`heard(key, gone)`), as it is written:
+    async def follow(
+        self, heard: Callable[[str, WorkerBeat | None], None]
+    ) -> Callable[[], Awaitable[None]]:
+        """Hear every worker's beat, and its removal (`heard(key, None)`), as it is written:
         a KV put is a plain message on the key's subject, so this costs no consumer.
         Returns the stop."""
         subject = self._bucket.subject("")
 
         async def received(msg: Msg) -> None:
-            gone = (msg.headers or {}).get(headers.KV_OPERATION) in ("DEL", "PURGE")
-            heard(msg.subject[len(subject) :], gone)
+            key = msg.subject[len(subject) :]
+            if (msg.headers or {}).get(headers.KV_OPERATION) in ("DEL", "PURGE"):
+                heard(key, None)
+                return
+            try:
+                beat = _beat_decoder.decode(msg.data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return  # not a beat: nothing a watcher can act on
+            heard(key, beat)
 
         subscription = await self._nc.subscribe(subject + "*", cb=received)
 

@@ -53,7 +53,8 @@ class ParallelSteps:
         spec = current.record.spec(step).branch(branch)
         checkpoint = msgspec.structs.replace(checkpoint, spec=spec)
         winner = await self.store.checkpoints.create(task_id, step, checkpoint, branch)
-        return await self.count(current, step, branch, winner, attempt=attempt)
+        # The event names the attempt whose output was stored: its streamed text is the branch's.
+        return await self.count(current, step, branch, winner, attempt=winner.attempt)
 
     async def count(
         self,

@@ -85,8 +85,10 @@ class TaskService:
         checkpoint = msgspec.structs.replace(checkpoint, spec=current.record.spec(step))
         if step + 1 == current.record.plan_length and not checkpoint.next_steps:
             stored, changed = await self._advance(current, step, checkpoint)
-            if not changed and stored.record.status is TaskStatus.COMPLETED:
-                checkpoint = msgspec.structs.replace(checkpoint, output=stored.record.result)
+            if not changed:
+                # Another attempt completed the task (it emits, or its redelivery does):
+                # this one's events would name the attempt whose answer was not kept.
+                return None
             return await self._hand_off_after(stored, changed, step, checkpoint, attempt, False)
         stored_checkpoint = asyncio.ensure_future(
             self.store.checkpoints.create(task_id, step, checkpoint)
@@ -101,7 +103,8 @@ class TaskService:
             stored, changed = await self.store.records.update(
                 task_id, lambda record: redone if record == stored.record else None, stored
             )
-        return await self._hand_off_after(stored, changed, step, winner, attempt, False)
+        # The event names the attempt whose output was stored: its streamed text is the step's.
+        return await self._hand_off_after(stored, changed, step, winner, winner.attempt, False)
 
     async def complete_step(
         self,

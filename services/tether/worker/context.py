@@ -134,6 +134,12 @@ class StepContext:
             await self._tokens.close()
             self._tokens = None
 
+    def drop_stream(self) -> None:
+        """The attempt failed or was stopped: text it had not sent yet is not sent."""
+        if self._tokens is not None:
+            self._tokens.discard()
+            self._tokens = None
+
     async def once(
         self, name: str, fn: Callable[[], Awaitable[T] | T], *, type: type[T] | Any = Any
     ) -> T:

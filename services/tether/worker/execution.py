@@ -200,6 +200,7 @@ class Execution:
             )
             raise _Failed(failure) from exc
         finally:
+            ctx.drop_stream()  # closed already unless the attempt failed or was stopped
             heartbeat.detach()
 
     async def _finish(

@@ -64,6 +64,11 @@ class StepHeartbeat:
         if self._tool is not None:
             self._tool.cancel()
 
+    @property
+    def held(self) -> bool:
+        """Whether the step is in its worker's custody (see `tether.worker.custody`)."""
+        return self._delivery.held
+
     def detach(self) -> None:
         self._ctx = self._tool = None
 

@@ -106,6 +106,14 @@ class StepRunner:
         for heartbeat in self._running.get(task_id, ()):
             heartbeat.end()
 
+    def stop_held(self) -> int:
+        """This worker was taken for dead and its held steps handed on: stop them here, so
+        each runs in one place and streams nothing more. Returns how many."""
+        held = [beat for beats in self._running.values() for beat in beats if beat.held]
+        for heartbeat in held:
+            heartbeat.end()
+        return len(held)
+
     async def stop_ended(self, at_once: int = 64) -> int:
         """Read the record of every task with a running step, `at_once` at a time, and
         stop those that ended: the fallback for a cancellation notice this process

@@ -48,9 +48,18 @@ class Succession:
     so clocks need not agree between machines.
     """
 
-    def __init__(self, store: Store, own_key: str, liveness: Liveness | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        own_key: str,
+        liveness: Liveness | None = None,
+        taken: Callable[[str], None] | None = None,
+    ) -> None:
         self._store = store
         self._own = own_key
+        self._taken = taken
+        """Called with the claimer's key when another worker claims this one (its beats
+        came too late): what it held runs elsewhere now."""
         self._dead_after = (liveness or Liveness()).dead_after
         self._seen: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -76,9 +85,12 @@ class Succession:
         if self._unfollow is not None:
             await self._unfollow()
 
-    def _heard(self, key: str, gone: bool) -> None:
-        if gone:
+    def _heard(self, key: str, beat: WorkerBeat | None) -> None:
+        if beat is None:
             self._seen.pop(key, None)
+        elif key == self._own and beat.claimed_by not in (None, self._own):
+            if self._taken is not None:
+                self._taken(beat.claimed_by)
         else:
             self._seen[key] = time.monotonic()
 

@@ -133,7 +133,18 @@ class Worker(Service):
         self._started_at = utcnow()
         with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
             await self._announce(store)  # alive before it holds anything
-        self._succession = Succession(store, key, self.liveness)
+
+        def taken(by: str) -> None:
+            stopped = runner.stop_held()
+            log.warning(
+                "worker %s was taken for dead by %s (its beats came too late): the %d step(s) "
+                "it held run elsewhere now, so they stop here",
+                self.worker_id,
+                by,
+                stopped,
+            )
+
+        self._succession = Succession(store, key, self.liveness, taken)
         await self._succession.start()
         self._beating = asyncio.create_task(self._announcing(store))
         self._loops.append(asyncio.create_task(self._report(consumers)))
