@@ -341,7 +341,9 @@ async def test_an_agent_is_a_tool_and_its_answer_streams_as_progress(
     question = f"mcp agent {uuid.uuid4().hex[:8]}"
     answer = "An agent over MCP streams its answer as progress notifications."
     search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "MCP progress"}}]}
-    model.load({"conversations": [{"match": question, "turns": [search, {"content": answer}]}]})
+    turns = [search, {"content": answer}]
+    # A word per 30 ms: each goes out as a chunk of its own (text is batched per 25 ms).
+    model.load({"chunk_delay": 0.03, "conversations": [{"match": question, "turns": turns}]})
     pieces: list[str] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:

@@ -149,7 +149,8 @@ async def test_node_client_follows_an_agents_tokens_and_resumes_without_repeats(
     (step 2: turn 0, the tool call's group, turn 1), streamed word by word."""
     question = f"question {uuid.uuid4().hex[:8]}"
     turns = [SEARCH, {"content": ANSWER}]
-    model.load({"conversations": [{"match": question, "turns": turns}]})
+    # A word per 30 ms: each goes out as a chunk of its own (text is batched per 25 ms).
+    model.load({"chunk_delay": 0.03, "conversations": [{"match": question, "turns": turns}]})
 
     summary = await run_client(node, config, "--agent", question)
 

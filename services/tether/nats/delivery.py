@@ -25,6 +25,7 @@ class Keeper(Protocol):
 
     async def hold(self, delivery: Delivery) -> str: ...
     async def release(self, key: str) -> None: ...
+    def forget(self, key: str) -> None: ...
     async def reissue(self, delivery: Delivery, key: str, delay: timedelta | None) -> None: ...
 
 
@@ -112,6 +113,13 @@ class Delivery:
             if self._copy is not None:  # stored, its ack never confirmed: not needed now
                 keeper, key = self._copy
                 await keeper.release(key)
+
+    def abandon(self) -> None:
+        """Another worker took the held step over (this one was taken for dead): settle
+        nothing, its copy is the other's now."""
+        if self._keeper is not None and not self._settled:
+            self._settled = True
+            self._keeper.forget(self._held)
 
     @property
     def settled(self) -> bool:

@@ -62,6 +62,10 @@ class Custody:
         await self._store.workers.remove_entry(key)
         self.holding -= 1
 
+    def forget(self, key: str) -> None:
+        """The entry is a survivor's now (this worker was taken for dead): leave it."""
+        self.holding -= 1
+
     async def reissue(self, delivery: Delivery, key: str, delay: timedelta | None) -> None:
         """Run the step again (after `delay`): publish it anew, then drop the entry. A
         delayed one waits in this process; if it dies first, a survivor publishes it."""

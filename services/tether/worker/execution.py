@@ -98,6 +98,9 @@ class Execution:
                         found = await started.settle()
                 outcome = await self._finish(found, work, number, result, usage)
             except _TaskEnded:
+                if heartbeat.handed_over:  # a survivor publishes it again: leave it
+                    delivery.abandon()
+                    return
                 outcome = Outcome.CANCELLED
             except _Failed as failed:
                 failure = failed.failure

@@ -50,6 +50,7 @@ class StepHeartbeat:
         self._timer: asyncio.TimerHandle | None = None
         self._shown = False
         self.ended = False
+        self.handed_over = False
 
     def attach(self, ctx: StepContext, tool: asyncio.Future[object]) -> None:
         self._ctx, self._tool = ctx, tool
@@ -63,6 +64,11 @@ class StepHeartbeat:
         self.ended = True
         if self._tool is not None:
             self._tool.cancel()
+
+    def hand_over(self) -> None:
+        """A survivor took the held step over: stop it here and leave it to them."""
+        self.handed_over = True
+        self.end()
 
     @property
     def held(self) -> bool:

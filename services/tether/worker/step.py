@@ -111,7 +111,7 @@ class StepRunner:
         each runs in one place and streams nothing more. Returns how many."""
         held = [beat for beats in self._running.values() for beat in beats if beat.held]
         for heartbeat in held:
-            heartbeat.end()
+            heartbeat.hand_over()
         return len(held)
 
     async def stop_ended(self, at_once: int = 64) -> int:
