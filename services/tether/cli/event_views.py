@@ -3,14 +3,16 @@ progress bar on a terminal, with the streamed text between them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn
 from rich.text import Text
 
 from tether.cli.output import STATUS_STYLES, format_error, format_time, print_json, stdout
+from tether.cli.transcript import Output, Piece, Shown
 from tether.schemas.codec import encode
 from tether.schemas.events import (
     TERMINAL_EVENTS,
@@ -66,12 +68,12 @@ def _detail(event: AnyStatusEvent) -> Text:
 
 
 class EventView(Protocol):
-    """Where `watch` sends what it learns: events as they happen, heartbeats when polled."""
+    """Where `watch` sends what it learns, in the order of a `Transcript` (events, and the
+    streamed text between them), and heartbeats when polled."""
 
     @property
     def shows_progress(self) -> bool: ...
-    def event(self, event: AnyStatusEvent) -> None: ...
-    def token(self, chunk: TokenChunk) -> None: ...
+    def show(self, outputs: list[Output]) -> None: ...
     def heartbeat(self, heartbeat: Heartbeat | None) -> None: ...
     def finish(self, record: TaskRecord) -> None: ...
     def __enter__(self) -> EventView: ...
@@ -84,15 +86,29 @@ class EventView(Protocol):
 
 
 class JsonLines:
-    """One JSON status event per line; the completed event carries the result."""
+    """One JSON status event per line (the completed event carries the result); a step's
+    streamed text is one line of its own, `{"event": "text", ...}`, before the event that
+    ended it."""
 
     shows_progress = False
 
-    def event(self, event: AnyStatusEvent) -> None:
-        print_json(event)
+    def __init__(self) -> None:
+        self._task_id = ""
+        self._texts: dict[tuple[int, int | None], list[str]] = {}
 
-    def token(self, chunk: TokenChunk) -> None:
-        pass  # events only: `handle.stream()` or the tokens subject give the chunks
+    def show(self, outputs: list[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, Shown):
+                self._task_id = out.event.task_id
+                print_json(out.event)
+            elif isinstance(out, Piece):
+                self._texts.setdefault((out.step, out.branch), []).append(out.text)
+            else:
+                text = "".join(self._texts.pop((out.step, out.branch), []))
+                line = {"event": "text", "task_id": self._task_id, "step": out.step}
+                if out.branch is not None:
+                    line["branch"] = out.branch
+                print_json({**line, "attempt": out.attempt, "text": text, "cut_off": out.cut_off})
 
     def heartbeat(self, heartbeat: Heartbeat | None) -> None:
         pass
@@ -107,37 +123,50 @@ class JsonLines:
         pass
 
 
+CUT_OFF = " [cut off: the attempt did not finish]"
+
+
 class PlainLines(JsonLines):
-    """One readable line per event, then the result: for logs and pipes."""
+    """One readable line per event, each step's text under the line that started it, then
+    the result: for logs and pipes."""
 
     def __init__(self, console: Console | None = None) -> None:
+        super().__init__()
         self.console = console or stdout()
-        self._text = StreamedText()
+        self._mid_line = False
 
-    def event(self, event: AnyStatusEvent) -> None:
-        self._end_text()
+    def show(self, outputs: list[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, Shown):
+                self._end_line()
+                self.event_line(out.event)
+            elif isinstance(out, Piece):
+                self.console.print(Text(out.text), end="", soft_wrap=True)
+                self._mid_line = True
+            else:
+                if out.cut_off:
+                    note = CUT_OFF if self._mid_line else CUT_OFF.lstrip()
+                    self.console.print(Text(note, style="yellow"), end="")
+                    self._mid_line = True
+                self._end_line()
+
+    def event_line(self, event: AnyStatusEvent) -> None:
         self.console.print(event_line(event))
 
-    def token(self, chunk: TokenChunk) -> None:
-        """Streamed text as it comes, on its own lines between the events."""
-        for piece, style in self._text.add(chunk):
-            self.console.print(Text(piece, style=style), end="", soft_wrap=True)
-        if chunk.done:
-            self._end_text()
-
-    def _end_text(self) -> None:
-        if self._text.open_line:
+    def _end_line(self) -> None:
+        if self._mid_line:
             self.console.print()
-            self._text.open_line = False
+            self._mid_line = False
 
     def finish(self, record: TaskRecord) -> None:
-        self._end_text()
+        self._end_line()
         if record.status is TaskStatus.COMPLETED:
             self.console.print_json(encode(record.result).decode())
 
 
 class StreamedText:
-    """Where a step's text stands: a later attempt of a step starts its text over."""
+    """Where a step's text stands: a later attempt of a step starts its text over (the
+    demo's narration)."""
 
     def __init__(self) -> None:
         self._attempts: dict[tuple[int, int | None], int] = {}
@@ -162,14 +191,29 @@ class StreamedText:
         return pieces
 
 
+class _ProgressWithText(Progress):
+    """The progress bar, under the line of text that is still being written."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.tail = ""  # first: the constructor renders once
+        super().__init__(*args, **kwargs)
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        if self.tail:
+            yield Text(self.tail)
+        yield from super().get_renderables()
+
+
 class LiveView(PlainLines):
-    """Event lines scrolling above a progress bar of the running step (a terminal only)."""
+    """Event lines and streamed text scrolling above a progress bar of the running step
+    (a terminal only). Text is printed for good a whole line at a time; the line being
+    written shows just above the bar, so nothing printed is ever erased."""
 
     shows_progress = True
 
     def __init__(self, console: Console | None = None) -> None:
         super().__init__(console)
-        self._progress = Progress(
+        self._progress = _ProgressWithText(
             SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(),
@@ -180,14 +224,47 @@ class LiveView(PlainLines):
         self._bar = self._progress.add_task("", total=None, visible=False)
         self._running: int | None = None
 
-    def event(self, event: AnyStatusEvent) -> None:
-        self._end_text()
+    def show(self, outputs: list[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, Shown):
+                self._end_text()
+                self._progress.console.print(event_line(out.event))
+                self._track(out.event)
+            elif isinstance(out, Piece):
+                self._write(out.text)
+            else:
+                self._end_text(out.cut_off)
+        self._progress.refresh()
+
+    def _track(self, event: AnyStatusEvent) -> None:
         if isinstance(event, StepStarted):
             self._running = event.step
         elif isinstance(event, (StepCompleted, StepRetrying, Waiting, *TERMINAL_EVENTS)):
             self._running = None
             self._progress.update(self._bar, visible=False)
-        self._progress.console.print(event_line(event))
+
+    def _write(self, text: str) -> None:
+        """Add text to the line being written; print every line that is whole (ended, or
+        as wide as the terminal) above the bar, for good."""
+        tail = self._progress.tail + text
+        width = max(20, self.console.width)
+        while "\n" in tail or len(tail) > width:
+            cut = tail.find("\n")
+            if cut < 0 or cut > width:  # wrap at the last space that fits
+                cut = tail.rfind(" ", 0, width + 1)
+                cut = cut if cut > 0 else width
+            self._progress.console.print(Text(tail[:cut]))
+            tail = tail[cut + 1 :] if tail[cut : cut + 1] in ("\n", " ") else tail[cut:]
+        self._progress.tail = tail
+
+    def _end_text(self, cut_off: bool = False) -> None:
+        """Print the line being written for good (with a note if its attempt was cut off)."""
+        tail, self._progress.tail = self._progress.tail, ""
+        if tail or cut_off:
+            line = Text(tail)
+            if cut_off:
+                line.append(CUT_OFF, style="yellow")
+            self._progress.console.print(line)
 
     def heartbeat(self, heartbeat: Heartbeat | None) -> None:
         # A heartbeat outlives its step for the bucket's TTL: show only the running step's.
@@ -205,6 +282,10 @@ class LiveView(PlainLines):
             completed=heartbeat.progress or 0.0,
             visible=True,
         )
+
+    def finish(self, record: TaskRecord) -> None:
+        self._end_text()
+        super().finish(record)
 
     def __enter__(self) -> LiveView:
         self._progress.start()

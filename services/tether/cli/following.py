@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from tether.cancellation import raise_if_cancelled
 from tether.cli import render
 from tether.cli.running import ExitCode, outcome
+from tether.cli.transcript import Transcript
 from tether.client import Client, TaskHandle
 from tether.errors import NatsUnavailableError
-from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
+from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus, TokenChunk
 
 HEARTBEAT_POLL = 0.3
 """Seconds between reads of the heartbeat bucket while watching a terminal."""
 CATCH_UP = 2.0
-"""Seconds `watch` waits for the terminal event after the record has ended.
-
-The record changes first and its event follows at once; the wait only matters if the
-writer died in between, when the record alone decides the outcome.
-"""
+"""Seconds `watch` waits for the terminal event after the record has ended, and for the
+text written before an event (both follow at once; the wait only matters if a writer
+died in between, or NATS is away)."""
 
 
 def live_heartbeat(record: TaskRecord, heartbeat: Heartbeat | None) -> Heartbeat | None:
@@ -32,24 +32,64 @@ def live_heartbeat(record: TaskRecord, heartbeat: Heartbeat | None) -> Heartbeat
 # -- following a task ---------------------------------------------------------------
 
 
-class EventFeed:
-    """Every status event of a task, history first, into a view, until the end of its
-    current run (`TaskHandle.events()`); `ended` is set then."""
+class TextFeed:
+    """The task's streamed text, read as it is written; `seen` is the stream sequence of
+    the last chunk read."""
 
-    def __init__(self, handle: TaskHandle, view: render.EventView) -> None:
+    def __init__(self, handle: TaskHandle, shown: Callable[[TokenChunk], None]) -> None:
         self._handle = handle
-        self._view = view
+        self._shown = shown
+        self.seen = 0
+        self._moved = asyncio.Event()
         self.ended = asyncio.Event()
 
     async def run(self) -> None:
+        try:
+            async for chunk in self._handle.stream():
+                self._shown(chunk)
+                self.seen = chunk.stream_seq or self.seen
+                self._moved.set()
+        finally:
+            self.ended.set()
+            self._moved.set()
+
+    async def reach(self, sequence: int, within: float) -> None:
+        """Wait until every chunk up to `sequence` was read (or `within` seconds pass)."""
+        deadline = asyncio.get_running_loop().time() + within
+        while self.seen < sequence and not self.ended.is_set():
+            self._moved.clear()
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), left)
+
+
+class Following:
+    """A task's events and text, in one order (see `transcript`): before each event is
+    shown, the text written before it has been read."""
+
+    def __init__(self, client: Client, handle: TaskHandle, view: render.EventView) -> None:
+        self._client = client
+        self._handle = handle
+        self._view = view
+        self._transcript = Transcript()
+        self.text = TextFeed(handle, lambda chunk: view.show(self._transcript.chunk(chunk)))
+        self.ended = asyncio.Event()
+        """Set once the events of the task's current run have all been shown."""
+
+    async def events(self) -> None:
         async for event in self._handle.events():
-            self._view.event(event)
+            try:
+                written = await self._client.text_position(self._handle.task_id)
+            except NatsUnavailableError:
+                written = 0  # reconnecting: show the event now, the text follows
+            await self.text.reach(written, CATCH_UP)
+            self._view.show(self._transcript.event(event))
         self.ended.set()
 
-
-async def show_tokens(handle: TaskHandle, view: render.EventView) -> None:
-    async for chunk in handle.stream():
-        view.token(chunk)
+    def close(self) -> None:
+        self._view.show(self._transcript.close())
 
 
 async def poll_heartbeats(client: Client, task_id: str, view: render.EventView) -> None:
@@ -65,7 +105,8 @@ async def poll_heartbeats(client: Client, task_id: str, view: render.EventView) 
 async def follow(
     client: Client, task_id: str, view: render.EventView, *, submitted: bool = False
 ) -> ExitCode:
-    """Show the task's events (and progress) until it ends; the record decides the outcome.
+    """Show the task's events, its streamed text (and progress) until it ends; the record
+    decides the outcome.
 
     `submitted`: the task was just published, so its record may not exist yet (the
     dispatcher creates it); otherwise a missing record is an unknown id.
@@ -73,18 +114,19 @@ async def follow(
     handle = client.handle(task_id)
     if not submitted:
         await handle.get()
-    feed = EventFeed(handle, view)
-    tokens = asyncio.create_task(show_tokens(handle, view))
-    helpers = [asyncio.create_task(feed.run()), tokens]
+    following = Following(client, handle, view)
+    text = asyncio.create_task(following.text.run())
+    helpers = [asyncio.create_task(following.events()), text]
     if view.shows_progress:
         helpers.append(asyncio.create_task(poll_heartbeats(client, task_id, view)))
     try:
         with view:
             record = await handle.wait_until_done()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(feed.ended.wait(), CATCH_UP)
+                await asyncio.wait_for(following.ended.wait(), CATCH_UP)
             with contextlib.suppress(TimeoutError):  # the text ends before the task does
-                await asyncio.wait_for(asyncio.shield(tokens), CATCH_UP)
+                await asyncio.wait_for(asyncio.shield(text), CATCH_UP)
+            following.close()
             view.finish(record)
     finally:
         for helper in helpers:

@@ -12,6 +12,7 @@ from typing import Any
 from tether.clock import utcnow
 from tether.nats.feeds import AllEvents, dead_letters, last_event, task_events, task_history
 from tether.nats.store import Store
+from tether.nats.tokens import last_text_sequence
 from tether.schemas.events import AnyStatusEvent
 from tether.schemas.tasks import (
     DeadLetter,
@@ -99,6 +100,11 @@ class Reads:
     async def load_blob(self, ref: str) -> bytes:
         """A stored blob's bytes by its `sha256:` reference."""
         return await self._connected().blobs.load(ref)
+
+    async def text_position(self, task_id: str) -> int:
+        """The stream sequence of the task's latest streamed chunk (0: none): a follower
+        that has read up to it has every piece of text written so far."""
+        return await last_text_sequence(self._connected(), task_id)
 
     async def status_counts(self) -> dict[str, int]:
         """Tasks per status, every status present (zero when none), from the status

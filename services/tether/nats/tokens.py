@@ -123,7 +123,7 @@ async def token_chunks(
 async def _over(store: Store, task_id: str, seen: int) -> bool:
     """Whether the task has ended and its last chunk was seen (False while NATS is away)."""
     try:
-        return await _ended(store, task_id) and seen >= await _last_sequence(store, task_id)
+        return await _ended(store, task_id) and seen >= await last_text_sequence(store, task_id)
     except NatsUnavailableError:
         return False
 
@@ -134,7 +134,7 @@ async def _ended(store: Store, task_id: str) -> bool:
 
 
 @translated
-async def _last_sequence(store: Store, task_id: str) -> int:
+async def last_text_sequence(store: Store, task_id: str) -> int:
     """The stream sequence of the task's latest chunk: every chunk is written before the
     step that wrote it completes, so once the task has ended this is the last one."""
     try:
