@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -16,11 +17,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from tests.apps.agents import MODEL, QUICK
 from tests.apps.agents import app as agents
 from tests.apps.tools import app as tools
 from tests.apps.tools import read_branch_executions
 from tests.conftest import Raw
 from tether import (
+    App,
     Client,
     Dispatcher,
     NatsConfig,
@@ -288,3 +291,35 @@ async def test_a_budget_with_a_model_that_reports_no_usage_is_warned_about_once(
     assert await handle.wait(timeout=30) == ANSWER
     warned = [r for r in caplog.records if "reports no token usage" in r.getMessage()]
     assert len(warned) == 1 and handle.task_id in warned[0].getMessage()
+
+
+def _limited(max_turns: int) -> App:
+    """The same agent, as deployed before and after raising its `max_turns`."""
+    app = App(f"limited-{max_turns}")
+    app.agent("limited", model=MODEL, tools=["web_search"], max_turns=max_turns, retry=QUICK)
+    return app
+
+
+async def test_max_turns_exceeded_advice_works_raise_it_restart_and_retry(
+    config: NatsConfig, client: Client, dispatcher: object, model: ScriptedModel
+) -> None:
+    """The advice MaxTurnsExceeded gives: raise max_turns, restart the workers, then
+    retry the task. The retry keeps every turn so far and sends none of them again."""
+    search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "q"}}]}
+    question = f"long {uuid.uuid4().hex[:8]}"
+    turns = [search, search, search, {"content": ANSWER}]
+    model.load({"conversations": [{"match": question, "turns": turns}]})
+
+    async with Worker([agents, _limited(2)], config):
+        handle = await client.submit_agent("limited", question)
+        with pytest.raises(TaskFailedError) as failed:
+            await handle.wait(timeout=30)
+    error = failed.value.error
+    assert error is not None and error.type == "MaxTurnsExceeded"
+    assert "raise max_turns" in error.message and "tether dlq retry" in error.message
+
+    async with Worker([agents, _limited(5)], config):
+        retried = await client.retry(handle.task_id)
+        assert await retried.wait(timeout=30) == ANSWER
+    sent = Counter(c["turn"] for c in _calls(model, question))
+    assert sent == {0: 1, 1: 1, 2: 1, 3: 1}  # two turns kept, none sent again

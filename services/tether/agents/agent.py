@@ -8,10 +8,12 @@ the call in flight; a checkpointed turn or tool call never runs again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -81,6 +83,10 @@ class Agent:
     """Unanswered this long, an approval fails the task (`InputExpired`)."""
     _runtime: _Runtime = field(default_factory=lambda: _Runtime(), compare=False, repr=False)
 
+    async def aclose(self) -> None:
+        """Close the model clients this process made (a later step makes them again)."""
+        await self._runtime.aclose()
+
     async def run_step(self, ctx: StepContext, data: Any) -> Any:
         """The tool function: one LLM turn, or an approval gate, of this agent's task."""
         role = as_step(data)
@@ -105,15 +111,15 @@ class Agent:
                 f"budget of {budget:,} before answering"
             )
         shapes, specs = await self._tools(ctx)
-        client = self._runtime.client(self.model)
 
         async def waiting(message: str) -> None:
             log.info("task %s: %s", ctx.task_id, message)
             await ctx.progress(message=message)
 
         with tracing.chat_span(self.model.name, ctx.task_id) as span:
-            messages = journal.messages
-            reply = await complete(client, self.model, messages, specs, ctx.stream, waiting)
+            async with self._runtime.using(self.model) as client:
+                messages = journal.messages
+                reply = await complete(client, self.model, messages, specs, ctx.stream, waiting)
             tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
         ctx.add_usage(reply.usage)
         if budget is not None and journal.turns == 0 and reply.usage.total_tokens == 0:
@@ -186,16 +192,40 @@ class _Runtime:
 
     def __init__(self) -> None:
         self._clients: dict[tuple[OpenAIModel, str | None], openai.AsyncOpenAI] = {}
+        self._in_use: dict[openai.AsyncOpenAI, int] = {}
+        self._retired: set[openai.AsyncOpenAI] = set()
         self._histories: OrderedDict[tuple[str, datetime], list[Entry]] = OrderedDict()
         """By task id and creation time: a task removed by `gc` and a new one under its
         id never share a history."""
         self._tools: dict[str, tuple[ToolInfo, float]] = {}
 
-    def client(self, model: OpenAIModel) -> openai.AsyncOpenAI:
+    @contextlib.asynccontextmanager
+    async def using(self, model: OpenAIModel) -> AsyncIterator[openai.AsyncOpenAI]:
+        """The model's client for one call (closed after it if `aclose` came meanwhile)."""
         key = (model, os.environ.get("OPENAI_BASE_URL"))  # the default endpoint may move
         if key not in self._clients:
             self._clients[key] = model.client()
-        return self._clients[key]
+        client = self._clients[key]
+        self._in_use[client] = self._in_use.get(client, 0) + 1
+        try:
+            yield client
+        finally:
+            self._in_use[client] -= 1
+            if not self._in_use[client]:
+                del self._in_use[client]
+                if client in self._retired:
+                    self._retired.discard(client)
+                    await client.close()
+
+    async def aclose(self) -> None:
+        """Close every client; one in a call closes when the call ends (another worker of
+        this process may still be using the agent)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            if client in self._in_use:
+                self._retired.add(client)
+            else:
+                await client.close()
 
     async def history(self, ctx: StepContext) -> list[Entry]:
         """One entry per step before `ctx.step` (a step without a checkpoint is left out,

@@ -47,6 +47,9 @@ class Tool:
     """The input schema to advertise, when the input type does not say it (an agent's)."""
     agent: bool = False
     """The tool runs an agent's turns (`App.agent`)."""
+    close: Callable[[], Awaitable[None]] | None = None
+    """Called when a worker that served the tool stops (an agent closes its model
+    clients, whose connections would otherwise be left to the garbage collector)."""
 
     def input_schema(self) -> dict[str, Any]:
         if self.schema is not None:
@@ -182,6 +185,7 @@ class App:
                 max_concurrency=chosen.max_concurrency,
                 schema=AGENT_INPUT_SCHEMA,
                 agent=True,
+                close=agent.aclose,
             )
         )
         return agent

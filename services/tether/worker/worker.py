@@ -285,6 +285,12 @@ class Worker(Service):
                 if stuck:  # their messages are redelivered after ack_wait
                     log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
         await self._leave()
+        for tool in self.tools.values():
+            if tool.close is not None:
+                try:
+                    await tool.close()
+                except Exception as exc:  # a model client that will not close: noted
+                    log.warning("could not close what tool %s holds: %s", tool.name, exc)
         if self._nc is not None:
             await close(self._nc)
             self._nc = None
