@@ -7,7 +7,13 @@ import itertools
 from datetime import UTC, datetime
 
 from tether.cli.transcript import Piece, Shown, TextEnd, Transcript
-from tether.schemas.events import AnyStatusEvent, Completed, StepCompleted, StepStarted
+from tether.schemas.events import (
+    AnyStatusEvent,
+    Completed,
+    StepCompleted,
+    StepRetrying,
+    StepStarted,
+)
 from tether.schemas.tasks import TaskStatus, TokenChunk
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -126,4 +132,29 @@ def test_a_branchs_text_is_shown_whole_before_its_last_event() -> None:
     assert _play(items) == (
         "<step_started 1>\n<step_started 1>\nab [cut off]\n<step_completed 1>\n"
         "ab [cut off]\n<step_completed 1>\n"
+    )
+
+
+def test_a_late_event_of_an_earlier_attempt_leaves_the_next_attempts_text_alone() -> None:
+    """The worker that lost NATS retries; the new attempt's text may be read before the
+    old attempt's `step_retrying` is."""
+    retrying = StepRetrying(task_id="t", status=RUNNING, step=0, attempt=1, time=NOW)
+    items: list[AnyStatusEvent | TokenChunk] = [_started(0), *_chunks(0, "half", done=False)]
+    items += [*_chunks(0, "whole answer", attempt=2)[:1], retrying, _started(0, attempt=2)]
+    items += [*_chunks(0, "whole answer", attempt=2)[1:], _completed(0, attempt=2)]
+    assert _play(items) == (
+        "<step_started 0>\nhalf  [cut off]\n<step_retrying 0>\n"
+        "<step_started 0>\nwhole answer \n<step_completed 0>\n"
+    )
+
+
+def test_when_an_earlier_attempt_wins_its_whole_text_is_shown_again_under_its_event() -> None:
+    """Two attempts ran at once (a redelivery after a server restart); the later one was
+    stopped when the earlier one had its result."""
+    items: list[AnyStatusEvent | TokenChunk] = [_started(0), *_chunks(0, "one two", done=False)]
+    items += [_started(0, attempt=2), *_chunks(0, "one", attempt=2, done=False)]
+    items += [*_chunks(0, "one two three")[2:], _completed(0, attempt=1)]
+    assert _play(items) == (
+        "<step_started 0>\none two  [cut off]\n<step_started 0>\none  [cut off]\n"
+        "one two three \n<step_completed 0>\n"
     )

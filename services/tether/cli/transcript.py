@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tether.schemas.events import AnyStatusEvent, StepStarted
+from tether.schemas.events import AnyStatusEvent, StepCompleted, StepStarted
 from tether.schemas.tasks import TokenChunk
 
 Key = tuple[int, int | None]
@@ -70,9 +70,15 @@ class Transcript:
         self._latest: dict[Key, int] = {}
         self._started: dict[Key, int] = {}
         """The attempt of each step whose `step_started` line is out."""
+        self._written: dict[tuple[Key, int], _Text] = {}
+        """Everything each attempt wrote, until its step completes: when two attempts ran
+        at once and the earlier one won, its whole text is shown again under the event."""
 
     def chunk(self, chunk: TokenChunk) -> list[Output]:
         key = (chunk.step, chunk.branch)
+        written = self._written.setdefault((key, chunk.attempt), _Text(chunk.attempt))
+        written.pieces.append(chunk.delta)
+        written.done = written.done or chunk.done
         if chunk.attempt < self._latest.get(key, chunk.attempt):
             return []  # a late chunk of an attempt already replaced
         out = self._replace(key, chunk.attempt)
@@ -99,8 +105,15 @@ class Transcript:
             pass
         elif isinstance(event, StepStarted):
             out += self._replace((event.step, event.branch), event.attempt or 1)
-        else:  # any other event of a step ends what its attempt streamed
-            out += self._end((event.step, event.branch))
+        else:  # any other event of a step ends what its attempt streamed (not a later one's)
+            key = (event.step, event.branch)
+            text = self._texts.get(key)
+            completed = isinstance(event, StepCompleted)  # whichever attempt: all text ends
+            later = event.attempt is None or event.attempt >= (text.attempt if text else 0)
+            if text is not None and (completed or later):
+                out += self._end(key)
+            if completed:
+                out += self._winner(key, event.attempt)
         out.append(Shown(event))
         if isinstance(event, StepStarted) and event.step is not None:
             key = (event.step, event.branch)
@@ -108,6 +121,18 @@ class Transcript:
             if event.branch is None:
                 out += self._show(key)
         return out
+
+    def _winner(self, key: Key, attempt: int | None) -> list[Output]:
+        """The text of the attempt a `step_completed` names, again, when a later attempt's
+        replaced it on the screen (it was stopped, and this one's result stored)."""
+        written = {a: text for (k, a), text in self._written.items() if k == key}
+        for a in written:
+            del self._written[(key, a)]
+        won = written.get(attempt or 0)
+        if won is None or attempt is None or attempt >= self._latest.get(key, 0):
+            return []
+        text = "".join(won.pieces)
+        return [Piece(*key, attempt, text), TextEnd(*key, attempt, cut_off=not won.done)]
 
     def close(self) -> list[Output]:
         """Every text ends (the task is over): what waited is shown first."""

@@ -24,6 +24,9 @@ IDLE_CHECK = 0.5
 """With no chunk for this long, a follower asks whether the task has ended."""
 SOON = 0.02
 """How long after a step's last chunk a follower first asks."""
+MISSING_LOOKS = 3
+"""Looks (IDLE_CHECK apart) that must find no record before a follower takes the task
+for removed."""
 
 
 FLUSH_EVERY = 0.025
@@ -106,6 +109,7 @@ async def token_chunks(
     subject = names.tokens_subject(task_id)
     async with Replay(store.nc, store.js, names.tokens_stream, subject, after) as replay:
         idle = IDLE_CHECK
+        missing = 0
         while True:
             msg = await replay.next(idle)
             if msg is not None:
@@ -115,22 +119,34 @@ async def token_chunks(
                     idle = SOON if chunk.done else IDLE_CHECK
                     yield chunk, replay.seen
                 continue
-            if replay.connected and await _over(store, task_id, replay.seen):
-                return
             idle = IDLE_CHECK
+            if not replay.connected:
+                continue
+            ended = await _ended(store, task_id)
+            # No record: removed, or a server just restarted answering before it has
+            # loaded the bucket. Only a record missing at several looks ends the feed.
+            missing = missing + 1 if ended is None else 0
+            if (ended or missing >= MISSING_LOOKS) and await _all_seen(store, task_id, replay.seen):
+                return
 
 
-async def _over(store: Store, task_id: str, seen: int) -> bool:
-    """Whether the task has ended and its last chunk was seen (False while NATS is away)."""
+async def _ended(store: Store, task_id: str) -> bool | None:
+    """Whether the task has ended (None: no record, or NATS away)."""
     try:
-        return await _ended(store, task_id) and seen >= await last_text_sequence(store, task_id)
+        found = await store.records.get(task_id)
     except NatsUnavailableError:
         return False
+    return None if found is None else found.record.status.is_terminal
 
 
-async def _ended(store: Store, task_id: str) -> bool:
-    found = await store.records.get(task_id)
-    return found is None or found.record.status.is_terminal
+async def _all_seen(store: Store, task_id: str, seen: int) -> bool:
+    """Whether the last chunk stored was read (no answer, after chunks were read: a
+    restarted server not ready yet, so not yet)."""
+    try:
+        last = await last_text_sequence(store, task_id)
+    except NatsUnavailableError:
+        return False
+    return seen >= last and (last > 0 or seen == 0)
 
 
 @translated

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -46,6 +48,10 @@ from tether.worker.record_start import RecordStart
 from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 
+SUPERSEDED_BACK_IN = timedelta(seconds=5)
+"""When the message of an attempt stopped for another's result comes back (if that one
+never recorded its result, this runs the step again)."""
+
 
 class _Failed(Exception):
     """An attempt failed; `failure` says how (see `decisions.classify`)."""
@@ -70,6 +76,9 @@ class Execution:
     rng: random.Random
     observer: AttemptObserver | None = None
     """Told of each attempt's start and end (metrics)."""
+    has_result: Callable[[WorkMessage, StepHeartbeat], None] | None = None
+    """Told when an attempt's tool returned, before it is recorded (see
+    `StepRunner.supersede`)."""
 
     async def run(
         self,
@@ -96,10 +105,15 @@ class Execution:
                 finally:
                     if started is not None:
                         found = await started.settle()
+                if self.has_result is not None:
+                    self.has_result(work, heartbeat)
                 outcome = await self._finish(found, work, number, result, usage)
             except _TaskEnded:
                 if heartbeat.handed_over:  # a survivor publishes it again: leave it
                     delivery.abandon()
+                    return
+                if heartbeat.superseded:  # back later, to find the step done (or run it)
+                    await delivery.retry(SUPERSEDED_BACK_IN)
                     return
                 outcome = Outcome.CANCELLED
             except _Failed as failed:

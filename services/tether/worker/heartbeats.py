@@ -51,6 +51,7 @@ class StepHeartbeat:
         self._shown = False
         self.ended = False
         self.handed_over = False
+        self.superseded = False
 
     def attach(self, ctx: StepContext, tool: asyncio.Future[object]) -> None:
         self._ctx, self._tool = ctx, tool
@@ -69,6 +70,17 @@ class StepHeartbeat:
         """A survivor took the held step over: stop it here and leave it to them."""
         self.handed_over = True
         self.end()
+
+    def supersede(self) -> None:
+        """Another attempt of this step, in this process, has its result: stop this one
+        (its message comes back later and finds the step done)."""
+        self.superseded = True
+        self.end()
+
+    def runs(self, step: int, branch: int | None) -> bool:
+        """Whether this attempt's tool runs `step` (`branch`) now."""
+        ctx = self._ctx
+        return ctx is not None and (ctx.step, ctx.branch) == (step, branch)
 
     @property
     def held(self) -> bool:

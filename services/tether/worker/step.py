@@ -61,7 +61,17 @@ class StepRunner:
 
     def __post_init__(self) -> None:
         self.tasks = TaskService(self.store)
-        self.execution = Execution(self.store, self.tasks, self.worker_id, self.rng, self.observer)
+        self.execution = Execution(
+            self.store, self.tasks, self.worker_id, self.rng, self.observer, self.supersede
+        )
+
+    def supersede(self, work: WorkMessage, winner: StepHeartbeat) -> None:
+        """An attempt has its result: stop any other attempt of the same step running in
+        this process (a redelivery after a server lost a consumer's state), before it
+        calls a model again or streams text after the task has moved on."""
+        for heartbeat in self._running.get(work.task_id, ()):
+            if heartbeat is not winner and heartbeat.runs(work.step, work.branch):
+                heartbeat.supersede()
 
     async def handle(self, delivery: Delivery, started: Callable[[], None] | None = None) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker.
