@@ -83,3 +83,10 @@ guarded = app.agent(
     token_budget=10_000,
     retry=QUICK,
 )
+
+
+unreachable = app.agent(
+    "unreachable",
+    model=OpenAIModel("nowhere", base_url="http://127.0.0.1:9/v1", api_key="test"),
+    retry=RetryPolicy(max_attempts=2, initial_backoff=60, jitter=0.0),
+)

@@ -34,7 +34,6 @@ from tether import (
 from tether.schemas import (
     Cancelled,
     DeadLetter,
-    ErrorInfo,
     Failed,
     StepCompleted,
     StepRetrying,
@@ -400,7 +399,11 @@ async def test_a_terminal_error_fails_the_task_even_when_the_group_collects_erro
 
     with pytest.raises(TaskFailedError) as failure:
         await handle.wait(timeout=15)
-    assert failure.value.error == ErrorInfo(type="TerminalError", message="permission denied")
+    error = failure.value.error
+    assert error is not None and (error.type, error.message) == (
+        "TerminalError",
+        "permission denied",
+    )
     assert (await handle.get()).failed_step == 0
 
 

@@ -281,8 +281,20 @@ def unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return calls
 
 
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def _endpoint(model: OpenAIModel) -> tuple[str, str]:
+    """The URL the model is called at, and where that URL was set."""
+    if model.base_url:
+        return model.base_url, "OpenAIModel(base_url=...)"
+    if env := os.environ.get("OPENAI_BASE_URL"):
+        return env, "OPENAI_BASE_URL"
+    return DEFAULT_BASE_URL, "the default: set OPENAI_BASE_URL or OpenAIModel(base_url=...)"
+
+
 def _where(model: OpenAIModel) -> str:
-    return f"model {model.name!r} at {model.base_url or 'the OpenAI API'}"
+    return f"model {model.name!r} at {_endpoint(model)[0]}"
 
 
 @contextlib.contextmanager
@@ -326,7 +338,13 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
                 retry_after=retry_after(exc.response.headers),
             ) from exc
         raise ModelRequestError(f"{where} answered {exc.status_code}: {exc.message}") from exc
-    except openai.APIError as exc:  # connection lost, timed out
+    except openai.APIConnectionError as exc:  # refused, unreachable, timed out
+        url, source = _endpoint(model)
+        raise RetryableError(
+            f"could not reach {where} ({exc}): is the server at {url} up? (the URL is from "
+            f"{source})"
+        ) from exc
+    except openai.APIError as exc:  # the connection was lost on the way
         raise RetryableError(f"lost {where}: {exc}") from exc
     # Anything else (the transport's own error when a stream is cut off) is retried with
     # the step's backoff, as every unexpected exception is.

@@ -13,6 +13,7 @@ from tether.cli.common import (
     JsonOption,
     NatsOption,
     PrefixOption,
+    fail,
 )
 from tether.cli.following import follow
 from tether.cli.running import (
@@ -89,8 +90,37 @@ def dlq_retry(
     run(_dlq_retry(nats, prefix, checked_id(task_id), wait, as_json), as_json)
 
 
+async def _dlq_show(nats: str, prefix: str, task_id: str, limit: int, as_json: bool) -> ExitCode:
+    async with connected(nats, prefix) as client:
+        letters = [
+            letter for letter in await client.dead_letters(limit) if letter.task_id == task_id
+        ]
+    if not letters:
+        fail(f"no dead letter of task {task_id!r} among the latest {limit}: see 'tether dlq ls'")
+    if as_json:
+        render.print_json(letters)
+    else:
+        for letter in letters:
+            render.print_table(render.dead_letter_table(letter))
+    return ExitCode.OK
+
+
+def dlq_show(
+    task_id: TaskIdArgument,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, metavar="N", help="Look among the latest N.")
+    ] = 1000,
+    nats: NatsOption = DEFAULT_NATS,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a task's dead letters whole: the error, its traceback, the message."""
+    run(_dlq_show(nats, prefix, checked_id(task_id), limit, as_json), as_json)
+
+
 def register(app: typer.Typer) -> None:
     dlq = typer.Typer(help="Dead letters: steps Tether gave up on.", no_args_is_help=True)
     dlq.command("ls")(dlq_ls)
+    dlq.command("show")(dlq_show)
     dlq.command("retry")(dlq_retry)
     app.add_typer(dlq, name="dlq")

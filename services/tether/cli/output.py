@@ -3,6 +3,7 @@ an error and token usage, shared by the tables and the event views."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -62,6 +63,19 @@ def format_time(moment: datetime | None) -> str:
 
 def format_error(error: ErrorInfo | None) -> str:
     return "-" if error is None else f"{error.type}: {error.message}"
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def error_origin(error: ErrorInfo | None) -> str:
+    """The innermost frame of the error's traceback: `tools.py:42 in search` ("-" when it
+    has none)."""
+    frames = _FRAME.findall(error.traceback or "") if error is not None else []
+    if not frames:
+        return "-"
+    path, line, function = frames[-1]
+    return f"{path.rsplit('/', 1)[-1]}:{line} in {function}"
 
 
 def format_usage(usage: Usage) -> str:

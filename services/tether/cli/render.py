@@ -9,11 +9,12 @@ from tether.cli.output import (
     print_pretty_json,
     print_table,
 )
-from tether.cli.tables import dead_letters_table, record_table, tasks_table
+from tether.cli.tables import dead_letter_table, dead_letters_table, record_table, tasks_table
 
 __all__ = [
     "EventView",
     "StreamedText",
+    "dead_letter_table",
     "dead_letters_table",
     "event_view",
     "format_usage",

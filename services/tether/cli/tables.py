@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from rich.table import Table
 from rich.text import Text
 
-from tether.cli.output import format_error, format_time, format_usage, status_text
+from tether.cli.output import (
+    error_origin,
+    format_error,
+    format_time,
+    format_usage,
+    status_text,
+)
+from tether.clock import utcnow
 from tether.schemas.codec import encode
-from tether.schemas.events import AnyStatusEvent
+from tether.schemas.events import AnyStatusEvent, StepRetrying
 from tether.schemas.tasks import DeadLetter, Heartbeat, TaskRecord, TaskStatus
 from tether.tasks.plans import current_tool
 
@@ -49,6 +56,7 @@ def dead_letters_table(
         "attempt",
         "task now",
         "error",
+        "where",
         box=None,
         header_style="bold",
     )
@@ -62,7 +70,33 @@ def dead_letters_table(
             str(letter.attempt),
             "-" if status is None else status_text(status),
             Text(format_error(letter.error), style="red"),
+            error_origin(letter.error),
         )
+    return table
+
+
+def dead_letter_table(letter: DeadLetter) -> Table:
+    """`dlq show`: one dead letter, its traceback whole."""
+    rows: list[tuple[str, str | Text]] = [
+        ("time", format_time(letter.time)),
+        ("tool", letter.tool),
+        ("task", letter.task_id or "-"),
+        ("step", "-" if letter.step is None else str(letter.step)),
+        ("attempt", str(letter.attempt)),
+        ("error", Text(format_error(letter.error), style="red")),
+    ]
+    if letter.error.traceback:
+        rows.append(("traceback", Text(letter.error.traceback)))
+    rows += [("subject", letter.subject), ("message", f"{letter.size or len(letter.data):,} bytes")]
+    return _grid(rows)
+
+
+def _grid(rows: list[tuple[str, str | Text]]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in rows:
+        table.add_row(name, value)
     return table
 
 
@@ -70,9 +104,6 @@ def record_table(
     record: TaskRecord, heartbeat: Heartbeat | None, last: AnyStatusEvent | None
 ) -> Table:
     """The `status` view: one field per row."""
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
     rows: list[tuple[str, str | Text]] = [
         ("task", record.task_id),
         ("status", status_text(record.status)),
@@ -88,6 +119,10 @@ def record_table(
             rows.append(("answer with", encode(record.input_request.schema).decode()))
     if record.error is not None:
         rows.append(("error", Text(format_error(record.error), style="red")))
+        if record.error.traceback:
+            rows.append(("traceback", Text(record.error.traceback, style="dim")))
+    if isinstance(last, StepRetrying) and not record.status.is_terminal:
+        rows.append(("retrying", Text(_retrying(last), style="yellow")))
     if record.usage is not None:
         rows.append(("usage", format_usage(record.usage)))
     rows += _family_rows(record)
@@ -99,9 +134,16 @@ def record_table(
         rows.append(("deadline", format_time(record.deadline_at)))
     if record.metadata:
         rows.append(("metadata", encode(record.metadata).decode()))
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
+    return _grid(rows)
+
+
+def _retrying(event: StepRetrying) -> str:
+    """The last attempt's error, and when the next one is due."""
+    due = event.time + timedelta(milliseconds=event.retry_in_ms or 0)
+    left = (due - utcnow()).total_seconds()
+    when = f"in {left:.0f}s" if left > 0 else "now"
+    failed = f"attempt {event.attempt} failed: {format_error(event.error)}"
+    return f"{failed}; the next is due at {format_time(due)} ({when})"
 
 
 def _family_rows(record: TaskRecord) -> list[tuple[str, str | Text]]:

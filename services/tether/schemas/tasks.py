@@ -94,11 +94,14 @@ Plan = Annotated[
 """A submitted plan: 1 to MAX_STEPS steps (a record's plan may grow past it)."""
 
 
-class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Why a step or task failed: the exception type and a readable message."""
 
     type: str
     message: str
+    traceback: str | None = None
+    """Where a tool's exception came from: the innermost frames of its traceback, cut to
+    a few KB (no local values: only what the traceback itself shows)."""
 
 
 class InputRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,6 +9,7 @@ step 5: what an exception from the tool means, and whether to retry and after ho
 from __future__ import annotations
 
 import random
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,6 +27,8 @@ from tether.tasks import rules
 from tether.worker.retry import RetryPolicy
 
 ERROR_MESSAGE_LIMIT = 4096
+TRACEBACK_FRAMES = 8
+TRACEBACK_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,8 @@ def outcome(
     if not failure.retryable:
         return GiveUp(failure.error)
     if not policy.can_retry(attempt):
-        return GiveUp(exhausted(policy, failure.error.message, failure.error.type))
+        error = failure.error
+        return GiveUp(exhausted(policy, error.message, error.type, error.traceback))
     if failure.retry_after is None:
         return Retry(policy.backoff(attempt, rng))
     return Retry(min(failure.retry_after, as_timedelta(policy.max_backoff)))
@@ -196,16 +200,32 @@ def before_attempt(
 
 
 def error_info(exc: BaseException) -> ErrorInfo:
-    """The error as stored and sent; a huge message is cut so the failure itself fits."""
+    """The error as stored and sent, with where it came from; a huge message is cut so
+    the failure itself fits."""
     message = str(exc) or type(exc).__name__
     if len(message) > ERROR_MESSAGE_LIMIT:
         message = message[:ERROR_MESSAGE_LIMIT] + f"… ({len(message):,} characters)"
-    return ErrorInfo(type=type(exc).__name__, message=message)
+    return ErrorInfo(type=type(exc).__name__, message=message, traceback=traceback_of(exc))
+
+
+def traceback_of(exc: BaseException) -> str | None:
+    """The innermost `TRACEBACK_FRAMES` frames of `exc`'s traceback, the last
+    `TRACEBACK_LIMIT` characters of it (None when it has none)."""
+    if exc.__traceback__ is None:
+        return None
+    lines = traceback.format_exception(exc, limit=-TRACEBACK_FRAMES, chain=False)
+    text = "".join(lines).rstrip()
+    if len(text) > TRACEBACK_LIMIT:
+        text = "…" + text[-TRACEBACK_LIMIT:]
+    return text
 
 
 def deadline_exceeded() -> ErrorInfo:
     return ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded")
 
 
-def exhausted(policy: RetryPolicy, last: str, kind: str = "RetriesExhausted") -> ErrorInfo:
-    return ErrorInfo(type=kind, message=f"gave up after {policy.max_attempts} attempts: {last}")
+def exhausted(
+    policy: RetryPolicy, last: str, kind: str = "RetriesExhausted", where: str | None = None
+) -> ErrorInfo:
+    message = f"gave up after {policy.max_attempts} attempts: {last}"
+    return ErrorInfo(type=kind, message=message, traceback=where)

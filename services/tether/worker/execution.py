@@ -6,6 +6,7 @@ ends once (`attempts.Attempt`). `step.StepRunner` decides when a message comes t
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from tether.worker.record_start import RecordStart
 from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
 from tether.worker.retry import RetryPolicy
 
+log = logging.getLogger("tether.worker")
 SUPERSEDED_BACK_IN = timedelta(seconds=5)
 """When the message of an attempt stopped for another's result comes back (if that one
 never recorded its result, this runs the step again)."""
@@ -277,7 +279,9 @@ class Execution:
         failed task, term), as `decisions.outcome` says; a branch of a group that
         collects errors records its error as its output instead."""
         attempt = delivery.attempt
-        match decisions.outcome(failure, policy, attempt, self.rng):
+        decided = decisions.outcome(failure, policy, attempt, self.rng)
+        _log_failure(work, attempt, failure.error, decided)
+        match decided:
             case Retry(delay):
                 retry_in_ms = int(delay.total_seconds() * 1000)
                 await self._running_event(
@@ -312,6 +316,25 @@ class Execution:
                 )
                 await delivery.give_up()
                 return Outcome.FAILED
+
+
+def _log_failure(
+    work: WorkMessage, attempt: int, error: ErrorInfo, decided: Retry | GiveUp
+) -> None:
+    """Each failed attempt in the worker's log with its traceback: WARNING while it is
+    retried, ERROR when the step gives up."""
+    where = f"step {work.step}" + (f"[{work.branch}]" if work.branch is not None else "")
+    what = f"task {work.task_id} {where} {work.tool}, attempt {attempt}: {error.type}: "
+    what += error.message
+    if isinstance(decided, Retry):
+        what += f"; retrying in {decided.delay.total_seconds():.1f}s"
+        level = logging.WARNING
+    else:
+        what += "; giving up"
+        level = logging.ERROR
+    if error.traceback:
+        what += "\n" + error.traceback
+    log.log(level, "%s", what)
 
 
 _NOT_IN_A_BRANCH = ErrorInfo(
