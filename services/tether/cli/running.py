@@ -90,7 +90,7 @@ def describe(exc: BaseException) -> tuple[str, ExitCode]:
         return str(exc), ExitCode.FAILED
     if isinstance(exc, TaskCancelledError):
         return str(exc), ExitCode.CANCELLED
-    if isinstance(exc, TaskExistsError):
+    if isinstance(exc, TaskExistsError) and exc.free_at is None:
         return (
             f"task {exc.task_id!r} already exists: follow it with 'tether watch {exc.task_id}' "
             "or submit with another --id",

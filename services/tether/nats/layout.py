@@ -12,7 +12,6 @@ from nats.js.api import (
     DiscardPolicy,
     KeyValueConfig,
     ObjectStoreConfig,
-    PersistMode,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -107,9 +106,9 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
             retention=RetentionPolicy.LIMITS,
             max_age=_seconds(layout.tokens_max_age),
             discard=DiscardPolicy.OLD,
-            # Tokens are a live view of a step whose result is checkpointed anyway:
-            # batching their writes to disk is worth the last second on a server crash.
-            persist_mode=PersistMode.ASYNC,
+            # Stored as each chunk comes (no async persist): a server killed mid-answer
+            # that lost its last chunks would reuse their sequences, and a follower
+            # resuming by sequence would skip new text. Text is batched, so this is cheap.
         ),
     ]
     for config in streams:

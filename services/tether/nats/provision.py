@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, ObjectStoreConfig, PersistMode, StorageType, StreamConfig
+from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
 from tether.errors import NotProvisionedError
@@ -187,25 +187,17 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     cluster's R3 stream into R1.
     """
     try:
-        await _unless_refused(
-            js, js.add_stream(_replicable(config)), f"create stream {config.name}"
-        )
+        await _unless_refused(js, js.add_stream(config), f"create stream {config.name}")
     except APIError as exc:
         if exc.err_code != STREAM_NAME_IN_USE:
             raise
         assert config.name is not None
         current = (await js.stream_info(config.name)).config
         config.num_replicas = max(config.num_replicas or 1, current.num_replicas or 1)
-        await _unless_refused(
-            js, js.update_stream(_replicable(config)), f"update stream {config.name}"
-        )
-
-
-def _replicable(config: StreamConfig) -> StreamConfig:
-    """nats-server persists replicated streams synchronously only: drop `async` there."""
-    if (config.num_replicas or 1) > 1 and config.persist_mode is PersistMode.ASYNC:
-        config.persist_mode = None
-    return config
+        # Fixed when the stream was made (an older Tether made its tokens stream `async`;
+        # remove that stream to have it made anew).
+        config.persist_mode = current.persist_mode
+        await _unless_refused(js, js.update_stream(config), f"update stream {config.name}")
 
 
 async def _ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> None:
