@@ -20,6 +20,7 @@
     ├── GatewayError               (tether.gateway) the MCP gateway could not serve
     ├── AnswerError                (tether.gateway.inputs) an elicitation answer of the wrong shape
     ├── AppLoadError               (tether.cli.loading) MODULE:ATTR names no App
+    ├── DefinitionError            a tool, agent or app defined so that it cannot run
     └── StepError                  raised by tools
         ├── TerminalError          fail the task now, do not retry
         └── RetryableError         retry the step, optionally after `retry_after`
@@ -168,6 +169,11 @@ class TaskCancelledError(TaskError):
 
 class TaskTimeoutError(TaskError, TimeoutError):
     pass
+
+
+class DefinitionError(TetherError, TypeError):
+    """A tool, an agent or an app defined so that it cannot run: raised where it is
+    defined, naming the file and line and what to write instead."""
 
 
 class StepError(TetherError):

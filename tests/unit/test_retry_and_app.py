@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import threading
 from datetime import timedelta
 from typing import Any
 
 import msgspec
 import pytest
 
+from tether.errors import DefinitionError
 from tether.schemas.ids import InvalidNameError
 from tether.schemas.tasks import RetryOverride
 from tether.worker import Liveness
@@ -240,13 +242,30 @@ def test_unannotated_data_accepts_anything() -> None:
     assert tool.input_schema() == {}
 
 
-def test_non_async_function_is_rejected() -> None:
+async def test_a_plain_def_tool_runs_in_a_thread() -> None:
+    app = App()
+    loop_thread = threading.get_ident()
+
+    @app.tool
+    def sync_tool(ctx: Any, data: int) -> tuple[int, bool]:
+        return data * 2, threading.get_ident() != loop_thread
+
+    tool = app.tools["sync_tool"]
+    assert tool.input_type is int and tool.takes_input
+    assert await tool.function(None, 21) == (42, True)
+
+
+def test_a_tool_without_ctx_is_refused_naming_its_file_and_line() -> None:
     app = App()
 
-    def sync_tool(ctx: Any, data: Any) -> None: ...
+    async def search(query: Query) -> list[str]: ...
 
-    with pytest.raises(TypeError, match="'sync_tool' must be an 'async def' function"):
-        app.tool(sync_tool)
+    line = search.__code__.co_firstlineno
+    with pytest.raises(DefinitionError) as refused:
+        app.tool(search)
+    message = str(refused.value)
+    assert message.startswith(f"tests/unit/test_retry_and_app.py:{line}: tool 'search'")
+    assert "write `async def search(ctx: StepContext, query: Query)`" in message
     assert app.tools == {}
 
 
@@ -256,7 +275,7 @@ def test_async_generator_is_rejected() -> None:
     async def stream(ctx: Any) -> Any:
         yield 1
 
-    with pytest.raises(TypeError, match="async def"):
+    with pytest.raises(DefinitionError, match="yields: a tool returns its result"):
         app.tool(stream)
 
 

@@ -24,7 +24,7 @@ from tether.cli.common import (
     fail,
     nats_config,
 )
-from tether.cli.loading import AppLoadError, load_app
+from tether.cli.loading import AppLoadError, load_apps
 from tether.cli.processes import supervise
 from tether.errors import TetherError
 from tether.nats.connection import NatsConfig
@@ -204,7 +204,7 @@ def dev(
     """Run an embedded nats-server, the dispatcher, workers, the MCP gateway and the
     dashboard in one process."""
     try:
-        loaded = [load_app(spec) for spec in apps or [DEMO_APP]]
+        loaded = load_apps(apps or [DEMO_APP])
     except AppLoadError as exc:
         fail(str(exc))
     with _nats(nats, data_dir, port if port else -1) as (url, server):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 
-from tether.errors import TetherError
+from tether.errors import DefinitionError, TetherError
 from tether.worker.app import App
 
 
@@ -24,6 +25,17 @@ def load_app(spec: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AppLoadError(f"cannot import {module_name!r}: {exc}") from exc
+    except SyntaxError as exc:
+        where = f"{exc.filename}:{exc.lineno}" if exc.filename else module_name
+        raise AppLoadError(f"{where}: {exc.msg}: fix the syntax of {module_name!r}") from exc
+    except DefinitionError as exc:
+        raise AppLoadError(str(exc)) from exc
+    except Exception as exc:  # the module's own code failed: say where, in one line
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        raise AppLoadError(
+            f"importing {module_name!r} raised {type(exc).__name__}: {exc}{where}"
+        ) from exc
     if not hasattr(module, attr):
         names = sorted(n for n, v in vars(module).items() if isinstance(v, App))
         hint = f": it has {', '.join(names)}" if names else ""
@@ -32,3 +44,14 @@ def load_app(spec: str) -> App:
     if not isinstance(found, App):
         raise AppLoadError(f"{spec!r} is not a tether App (found {type(found).__name__})")
     return found
+
+
+def load_apps(specs: list[str]) -> list[App]:
+    """The apps named, which must serve at least one tool between them."""
+    apps = [load_app(spec) for spec in specs]
+    if not any(app.tools for app in apps):
+        raise AppLoadError(
+            f"{', '.join(specs)}: no tools to serve: register some with @app.tool() or "
+            "app.agent(...), or name the App that has them"
+        )
+    return apps

@@ -21,7 +21,7 @@ from tether.cli.common import (
     metrics_on,
     nats_config,
 )
-from tether.cli.loading import AppLoadError, load_app
+from tether.cli.loading import AppLoadError, load_apps
 from tether.errors import TetherError
 from tether.service import Service
 
@@ -135,7 +135,7 @@ def worker(
     from tether.worker import Liveness, Worker
 
     try:
-        loaded = [load_app(spec) for spec in apps]
+        loaded = load_apps(apps)
         liveness = Liveness(beat_every, dead_after, look_every, ack_wait_factor)
     except (AppLoadError, ValueError) as exc:
         fail(str(exc))

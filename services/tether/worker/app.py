@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import functools
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -12,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 import msgspec
 
 from tether.durations import as_timedelta
+from tether.errors import DefinitionError
 from tether.schemas.ids import validate_tool_name
 from tether.worker.retry import RetryPolicy
 
@@ -20,7 +25,8 @@ if TYPE_CHECKING:
     from tether.agents.models import OpenAIModel
 
 ToolFunction = Callable[..., Awaitable[Any]]
-F = TypeVar("F", bound=ToolFunction)
+F = TypeVar("F", bound=Callable[..., Any])
+"""A tool: `async def`, or a plain `def` (run in a thread)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class Tool:
     """The input schema to advertise, when the input type does not say it (an agent's)."""
     agent: bool = False
     """The tool runs an agent's turns (`App.agent`)."""
+    calls: tuple[str, ...] = ()
+    """The tools an agent calls (checked when a worker starts)."""
     close: Callable[[], Awaitable[None]] | None = None
     """Called when a worker that served the tool stops (an agent closes its model
     clients, whose connections would otherwise be left to the garbage collector)."""
@@ -185,6 +193,7 @@ class App:
                 max_concurrency=chosen.max_concurrency,
                 schema=AGENT_INPUT_SCHEMA,
                 agent=True,
+                calls=agent.tools,
                 close=agent.aclose,
             )
         )
@@ -199,6 +208,53 @@ def _seconds(value: timedelta | float | None) -> timedelta | None:
     return None if value is None else as_timedelta(value)
 
 
+def defined_at(fn: Callable[..., Any]) -> str:
+    """`path/to/module.py:12`, where `fn` is defined (relative to the working directory
+    when it is under it)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return repr(fn)
+    path = code.co_filename
+    with contextlib.suppress(ValueError):
+        relative = os.path.relpath(path)
+        path = path if relative.startswith("..") else relative
+    return f"{path}:{code.co_firstlineno}"
+
+
+def _check_context(
+    label: str, function: str, parameters: list[inspect.Parameter], hints: dict[str, Any]
+) -> None:
+    """A tool's first parameter is its StepContext: one annotated as anything else is a
+    tool written without `ctx`, which would get the context as its data."""
+    from tether.worker.context import StepContext
+
+    first = parameters[0]
+    annotation = hints.get(first.name, Any)
+    if annotation is Any or annotation is StepContext:
+        return
+    shown = getattr(annotation, "__name__", repr(annotation))
+    rest = ", ".join(
+        f"{p.name}: {getattr(hints.get(p.name), '__name__', 'Any')}" for p in parameters
+    )
+    raise DefinitionError(
+        f"{label} takes ({first.name}: {shown}), but a tool's first parameter is its "
+        f"StepContext: write `async def {function}(ctx: StepContext, {rest})`"
+        + (" with one parameter for the data" if len(parameters) > 1 else "")
+    )
+
+
+def _in_a_thread(fn: Callable[..., Any]) -> ToolFunction:
+    """A plain function as a tool: each call runs in a thread of its own (`asyncio.
+    to_thread`), so a slow one does not stop the worker's beat. It cannot await `ctx`'s
+    methods; a step's timeout stops waiting for it, not the thread."""
+
+    @functools.wraps(fn)
+    async def in_a_thread(*args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+    return in_a_thread
+
+
 def _make_tool(
     fn: ToolFunction,
     name: str | None,
@@ -208,14 +264,29 @@ def _make_tool(
     max_concurrency: int | None,
     heartbeat: timedelta | float,
 ) -> Tool:
-    if not inspect.iscoroutinefunction(fn):
-        raise TypeError(f"tool {fn.__name__!r} must be an 'async def' function")
+    where = defined_at(fn)
+    label = f"{where}: tool {name or fn.__name__!r}"
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise DefinitionError(
+            f"{label} yields: a tool returns its result (stream text with "
+            "`await ctx.stream(text)`), so write `return ...` instead of `yield`"
+        )
     parameters = list(inspect.signature(fn).parameters.values())
     if not 1 <= len(parameters) <= 2:
-        raise TypeError(f"tool {fn.__name__!r} must take (ctx) or (ctx, data)")
+        raise DefinitionError(
+            f"{label} takes {len(parameters)} parameters, but a tool must take (ctx) or "
+            f"(ctx, data): write `async def {fn.__name__}(ctx: StepContext, data: ...)`"
+        )
+    try:
+        hints = get_type_hints(fn)
+    except Exception:  # a forward reference it cannot resolve: judged at run time
+        hints = {}
+    _check_context(label, fn.__name__, parameters, hints)
     input_type: Any = Any
     if len(parameters) == 2:
-        input_type = get_type_hints(fn).get(parameters[1].name, Any)
+        input_type = hints.get(parameters[1].name, Any)
+    if not inspect.iscoroutinefunction(fn):
+        fn = _in_a_thread(fn)  # a plain `def`: run where it cannot block the worker
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"tool {fn.__name__!r}: max_concurrency must be at least 1")
     beat = _seconds(heartbeat)

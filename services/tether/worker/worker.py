@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from tether.cancellation import raise_if_cancelled
 from tether.clock import utcnow
-from tether.errors import NatsUnavailableError
+from tether.errors import DefinitionError, NatsUnavailableError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.consumers import ConsumerOptions
 from tether.nats.delivery import Consumer, Delivery
@@ -95,7 +95,11 @@ class Worker(Service):
                     raise ValueError(f"tool {name!r} is registered by more than one app")
                 self.tools[name] = tool
         if not self.tools:
-            raise ValueError("the worker has no tools: register some with @app.tool()")
+            names = ", ".join(repr(app.name) for app in ([apps] if isinstance(apps, App) else apps))
+            raise DefinitionError(
+                f"app {names or '(none)'} has no tools: register some with @app.tool() or "
+                "app.agent(...), or name the App that has them"
+            )
         self.nats = nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)
         self.concurrency = concurrency
@@ -157,6 +161,7 @@ class Worker(Service):
             max_ack_pending=tool.max_concurrency or UNLIMITED_IN_FLIGHT,
         )
         consumer = await store.tool_consumer(tool.name, options)
+        await self._check_calls(store, tool)
         await store.tools.register(
             ToolInfo(
                 name=tool.name,
@@ -168,6 +173,19 @@ class Worker(Service):
             )
         )
         return consumer
+
+    async def _check_calls(self, store: Store, tool: Tool) -> None:
+        """Warn about the tools an agent lists that no worker has registered (a typo
+        would otherwise show only as its turns waiting)."""
+        for name in tool.calls:
+            if name not in self.tools and await store.tools.get(name) is None:
+                log.warning(
+                    "agent %r lists tool %r, which no worker has registered: its turns wait "
+                    "until one serves it (check the name; this worker serves %s)",
+                    tool.name,
+                    name,
+                    ", ".join(sorted(self.tools)),
+                )
 
     async def _serve(self, consumer: Consumer, runner: StepRunner, tool: Tool) -> None:
         slots = asyncio.Semaphore(self.concurrency)

@@ -1,0 +1,74 @@
+"""Mistakes in a user's own module, answered by `tether worker` and `tether dev` with one
+line naming the file and line and what to write instead, not a traceback (no NATS is
+needed: the module is loaded first)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+NO_CTX = """\
+from tether import App
+
+app = App("mine")
+
+
+@app.tool
+async def search(query: str) -> list[str]:
+    return [query]
+"""
+SYNTAX = """\
+from tether import App
+
+app = App("mine"
+"""
+NO_TOOLS = """\
+from tether import App
+
+app = App("mine")
+"""
+RAISES = """\
+from tether import App
+
+app = App("mine")
+settings = {}
+key = settings["OPENAI_API_KEY"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "fragments"),
+    [
+        (NO_CTX, ["mine_tools.py:6: tool 'search' takes (query: str)", "ctx: StepContext"]),
+        (SYNTAX, ["mine_tools.py:3:", "fix the syntax of 'mine_tools'"]),
+        (NO_TOOLS, ["mine_tools:app: no tools to serve", "@app.tool()"]),
+        (RAISES, ["raised KeyError: 'OPENAI_API_KEY' at", "mine_tools.py:5"]),
+    ],
+    ids=["tool-without-ctx", "syntax-error", "no-tools", "module-raises"],
+)
+@pytest.mark.parametrize("command", ["worker", "dev"])
+async def test_a_mistake_in_the_users_module_is_one_line_naming_where(
+    tmp_path: Path, source: str, fragments: list[str], command: str
+) -> None:
+    (tmp_path / "mine_tools.py").write_text(source)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "tether.cli", command, "mine_tools:app"],
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+
+    lines = err.decode().strip().splitlines()
+    assert process.returncode == 2, (out, err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), err.decode()
+    for fragment in fragments:
+        assert fragment in lines[0]
