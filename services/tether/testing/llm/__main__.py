@@ -25,9 +25,37 @@ class _Server(uvicorn.Server):
             print(f"listening on http://{host}:{port}/v1", flush=True)
 
 
+SCRIPT_FORMAT = """\
+the script (JSON):
+  {"turns": [TURN, ...]}                  one conversation: turn k answers the k-th
+                                          assistant turn of any request
+  {"conversations": [{"match": "text", "turns": [TURN, ...]}, ...]}
+                                          the first conversation whose "match" is in the
+                                          first user message (one without "match": the
+                                          default)
+  "chunk_delay": 0.01                     seconds between streamed chunks (optional)
+
+  TURN: {"content": "text", "tool_calls": [CALL, ...], "usage": {...},
+         "finish_reason": "length", "faults": [FAULT, ...]}    (all optional)
+  CALL: {"name": "search", "arguments": {"query": "..."}, "id": "call_1"}
+  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "cached_tokens": 0}
+                        counts to report (left out: estimated)
+  FAULT, for attempt n of the turn (faults[n]), exactly one of:
+    {"status": 429, "retry_after": 1, "code": "...", "message": "..."}  an HTTP error
+    {"drop_after": 3}     the connection breaks after 3 chunks
+    {"end_after": 3}      the body ends cleanly after 3 chunks (no finish_reason)
+    {"stall_after": 3, "seconds": 5}   a pause mid-stream
+    {"empty": true}       a reply with no text and no tool call
+    {"ok": true}          no fault
+"""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tether.testing.llm", description="An offline, scripted OpenAI model."
+        prog="python -m tether.testing.llm",
+        description="An offline, scripted OpenAI model.",
+        epilog=SCRIPT_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--script", type=Path, required=True, help="the script (JSON)")
     parser.add_argument("--host", default="127.0.0.1")
