@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,40 @@ async def test_sigterm_finishes_the_running_step_then_exits(
     finally:
         stop_worker(replacement)
     assert read_executions(executions)[(handle.task_id, 0)] == 1
+
+
+async def test_a_stop_says_what_runs_and_hands_a_long_step_on_within_the_grace(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C of a worker in a long step: it says what it stops, exits within its 2 s
+    grace (and the last fetch), and the step runs again at once on another worker."""
+    log = tmp_path / "worker.log"
+    worker = start_worker(config, APP, log=log)
+    handle = await client.submit([{"tool": "slow", "input": {"sleep": 30.0}}])
+    await wait_until(lambda: (handle.task_id, 0) in read_executions(executions), timeout=20)
+    await asyncio.sleep(0.5)  # a timer, not a condition: the step is held by now (0.25 s)
+
+    worker.send_signal(signal.SIGINT)
+    stopped_at = time.monotonic()
+    await wait_until(lambda: worker.poll() is not None, timeout=20, message="the worker to exit")
+    took = time.monotonic() - stopped_at
+
+    assert took < 8.0, f"the worker took {took:.1f}s to stop"  # it took 11 s with 10 s of grace
+    assert "stopping worker" in log.read_text() and "1 step(s) running" in log.read_text()
+    replacement = start_worker(config, APP, log=tmp_path / "replacement.log")
+    try:
+        await wait_until(
+            lambda: read_executions(executions)[(handle.task_id, 0)] == 2,
+            timeout=10,
+            message="the step to run again on the new worker",
+        )
+    finally:
+        stop_worker(replacement)
 
 
 async def test_otel_variables_make_a_worker_export_its_step_spans(

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -115,6 +116,18 @@ AckWaitFactor = Annotated[
 ]
 
 
+Grace = Annotated[
+    float,
+    typer.Option(
+        "--grace",
+        envvar="TETHER_GRACE",
+        metavar="S",
+        min=0,
+        help="On a stop, seconds running steps get to finish before they go back to their queues.",
+    ),
+]
+
+
 def worker(
     apps: Annotated[
         list[str], typer.Argument(metavar="MODULE:ATTR...", help="Apps to serve, as MODULE:ATTR.")
@@ -130,6 +143,7 @@ def worker(
     dead_after: DeadAfter = 2.0,
     look_every: LookEvery = 30.0,
     ack_wait_factor: AckWaitFactor = 2.5,
+    grace: Grace = 2.0,
 ) -> None:
     """Serve the tools of one or more apps."""
     from tether.worker import Liveness, Worker
@@ -141,7 +155,14 @@ def worker(
         fail(str(exc))
     config = nats_config(nats, prefix, "tether-worker", replicas)
     metrics = metrics_on(metrics_port)
-    serving = Worker(loaded, config, concurrency=concurrency, metrics=metrics, liveness=liveness)
+    serving = Worker(
+        loaded,
+        config,
+        concurrency=concurrency,
+        metrics=metrics,
+        liveness=liveness,
+        shutdown_grace=timedelta(seconds=grace),
+    )
     serve(serving, name=config.name)
 
 

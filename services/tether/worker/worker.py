@@ -84,7 +84,7 @@ class Worker(Service):
         concurrency: int = 32,
         layout: Layout | None = None,
         worker_id: str | None = None,
-        shutdown_grace: timedelta = timedelta(seconds=10),
+        shutdown_grace: timedelta = timedelta(seconds=2),
         metrics: Metrics | None = None,
         liveness: Liveness | None = None,
     ) -> None:
@@ -281,8 +281,19 @@ class Worker(Service):
             raise
 
     async def stop(self) -> None:
-        """Stop fetching, give in-flight steps `shutdown_grace` to finish, release the rest."""
+        """Stop fetching, give in-flight steps `shutdown_grace` to finish, release the rest
+        (a held one is published again at once): all within about the grace."""
         self._stopping.set()
+        grace = self.shutdown_grace.total_seconds()
+        deadline = asyncio.get_running_loop().time() + grace
+        if self._in_flight:
+            log.info(
+                "stopping worker %s: %d step(s) running get %.1f s to finish, then go back "
+                "to their queues",
+                self.worker_id,
+                len(self._in_flight),
+                grace,
+            )
         if self._loops:
             # A loop ends after its current fetch (at most FETCH_TIMEOUT); one still
             # waiting for a free slot (every slot busy with a long step) is cancelled, or
@@ -292,10 +303,9 @@ class Worker(Service):
                 loop.cancel()
             await asyncio.gather(*self._loops, return_exceptions=True)
             self._loops.clear()
-        if self._in_flight:
-            _, pending = await asyncio.wait(
-                self._in_flight, timeout=self.shutdown_grace.total_seconds()
-            )
+        if self._in_flight:  # the grace runs from the stop, while the fetches ended too
+            left = max(0.0, deadline - asyncio.get_running_loop().time())
+            _, pending = await asyncio.wait(self._in_flight, timeout=left)
             for task in pending:
                 task.cancel()
             if pending:
