@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import shutil
 import tempfile
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,10 +30,12 @@ from tether.cli.processes import supervise
 from tether.errors import TetherError
 from tether.nats.connection import NatsConfig
 from tether.nats.server import NatsServer, NatsServerError
+from tether.schemas.codec import encode
 from tether.service import Service
 
 if TYPE_CHECKING:
     from tether.worker import App
+    from tether.worker.app import Tool
 
 DEMO_APP = "tether.demo.research:app"
 DEV_PORT = 4222
@@ -156,14 +159,43 @@ def _supervise_dev(services: list[Service]) -> None:
         fail(str(exc))
 
 
-def _example(nats_url: str, tools: Collection[str]) -> str:
-    """A submit line for the banner that names tools this worker serves."""
+def _example(nats_url: str, tools: Mapping[str, Tool]) -> str:
+    """A submit line for the banner that works with what this worker serves: an agent
+    asked a question, else a tool given an input its schema accepts."""
     env = "" if nats_url == f"nats://127.0.0.1:{DEV_PORT}" else f"TETHER_NATS_URL={nats_url} "
-    if {"search", "summarize", "write_report"} <= set(tools):
+    agents = [tool.name for tool in tools.values() if tool.agent]
+    if agents:
+        steps = f"--agent {agents[0]} 'What can you do?'"
+    elif {"search", "summarize", "write_report"} <= set(tools):
         steps = '\'search={"query":"durable agents"}\' summarize write_report'
     else:
-        steps = next(iter(tools))
+        tool = next(iter(tools.values()))
+        value = example_value(tool.input_schema()) if tool.takes_input else None
+        step = tool.name if value is None else f"{tool.name}={encode(value).decode()}"
+        steps = shlex.quote(step)
     return f"{env}tether submit {steps} --wait"
+
+
+def example_value(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -> Any:
+    """A value the JSON Schema accepts (its required fields filled with placeholders;
+    `$ref`s into its `$defs` followed)."""
+    root = schema if root is None else root
+    if isinstance(ref := schema.get("$ref"), str) and ref.startswith("#/$defs/"):
+        return example_value(root.get("$defs", {}).get(ref.rsplit("/", 1)[-1], {}), root)
+    if "default" in schema:
+        return schema["default"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    if kind == "object" or "properties" in schema:
+        fields = schema.get("properties", {})
+        return {
+            name: example_value(fields.get(name, {}), root) for name in schema.get("required", [])
+        }
+    placeholders = {"string": "text", "integer": 1, "number": 1.5, "boolean": True, "array": []}
+    return placeholders.get(str(kind), "text")
 
 
 def dev(
