@@ -82,7 +82,7 @@ async def test_a_stop_says_what_runs_and_hands_a_long_step_on_within_the_grace(
     worker = start_worker(config, APP, log=log)
     handle = await client.submit([{"tool": "slow", "input": {"sleep": 30.0}}])
     await wait_until(lambda: (handle.task_id, 0) in read_executions(executions), timeout=20)
-    await asyncio.sleep(0.5)  # a timer, not a condition: the step is held by now (0.25 s)
+    await wait_until(lambda: _holds_a_step(client), timeout=10, message="the step to be held")
 
     worker.send_signal(signal.SIGINT)
     stopped_at = time.monotonic()
@@ -122,3 +122,8 @@ async def test_otel_variables_make_a_worker_export_its_step_spans(
     text = log.read_text()
     assert '"name": "execute_tool fast"' in text, text
     assert '"service.name": "worker-under-test"' in text
+
+
+async def _holds_a_step(client: Client) -> bool:
+    """Whether some worker holds a step (its copy is under `<worker>.<msg id>`)."""
+    return bool(await client._store.workers.keys("*.>"))

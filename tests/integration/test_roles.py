@@ -267,6 +267,7 @@ async def test_a_client_submits_and_follows_a_task_served_by_the_worker_and_disp
         assert await handle.wait(timeout=20) == "; ".join(HITS)
         assert await handle.output(0) == HITS
         assert [chunk async for chunk in handle.stream()] == []
+        assert await client.text_position(handle.task_id) == 0  # what `tether watch` reads
         page, _ = await client.list_page("completed", limit=1000)
     assert events[0] == "submitted" and events[-1] == "completed"
     assert handle.task_id in {record.task_id for record in page}
