@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         TaskTimeoutError,
         TerminalError,
         TetherError,
+        UnservedToolWarning,
     )
     from tether.nats import Layout, NatsConfig, NatsServer
     from tether.schemas.tasks import StepSpec as Step
@@ -65,6 +66,7 @@ _HOMES = {
         "TaskTimeoutError",
         "TerminalError",
         "TetherError",
+        "UnservedToolWarning",
     ],
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
     "tether.schemas.tasks": ["TaskRecord", "TaskStatus", "TokenChunk", "Usage"],
@@ -117,6 +119,7 @@ __all__ = [
     "TerminalError",
     "TetherError",
     "TokenChunk",
+    "UnservedToolWarning",
     "Usage",
     "Worker",
 ]

@@ -190,3 +190,17 @@ class RetryableError(StepError):
     def __init__(self, message: str = "", retry_after: timedelta | float | None = None) -> None:
         super().__init__(message)
         self.retry_after = None if retry_after is None else as_timedelta(retry_after)
+
+
+class UnservedToolWarning(UserWarning):
+    """A task was submitted for a tool no running worker serves: it is kept, pending,
+    and starts when one does (`strict=True` refuses a tool never registered instead)."""
+
+    def __init__(self, task_id: str, tools: list[str]) -> None:
+        names = ", ".join(repr(tool) for tool in tools)
+        super().__init__(
+            f"task {task_id!r} waits: no running worker serves {names}; it starts when "
+            "one does ('tether worker MODULE:APP')"
+        )
+        self.task_id = task_id
+        self.tools = tools

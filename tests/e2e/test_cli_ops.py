@@ -387,7 +387,8 @@ async def test_submit_no_strict_keeps_a_task_for_a_tool_not_served_yet_and_statu
     shown = await tether(config, "status", "early")
 
     assert shown.code == 0, shown
-    assert "pending" in shown.out and "no worker serves 'not_served_yet' yet" in shown.out
+    assert "pending" in shown.out
+    assert "waiting for a worker serving 'not_served_yet' since" in shown.out
     await client.cancel("early")
 
 

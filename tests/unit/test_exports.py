@@ -39,6 +39,7 @@ TETHER_ALL = [
     "TerminalError",
     "TetherError",
     "TokenChunk",
+    "UnservedToolWarning",
     "Usage",
     "Worker",
 ]

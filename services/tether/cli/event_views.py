@@ -13,6 +13,7 @@ from rich.text import Text
 
 from tether.cli.output import STATUS_STYLES, format_error, format_time, print_json, stdout
 from tether.cli.transcript import Output, Piece, Shown
+from tether.clock import utcnow
 from tether.schemas.codec import encode
 from tether.schemas.events import (
     TERMINAL_EVENTS,
@@ -50,6 +51,11 @@ def event_line(event: AnyStatusEvent) -> Text:
     return line
 
 
+def note_line(message: str) -> Text:
+    """`12:00:03  ... waiting for a worker serving 'search' ...`: not an event, a remark."""
+    return Text(f"{format_time(utcnow())}  ... {message}", style="yellow")
+
+
 def _detail(event: AnyStatusEvent) -> Text:
     if event.error is not None:
         return Text(f"  {format_error(event.error)}", style="red")
@@ -75,6 +81,7 @@ class EventView(Protocol):
     def shows_progress(self) -> bool: ...
     def show(self, outputs: list[Output]) -> None: ...
     def heartbeat(self, heartbeat: Heartbeat | None) -> None: ...
+    def note(self, message: str) -> None: ...
     def finish(self, record: TaskRecord) -> None: ...
     def __enter__(self) -> EventView: ...
     def __exit__(
@@ -112,6 +119,9 @@ class JsonLines:
 
     def heartbeat(self, heartbeat: Heartbeat | None) -> None:
         pass
+
+    def note(self, message: str) -> None:
+        """What the task waits for: said to a person, so not part of the JSON lines."""
 
     def finish(self, record: TaskRecord) -> None:
         pass
@@ -152,6 +162,10 @@ class PlainLines(JsonLines):
 
     def event_line(self, event: AnyStatusEvent) -> None:
         self.console.print(event_line(event))
+
+    def note(self, message: str) -> None:
+        self._end_line()
+        self.console.print(note_line(message))
 
     def _end_line(self) -> None:
         if self._mid_line:
@@ -234,6 +248,11 @@ class LiveView(PlainLines):
                 self._write(out.text)
             else:
                 self._end_text(out.cut_off)
+        self._progress.refresh()
+
+    def note(self, message: str) -> None:
+        self._end_text()
+        self._progress.console.print(note_line(message))
         self._progress.refresh()
 
     def _track(self, event: AnyStatusEvent) -> None:

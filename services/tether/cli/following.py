@@ -16,6 +16,8 @@ from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus, TokenChunk
 
 HEARTBEAT_POLL = 0.3
 """Seconds between reads of the heartbeat bucket while watching a terminal."""
+STALL_POLL = 1.0
+"""Seconds between looks at what a followed task waits for (see `Client.stall`)."""
 CATCH_UP = 2.0
 """Seconds `watch` waits for the terminal event after the record has ended, and for the
 text written before an event (both follow at once; the wait only matters if a writer
@@ -102,6 +104,23 @@ async def poll_heartbeats(client: Client, task_id: str, view: render.EventView) 
         await asyncio.sleep(HEARTBEAT_POLL)
 
 
+async def say_stalls(client: Client, task_id: str, view: render.EventView) -> None:
+    """Say once what the task waits for each time that changes: a worker serving its next
+    step's tool, or a dispatcher to record it (a retry is an event already)."""
+    said: tuple[str, object] | None = None
+    while True:
+        await asyncio.sleep(STALL_POLL)  # first: a task recorded and started at once is not stalled
+        try:
+            record = await client.find(task_id)
+            stall = await (client.queued(task_id) if record is None else client.stall(record))
+        except NatsUnavailableError:
+            stall = None  # reconnecting: nothing new to say
+        if stall is not None and stall.kind != "retry" and (stall.kind, stall.since) != said:
+            said = (stall.kind, stall.since)
+            view.note(stall.message)
+        raise_if_cancelled()
+
+
 async def follow(
     client: Client, task_id: str, view: render.EventView, *, submitted: bool = False
 ) -> ExitCode:
@@ -119,6 +138,7 @@ async def follow(
     helpers = [asyncio.create_task(following.events()), text]
     if view.shows_progress:
         helpers.append(asyncio.create_task(poll_heartbeats(client, task_id, view)))
+    helpers.append(asyncio.create_task(say_stalls(client, task_id, view)))
     try:
         with view:
             record = await handle.wait_until_done()

@@ -37,6 +37,13 @@ def stdout() -> Console:
     return console
 
 
+def warn(message: str) -> None:
+    """A line on stderr a person should read, which does not fail the command."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        Text(f"warning: {message}", style="yellow")
+    )
+
+
 def print_json(value: Any) -> None:
     """One compact JSON document on its own line, for scripts (msgspec encodes Structs)."""
     sys.stdout.buffer.write(encode(value) + b"\n")

@@ -8,8 +8,15 @@ from tether.cli.output import (
     print_lines,
     print_pretty_json,
     print_table,
+    warn,
 )
-from tether.cli.tables import dead_letter_table, dead_letters_table, record_table, tasks_table
+from tether.cli.tables import (
+    dead_letter_table,
+    dead_letters_table,
+    queued_table,
+    record_table,
+    tasks_table,
+)
 
 __all__ = [
     "EventView",
@@ -22,6 +29,8 @@ __all__ = [
     "print_lines",
     "print_pretty_json",
     "print_table",
+    "queued_table",
     "record_table",
     "tasks_table",
+    "warn",
 ]

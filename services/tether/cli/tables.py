@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from rich.table import Table
 from rich.text import Text
@@ -15,11 +15,11 @@ from tether.cli.output import (
     format_usage,
     status_text,
 )
-from tether.clock import utcnow
 from tether.schemas.codec import encode
-from tether.schemas.events import AnyStatusEvent, StepRetrying
+from tether.schemas.events import AnyStatusEvent
 from tether.schemas.tasks import DeadLetter, Heartbeat, TaskRecord, TaskStatus
 from tether.tasks.plans import current_tool
+from tether.tasks.stalls import NO_DISPATCHER, Stall
 
 
 def step_position(record: TaskRecord) -> str:
@@ -100,8 +100,17 @@ def _grid(rows: list[tuple[str, str | Text]]) -> Table:
     return table
 
 
+def queued_table(stall: Stall) -> Table:
+    """The `status` of a task no dispatcher has recorded yet."""
+    return _grid([("status", Text("submitted", style="yellow")), ("waiting", stall.message)])
+
+
 def record_table(
-    record: TaskRecord, heartbeat: Heartbeat | None, last: AnyStatusEvent | None
+    record: TaskRecord,
+    heartbeat: Heartbeat | None,
+    last: AnyStatusEvent | None,
+    stall: Stall | None = None,
+    dispatcher_running: bool = True,
 ) -> Table:
     """The `status` view: one field per row."""
     rows: list[tuple[str, str | Text]] = [
@@ -111,8 +120,13 @@ def record_table(
     ]
     if heartbeat is not None:
         rows.append(("heartbeat", _progress(heartbeat)))
-    if record.note is not None and record.status is TaskStatus.PENDING:
+    if stall is not None:
+        label = "retrying" if stall.kind == "retry" else "waiting"
+        rows.append((label, Text(stall.message, style="yellow")))
+    elif record.note is not None and record.status is TaskStatus.PENDING:
         rows.append(("note", Text(record.note, style="yellow")))
+    if not dispatcher_running and not record.status.is_terminal:
+        rows.append(("warning", Text(NO_DISPATCHER, style="yellow")))
     if record.input_request is not None and record.status is TaskStatus.WAITING:
         rows.append(("waiting for", record.input_request.prompt))
         if record.input_request.schema:
@@ -121,8 +135,6 @@ def record_table(
         rows.append(("error", Text(format_error(record.error), style="red")))
         if record.error.traceback:
             rows.append(("traceback", Text(record.error.traceback, style="dim")))
-    if isinstance(last, StepRetrying) and not record.status.is_terminal:
-        rows.append(("retrying", Text(_retrying(last), style="yellow")))
     if record.usage is not None:
         rows.append(("usage", format_usage(record.usage)))
     rows += _family_rows(record)
@@ -135,15 +147,6 @@ def record_table(
     if record.metadata:
         rows.append(("metadata", encode(record.metadata).decode()))
     return _grid(rows)
-
-
-def _retrying(event: StepRetrying) -> str:
-    """The last attempt's error, and when the next one is due."""
-    due = event.time + timedelta(milliseconds=event.retry_in_ms or 0)
-    left = (due - utcnow()).total_seconds()
-    when = f"in {left:.0f}s" if left > 0 else "now"
-    failed = f"attempt {event.attempt} failed: {format_error(event.error)}"
-    return f"{failed}; the next is due at {format_time(due)} ({when})"
 
 
 def _family_rows(record: TaskRecord) -> list[tuple[str, str | Text]]:

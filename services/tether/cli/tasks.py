@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,9 +28,12 @@ from tether.cli.running import (
     connected,
     run,
 )
+from tether.client import Client
 from tether.errors import (
     TaskCancelledError,
     TaskFailedError,
+    TaskNotFoundError,
+    UnservedToolWarning,
 )
 from tether.schemas.api import ListReply, SubmitReply, SubmitRequest
 from tether.schemas.codec import to_builtins
@@ -133,13 +137,17 @@ async def _submit(
 ) -> ExitCode:
     async with connected(nats, prefix) as client:
         deadline = request.deadline_ms
-        handle = await client.submit(
-            request.steps,
-            task_id=request.task_id,
-            metadata=request.metadata,
-            deadline=None if deadline is None else timedelta(milliseconds=deadline),
-            strict=request.strict,
-        )
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", UnservedToolWarning)
+            handle = await client.submit(
+                request.steps,
+                task_id=request.task_id,
+                metadata=request.metadata,
+                deadline=None if deadline is None else timedelta(milliseconds=deadline),
+                strict=request.strict,
+            )
+        for warning in said:
+            render.warn(str(warning.message))
         if as_json:
             render.print_json(SubmitReply(task_id=handle.task_id))
         else:
@@ -213,17 +221,35 @@ def submit(
 
 async def _status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
     async with connected(nats, prefix) as client:
-        record = await client.get(task_id)
+        record = await client.find(task_id)
+        if record is None:
+            return await _queued_status(client, task_id, as_json)
         heartbeat = live_heartbeat(record, await client.heartbeat(task_id))
         last = await client.last_event(task_id)
+        stall = await client.stall(record)
+        dispatcher = record.status.is_terminal or await client.dispatcher_running()
     if as_json:
         view = to_builtins(record) | {
             "heartbeat": to_builtins(heartbeat),
             "last_event": to_builtins(last),
+            "stall": to_builtins(stall),
+            "dispatcher_running": dispatcher,
         }
         render.print_json(view)
     else:
-        render.print_table(render.record_table(record, heartbeat, last))
+        render.print_table(render.record_table(record, heartbeat, last, stall, dispatcher))
+    return ExitCode.OK
+
+
+async def _queued_status(client: Client, task_id: str, as_json: bool) -> ExitCode:
+    """A task with no record: still in the submit stream, or unknown."""
+    stall = await client.queued(task_id)
+    if stall is None:
+        raise TaskNotFoundError(task_id)
+    if as_json:
+        render.print_json({"task_id": task_id, "status": "submitted", "stall": stall})
+    else:
+        render.print_table(render.queued_table(stall))
     return ExitCode.OK
 
 

@@ -6,6 +6,7 @@ import asyncio
 import builtins
 import contextlib
 import uuid
+import warnings
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,12 @@ import msgspec
 from tether import tracing
 from tether.client.handle import TaskHandle
 from tether.client.reads import Reads
-from tether.errors import InvalidTaskError, TaskExistsError, TaskTimeoutError
+from tether.errors import (
+    InvalidTaskError,
+    TaskExistsError,
+    TaskTimeoutError,
+    UnservedToolWarning,
+)
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.layout import Layout
 from tether.nats.store import Store
@@ -23,7 +29,7 @@ from tether.schemas.codec import encode
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
-from tether.tasks import listing
+from tether.tasks import listing, plans
 from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import to_step, validate_submit
 from tether.tasks.service import TaskService
@@ -120,6 +126,9 @@ class Client(Reads, Service):
         await store.records.check_free(submit.task_id)
         if not await store.publish_submit(submit, tracing.current()):
             raise TaskExistsError(submit.task_id)
+        unserved = sorted(plans.tools_of(submit.steps) - await self.live_tools())
+        if unserved:
+            warnings.warn(UnservedToolWarning(submit.task_id, unserved), stacklevel=2)
         handle = self.handle(submit.task_id)
         # The submission is durable in the stream now; wait (briefly) for the dispatcher to
         # record it, so `get` right after `submit` finds the task. Without a dispatcher the

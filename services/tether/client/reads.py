@@ -5,6 +5,7 @@ embedded server."""
 from __future__ import annotations
 
 import builtins
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -13,26 +14,32 @@ from tether.clock import utcnow
 from tether.nats.feeds import AllEvents, dead_letters, last_event, task_events, task_history
 from tether.nats.store import Store
 from tether.nats.tokens import last_text_sequence
-from tether.schemas.events import AnyStatusEvent
+from tether.schemas.events import AnyStatusEvent, StepRetrying
 from tether.schemas.tasks import (
     DeadLetter,
     Heartbeat,
     StepSpec,
     TaskRecord,
+    TaskStatus,
     ToolInfo,
     WorkerBeat,
 )
-from tether.tasks import listing
+from tether.tasks import listing, stalls
 from tether.tasks.forks import full_plan
-from tether.tasks.known_tools import live_tools, served
+from tether.tasks.known_tools import live_tools
 from tether.tasks.retention import DEFAULT_RETENTION
+from tether.tasks.stalls import Stall
 from tether.tasks.sweep import Sweeper, SweepReport
+
+LIVE_TOOLS_FOR = 1.0
+"""Seconds a read of the live workers' tools is reused (a dashboard or gateway polls)."""
 
 
 class Reads:
     """The read half of `Client`: tasks, their events and plans, workers and tools."""
 
     _store: Store | None
+    _live: tuple[float, set[str]] | None = None
 
     def _connected(self) -> Store:
         if self._store is None:
@@ -80,10 +87,42 @@ class Reads:
         return await self._connected().tools.list()
 
     async def served_tools(self) -> builtins.list[ToolInfo]:
-        """The advertised tools that still count as served (see `known_tools.served`)."""
+        """The advertised tools some live worker serves now (the MCP gateway offers only
+        these: a tool whose workers are all gone would take calls that never start)."""
+        live = await self.live_tools()
+        return [info for info in await self._connected().tools.list() if info.name in live]
+
+    async def live_tools(self) -> set[str]:
+        """The tools some worker that beats right now serves (read at most once a second)."""
+        now = time.monotonic()
+        if self._live is None or now - self._live[0] > LIVE_TOOLS_FOR:
+            self._live = (now, await live_tools(self._connected()))
+        return self._live[1]
+
+    async def stall(self, record: TaskRecord) -> Stall | None:
+        """Why the task is not moving, if it waits on something a person should hear of:
+        a worker serving its next step's tool, or the next attempt of a failed one."""
+        missing = stalls.unserved(record, await self.live_tools())
+        if missing:
+            return stalls.worker_wait(record, missing)
+        if record.status.is_terminal or record.status is TaskStatus.WAITING:
+            return None
+        last = await self.last_event(record.task_id)
+        if isinstance(last, StepRetrying) and last.step == record.current_step:
+            return stalls.retry_wait(last, utcnow())
+        return None
+
+    async def queued(self, task_id: str) -> Stall | None:
+        """For a task with no record: its submission, if it still waits for a dispatcher."""
         store = self._connected()
-        live, now = await live_tools(store), utcnow()
-        return [info for info in await store.tools.list() if served(info, live, now)]
+        queued_at = await store.submissions.queued(task_id)
+        if queued_at is None:
+            return None
+        return stalls.dispatcher_wait(task_id, queued_at, await self.dispatcher_running())
+
+    async def dispatcher_running(self) -> bool:
+        """Whether some dispatcher takes submissions (and fires timers) right now."""
+        return await self._connected().submissions.dispatcher_running()
 
     async def backlog(self, tool: str) -> tuple[int, int, int] | None:
         """A tool's queue, steps in flight and redeliveries (None: never served)."""

@@ -21,10 +21,10 @@ from tether.errors import (
 )
 from tether.gateway import errors
 from tether.gateway.inputs import AnswerError, answer, input_key
-from tether.gateway.tasks import MCP_METADATA_KEY, owner
+from tether.gateway.tasks import MCP_METADATA_KEY, Whereabouts, owner
 from tether.gateway.tools import RUN_PLAN, plan_steps, tool_step
 from tether.schemas.ids import InvalidNameError, validate_task_id
-from tether.schemas.tasks import Heartbeat, StepSpec, TaskRecord, TaskStatus
+from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,13 @@ class TaskBackend:
             raise errors.task_not_found(task_id)
         return record
 
-    async def heartbeat(self, record: TaskRecord) -> Heartbeat | None:
-        """The running step's latest heartbeat, for progress in the status message."""
-        if record.status is not TaskStatus.RUNNING:
-            return None
-        return await self.client.heartbeat(record.task_id)
+    async def whereabouts(self, record: TaskRecord) -> Whereabouts:
+        """The running step's latest heartbeat, and what a stalled task waits for: what
+        the status message says beyond the record."""
+        heartbeat = None
+        if record.status is TaskStatus.RUNNING:
+            heartbeat = await self.client.heartbeat(record.task_id)
+        return Whereabouts(heartbeat, await self.client.stall(record))
 
     async def submit(
         self,

@@ -99,10 +99,10 @@ class TaskMethods:
         if modern:
             _check_modern(ctx, params.task_id)
         record = await self.backend.record(params.task_id, caller_of(ctx))
-        heartbeat = await self.backend.heartbeat(record)
+        where = await self.backend.whereabouts(record)
         if modern:
-            return detailed_task(record, self._poll_ms, heartbeat)
-        task = legacy_task(record, self._poll_ms, heartbeat)
+            return detailed_task(record, self._poll_ms, where)
+        task = legacy_task(record, self._poll_ms, where)
         self.push.follow(ctx, record.task_id, task["status"])
         return task
 

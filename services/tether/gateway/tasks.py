@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from tether.gateway.inputs import input_requests
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
+from tether.tasks.stalls import Stall
 
 MCP_METADATA_KEY = "mcp"
 """Key in a task's metadata under which the gateway keeps what the MCP client asked for."""
@@ -62,8 +63,19 @@ def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def status_message(record: TaskRecord, heartbeat: Heartbeat | None = None) -> str:
+class Whereabouts(NamedTuple):
+    """What the task's record does not say: the running step's progress, and what a task
+    that is not moving waits for."""
+
+    heartbeat: Heartbeat | None = None
+    stall: Stall | None = None
+
+
+def status_message(record: TaskRecord, where: Whereabouts | None = None) -> str:
     """A short human-readable account of where the task is."""
+    heartbeat, stall = where or Whereabouts()
+    if stall is not None:
+        return stall.message
     if record.status is TaskStatus.PENDING:
         return "queued: waiting for a worker"
     if record.status is TaskStatus.WAITING and record.input_request is not None:
@@ -90,11 +102,11 @@ def _running_message(record: TaskRecord, heartbeat: Heartbeat | None) -> str:
     return message
 
 
-def _base(record: TaskRecord, heartbeat: Heartbeat | None) -> dict[str, Any]:
+def _base(record: TaskRecord, where: Whereabouts | None) -> dict[str, Any]:
     return {
         "taskId": record.task_id,
         "status": mcp_status(record.status),
-        "statusMessage": status_message(record, heartbeat),
+        "statusMessage": status_message(record, where),
         "createdAt": timestamp(record.created_at),
         "lastUpdatedAt": timestamp(record.updated_at),
     }
@@ -119,25 +131,25 @@ def as_created(record: TaskRecord) -> TaskRecord:
 
 
 def legacy_task(
-    record: TaskRecord, poll_interval_ms: int, heartbeat: Heartbeat | None = None
+    record: TaskRecord, poll_interval_ms: int, where: Whereabouts | None = None
 ) -> dict[str, Any]:
     """A 2025-11-25 `Task`."""
-    return {**_base(record, heartbeat), "ttl": ttl_ms(record), "pollInterval": poll_interval_ms}
+    return {**_base(record, where), "ttl": ttl_ms(record), "pollInterval": poll_interval_ms}
 
 
 def modern_task(
-    record: TaskRecord, poll_interval_ms: int, heartbeat: Heartbeat | None = None
+    record: TaskRecord, poll_interval_ms: int, where: Whereabouts | None = None
 ) -> dict[str, Any]:
     """A 2026-07-28 `Task` (the shape of `CreateTaskResult` without its `resultType`)."""
-    task = {**_base(record, heartbeat), "status": modern_status(record.status)}
+    task = {**_base(record, where), "status": modern_status(record.status)}
     return {**task, "ttlMs": ttl_ms(record), "pollIntervalMs": poll_interval_ms}
 
 
 def detailed_task(
-    record: TaskRecord, poll_interval_ms: int, heartbeat: Heartbeat | None = None
+    record: TaskRecord, poll_interval_ms: int, where: Whereabouts | None = None
 ) -> dict[str, Any]:
     """A 2026-07-28 `DetailedTask`: the task plus its result, error or input requests."""
-    task = modern_task(record, poll_interval_ms, heartbeat)
+    task = modern_task(record, poll_interval_ms, where)
     if record.status is TaskStatus.COMPLETED:
         task["result"] = tool_result(record.result)
     elif record.status is TaskStatus.FAILED:

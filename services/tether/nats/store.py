@@ -40,6 +40,7 @@ from tether.nats.provision import open_installation
 from tether.nats.recent import RecentRecords
 from tether.nats.records import Records
 from tether.nats.schedules import schedule_headers
+from tether.nats.submissions import Submissions
 from tether.nats.tools import Tools
 from tether.nats.workers import Heartbeats, Workers
 from tether.schemas.codec import encode
@@ -78,6 +79,7 @@ class Store:
         self.heartbeats: Heartbeats
         self.tools: Tools
         self.blobs: Blobs
+        self.submissions: Submissions
         self.observer: Observer | None = None
 
     @classmethod
@@ -109,6 +111,7 @@ class Store:
         store.workers = Workers(await bucket(names.workers_bucket), nc)
         store.heartbeats = Heartbeats(await bucket(names.heartbeats_bucket), store.workers)
         store.tools = Tools(await bucket(names.tools_bucket), names, js)
+        store.submissions = Submissions(js, names)
         blobs = names.blobs_bucket
         store.blobs = Blobs(js, await js.object_store(blobs), blobs, layout.blob_threshold)
         return store

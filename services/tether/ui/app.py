@@ -22,13 +22,16 @@ from tether.clock import utcnow
 from tether.errors import BlobNotFoundError, TaskConflictError, TetherError
 from tether.schemas.blobs import is_ref
 from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.tasks.stalls import NO_DISPATCHER
 from tether.ui import views
 from tether.ui.auth import TokenAuth
 from tether.ui.live import changes, task_feed, until_closed
 
 HERE = Path(__file__).parent
 PAGE = 50
-COUNTS_EVERY = 2.0
+COUNTS_EVERY = 0.25
+"""Seconds the status counts are reused: short, so they never lag the table under them
+(which is read fresh), yet bounded however many pages ask."""
 SCAN = 2_000
 """Records a filtered list (by tool or text) reads at most for one page."""
 
@@ -221,6 +224,7 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
     heartbeat = None
     if record.status is TaskStatus.RUNNING:
         heartbeat = await client.heartbeat(record.task_id)
+    dispatcher_running = record.status.is_terminal or await client.dispatcher_running()
     now = utcnow()
     return {
         "record": record,
@@ -230,6 +234,8 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
         "children": children,
         "parent": parent,
         "heartbeat": heartbeat,
+        "stall": await client.stall(record),
+        "no_dispatcher": None if dispatcher_running else NO_DISPATCHER,
         "tool": views.current_tool(record),
         "fields": views.form_fields(record.input_request.schema) if record.input_request else None,
         "now": now,
