@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 from tether import Client
 from tether.nats.server import PID_FILE, NatsServer, NatsServerError
 from tether.testing import wait_until
+from tether.testing.llm import ScriptedModel
 
 pytestmark = pytest.mark.slow
 
@@ -46,12 +47,64 @@ async def test_demo_tells_the_crash_and_the_resume(tmp_path: Path) -> None:
     assert process.returncode == 0, text
     assert "killed the worker" in text and "SIGKILL" in text
     assert "search #1 started, attempt 2" in text  # in flight at the crash: runs again
-    assert "search #0 ran 1 time: checkpointed before the crash" in text
-    assert "LLM turn 1 was sent to the model 1 time" in text  # never sent again
+    assert "search #0 (of turn 1) ran once: checkpointed before the crash" in text
+    assert "search #1 (of turn 1) ran 2 times: it was running when the worker died" in text
+    assert "LLM turn 1 ran once: checkpointed before the crash" in text
+    assert "(sent to the model 1 time)" in text  # never sent again
     assert "turn 2 streams:" in text and "key-value buckets hold the checkpoints" in text
     answer = Path(re.search(r"Answer saved to: (\S+\.md)", text).group(1))  # type: ignore[union-attr]
     assert answer.parent == tmp_path / "reports"
     assert answer.read_text().startswith("# How do durable AI agents survive crashes?")
+
+
+PLANS = {
+    "one search": [{"query": "durable execution checkpoint"}],
+    "three alike": [
+        {"query": "AI agents in production"},
+        {"query": "durable execution checkpoint step"},
+        {"query": "NATS JetStream acknowledge redelivered"},
+    ],
+}
+
+
+@pytest.mark.parametrize("plan", PLANS)
+async def test_demo_crashes_and_resumes_on_any_model(tmp_path: Path, plan: str) -> None:
+    """`tether demo --model NAME --base-url URL` against an OpenAI-compatible server that
+    is not the demo's own, planning one search or three of equal length (so none
+    finishes first): the worker is still killed mid-search and the demo ends well."""
+    script = {
+        "conversations": [
+            {
+                "turns": [
+                    {"tool_calls": [{"name": "search", "arguments": a} for a in PLANS[plan]]},
+                    {"content": "Checkpoints in JetStream. " * 6},
+                ]
+            }
+        ]
+    }
+    with ScriptedModel(script) as model:
+        process = await asyncio.create_subprocess_exec(
+            *TETHER,
+            "demo",
+            "--model",
+            "any-model",
+            "--base-url",
+            model.base_url,
+            "--out-dir",
+            str(tmp_path / "reports"),
+            cwd=tmp_path,
+            env={**_env(), "OPENAI_API_KEY": "sk-test"},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        output, _ = await asyncio.wait_for(process.communicate(), timeout=90)
+        sent = [request["turn"] for request in model.requests()]
+    text = output.decode()
+
+    assert process.returncode == 0, text
+    assert "killed the worker" in text and "search #0 started, attempt 2" in text
+    assert "LLM turn 1 ran once: checkpointed before the crash" in text
+    assert sent == [0, 1]  # no LLM call sent twice
 
 
 async def _start_dev(tmp_path: Path, log: Path) -> tuple[asyncio.subprocess.Process, str]:

@@ -14,16 +14,19 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from tether import Client, Dispatcher, NatsConfig, NatsServer, TaskRecord
+from tether import Client, Dispatcher, NatsConfig, NatsServer, Step, TaskRecord
 from tether.cli.render import StreamedText, format_usage
+from tether.clock import utcnow
 from tether.demo.script import QUESTION, script
 from tether.schemas.events import AnyStatusEvent, Completed, Failed, StepCompleted, StepStarted
+from tether.schemas.tasks import Heartbeat
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 
@@ -50,7 +53,11 @@ class Demo:
         self.base_url = base_url
         self.workers: list[subprocess.Popen[bytes]] = []
         self.runs: Counter[tuple[int, int | None]] = Counter()
+        self.started: dict[tuple[int, int | None], datetime] = {}
         self.killed_pid: int | None = None
+        self.killed_at: datetime | None = None
+        self.streaming: tuple[int, int] | None = None
+        """The turn whose answer streams now, and how many characters it has written."""
         self.scripted: ScriptedModel | None = None
         self._mid_line = False
 
@@ -119,6 +126,7 @@ class Demo:
     def _narrate(self, event: AnyStatusEvent) -> None:
         if isinstance(event, StepStarted) and event.step is not None:
             self.runs[(event.step, event.branch)] += 1
+            self.started.setdefault((event.step, event.branch), event.time)
             again = (
                 " [yellow](again: it was running when the worker died)[/]"
                 if event.attempt and event.attempt > 1
@@ -142,6 +150,8 @@ class Demo:
             for piece, style in text.add(chunk):
                 self.console.print(Text(piece, style=style), end="", soft_wrap=True)
                 self._mid_line = True
+            written = self.streaming[1] if self.streaming and self.streaming[0] == chunk.step else 0
+            self.streaming = None if chunk.done else (chunk.step, written + len(chunk.delta))
             if chunk.done:
                 self._end_line()
 
@@ -153,28 +163,33 @@ class Demo:
     async def _crash_midway(
         self, client: Client, config: NatsConfig, env: dict[str, str], task_id: str
     ) -> None:
-        """Kill the worker once a tool call is checkpointed and another is still running."""
+        """Kill the worker while the model's first tool calls run (once some have finished,
+        when they were of different lengths), or, for a model that calls none, while its
+        answer streams: whatever the model plans, something is in flight."""
 
-        async def midway() -> bool:
+        async def in_flight() -> bool:
             record = await client.get(task_id)
             if record.status.is_terminal:
-                return False
-            group = record.spec(record.current_step).parallel or []
-            return 0 < len(record.done_branches) < len(group)
+                raise _TooLate()
+            heartbeat = await client.heartbeat(task_id)
+            return crash_point(record, heartbeat, self.streaming)
 
-        await wait_until(midway, timeout=120, interval=0.05, message="the middle of the searches")
+        try:
+            await wait_until(in_flight, timeout=120, interval=0.05, message="a step in flight")
+        except _TooLate:
+            return  # the epilogue says there was no crash to show
         victim = self.workers[-1]
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()
-        self.killed_pid = victim.pid
+        self.killed_pid, self.killed_at = victim.pid, utcnow()
         self.say(
             f"  [red bold]💥 killed the worker (pid {victim.pid}) with SIGKILL[/]"
-            " while the other searches were running"
+            " while a step was running"
         )
         fresh = self._start_worker(config, env)
         self.say(
             f"  [cyan]↻[/] started a fresh worker (pid {fresh.pid});"
-            " JetStream redelivers the searches that were not acknowledged"
+            " what was running comes back to it, what was checkpointed does not"
         )
 
     async def _epilogue(self, client: Client, task_id: str) -> int:
@@ -182,35 +197,38 @@ class Demo:
         if record.status.value != "completed" or self.killed_pid is None:
             self.say(
                 "[red]The demo did not go as planned[/]: "
-                + (str(record.error) if record.error else "no crash happened")
+                + (str(record.error) if record.error else _NO_CRASH)
             )
             return 1
-        self.say("\n[bold]What happened[/]")
-        self.say(f"  • {self._llm_calls(task_id)}")
-        for (_, branch), count in sorted(self.runs.items(), key=_order):
-            if branch is None:
-                continue
-            why = (
-                "checkpointed before the crash, so it [green]did not run again[/]"
-                if count == 1
-                else "it was running when the worker died"
-            )
-            self.say(f"  • search #{branch} ran [bold]{count}[/] time{'s' * (count > 1)}: {why}")
+        self.say(
+            "\n[bold]What happened[/]: a checkpointed step never runs again; only the steps "
+            "that were running when their worker died do"
+        )
+        sent = self._sent_per_turn()
+        for (step, branch), count in sorted(self.runs.items(), key=_order):
+            name = _name(step, branch)
+            before = self.started[(step, branch)] < (self.killed_at or utcnow())
+            if count > 1:
+                why = f"ran {count} times: it was running when the worker died, so it ran again"
+            elif before:
+                why = "ran once: checkpointed before the crash, so it [green]did not run again[/]"
+            else:
+                why = "ran once, after the crash"
+            if branch is None and sent is not None:
+                times = sent[step // 2]
+                why += f" (sent to the model {times} time{'s' * (times != 1)})"
+            self.say(f"  • {name} {why}")
         if record.usage is not None:
             self.say(f"  • usage: {format_usage(record.usage)}")
         path = _write(self.out_dir / f"{task_id}.md", record)
         self.say(f"\n[bold]Answer saved to:[/] {path}")
         return 0
 
-    def _llm_calls(self, task_id: str) -> str:
+    def _sent_per_turn(self) -> Counter[int] | None:
+        """How many times the scripted model was sent each turn (a real one does not say)."""
         if self.scripted is None:
-            turns = {step: n for (step, branch), n in self.runs.items() if branch is None}
-            return f"LLM turns started (step: times): {turns}"
-        sent = Counter(request["turn"] for request in self.scripted.requests())
-        return (
-            f"LLM turn 1 was sent to the model [bold]{sent[0]}[/] time: checkpointed before "
-            f"the crash, [green]never sent again[/]; turn 2 was sent {sent[1]} time"
-        )
+            return None
+        return Counter(request["turn"] for request in self.scripted.requests())
 
     def _start_worker(self, config: NatsConfig, env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = (self.data_dir / "worker.log").open("ab")
@@ -245,6 +263,56 @@ class Demo:
                 process.kill()
 
 
+class _TooLate(Exception):
+    """The task ended before anything could be caught in flight."""
+
+
+_NO_CRASH = (
+    "no crash happened: the model answered before anything could be caught in flight "
+    "(it called no tool, and its answer was short); run it again, or try a model that "
+    "calls the search tool"
+)
+HALFWAY = 0.5
+STREAMED_ENOUGH = 80
+"""Characters of a turn's answer after which the demo may kill its worker: a few words
+that come before tool calls ("I'll search for that") are not yet the answer."""
+
+
+def crash_point(
+    record: TaskRecord, heartbeat: Heartbeat | None, streaming: tuple[int, int] | None
+) -> bool:
+    """Whether the worker should die now, whatever the model planned: once some of its
+    tool calls are checkpointed and others still run (calls of different lengths); else
+    once a tool call is halfway (one call, or several alike); else, for a model that
+    calls no tool, while its answer streams."""
+    step = record.current_step
+    if not record.has_step(step):
+        return False
+    spec = record.spec(step)
+    if spec.tool == AGENT:
+        return streaming is not None and streaming[0] == step and streaming[1] >= STREAMED_ENOUGH
+    halfway = (
+        heartbeat is not None and heartbeat.step == step and (heartbeat.progress or 0) >= HALFWAY
+    )
+    if spec.parallel is None:
+        return halfway
+    done, total = len(record.done_branches), len(spec.parallel)
+    if 0 < done < total:
+        return True
+    return halfway and not (done == 0 and _staggered(spec.parallel))
+
+
+def _staggered(branches: list[Step]) -> bool:
+    """Whether the calls take different times (the offline model's do: some finish first)."""
+    depths = {b.input.get("depth", 1) if isinstance(b.input, dict) else 1 for b in branches}
+    return len(depths) > 1
+
+
+def _name(step: int, branch: int | None) -> str:
+    turn = step // 2 + 1
+    return f"LLM turn {turn}" if branch is None else f"search #{branch} (of turn {turn})"
+
+
 async def _registered(client: Client) -> bool:
     return await client.tool(AGENT) is not None
 
@@ -263,7 +331,10 @@ def _describe(event: StepCompleted) -> str:
     if isinstance(output, dict) and "message" in output:
         calls = output["message"].get("tool_calls") or []
         asked = ", ".join(call["function"]["arguments"] for call in calls)
-        return f": the model asked for {len(calls)} searches at once{usage}: {asked}"
+        if not calls:
+            return f": the model answered{usage}"
+        what = "1 search" if len(calls) == 1 else f"{len(calls)} searches at once"
+        return f": the model asked for {what}{usage}: {asked}"
     if isinstance(output, dict) and "hits" in output:
         found = len(output["hits"])
         return f" ({found} document{'s' * (found != 1)} found)"
