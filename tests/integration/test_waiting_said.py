@@ -116,8 +116,8 @@ async def test_the_gateway_offers_only_tools_a_live_worker_serves(
 async def test_the_mcp_status_message_says_what_a_task_waits_for(
     config: NatsConfig, client: Client, dispatcher: Dispatcher
 ) -> None:
-    """A step being retried: its last error and when the next attempt is due. Then the
-    worker stops: which worker the task waits for."""
+    """A step being retried: its last error and when the next attempt is due (the
+    dashboard too). Then the worker stops: which worker the task waits for."""
     async with Gateway(config, port=0) as gateway, tasks_client(gateway.url) as mcp:
         async with Worker(agents, config):
             created = await start_task(mcp, "unreachable", {"input": "anyone there?"})
@@ -128,7 +128,11 @@ async def test_the_mcp_status_message_says_what_a_task_waits_for(
                 return str(message)
 
             retrying = await eventually(lambda: said("attempt 1 failed"), timeout=20)
+            async with Dashboard(config, port=0) as ui, httpx.AsyncClient(base_url=ui.url) as web:
+                page = html.unescape((await web.get(f"/tasks/{created.task_id}")).text)
         waiting = await eventually(lambda: said("waiting for a worker serving"), timeout=20)
         await client.cancel(created.task_id)
     assert "127.0.0.1:9" in retrying and "the next is due at" in retrying
+    assert 'id="task-name">unreachable<' in page  # the agent, whatever step it is on
+    assert 'class="note-pending stall-retry"' in page and "attempt 1 failed" in page
     assert "'unreachable'" in waiting
