@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,33 @@ from typing import Any
 import uvicorn
 
 from tether.errors import TetherError
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` is only reachable from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name in a `Host` header, without its port: `[::1]:80` is `::1`."""
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def is_address(name: str) -> bool:
+    """An IP address, not a name: a page cannot rebind it (DNS rebinding needs a name)."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
 
 SHUTDOWN_GRACE = 2.0
 """Seconds open streams (SSE, long polls) get to finish when the server stops."""

@@ -4,6 +4,7 @@ use it, what a bad request gets, and the feeds and facts the pages are built fro
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -38,6 +39,12 @@ async def http(ui: Dashboard) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+@pytest.fixture
+def csrf(ui: Dashboard) -> dict[str, str]:
+    """The field every form of this dashboard carries."""
+    return {"csrf": ui.csrf}
+
+
 async def test_with_a_token_nothing_is_served_without_it_and_the_printed_url_signs_in(
     config: NatsConfig,
 ) -> None:
@@ -70,30 +77,93 @@ async def test_an_action_posted_from_another_site_is_refused_and_changes_nothing
     assert (await handle.get()).status.value == "waiting"
 
 
-async def test_a_bad_answer_says_what_is_wrong_and_the_task_keeps_waiting(
+async def test_a_page_reached_by_a_foreign_name_is_refused_and_cancels_nothing(
+    client: Client, dispatcher: object, worker: Worker, ui: Dashboard, csrf: dict[str, str]
+) -> None:
+    """DNS rebinding: a page on rebind.example whose name now points at 127.0.0.1 reaches
+    the dashboard with its own name in `Host` (and `Origin`), for GETs and actions."""
+    handle = await client.submit(["asks"])
+    await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
+    foreign = {"host": "rebind.example:8233", "origin": "http://rebind.example:8233"}
+    async with httpx.AsyncClient(base_url=ui.url.rstrip("/")) as c:
+        listing = await c.get("/", headers=foreign)
+        cancel = await c.post(f"/tasks/{handle.task_id}/cancel", headers=foreign, data=csrf)
+        by_name = await c.get("/", headers={"host": "localhost"})
+    assert listing.status_code == 421 and handle.task_id not in listing.text
+    assert "--allowed-host" in listing.text
+    assert cancel.status_code == 421
+    assert by_name.status_code == 200
+    assert (await handle.get()).status.value == "waiting"
+
+
+async def test_a_name_given_with_allowed_host_is_served(config: NatsConfig) -> None:
+    async with Dashboard(config, port=0, allowed_hosts=["tether.internal"]) as ui:
+        async with httpx.AsyncClient(base_url=ui.url.rstrip("/")) as c:
+            named = await c.get("/", headers={"host": "tether.internal:8233"})
+            other = await c.get("/", headers={"host": "evil.example"})
+    assert named.status_code == 200 and other.status_code == 421
+
+
+async def test_a_form_without_the_pages_csrf_token_is_refused(
     client: Client, dispatcher: object, worker: Worker, http: httpx.AsyncClient
 ) -> None:
     handle = await client.submit(["asks"])
     await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
+    page = _text(await http.get(f"/tasks/{handle.task_id}"))
+    missing = await http.post(f"/tasks/{handle.task_id}/cancel")
+    wrong = await http.post(f"/tasks/{handle.task_id}/cancel", data={"csrf": "guess"})
+    assert missing.status_code == 403 and wrong.status_code == 403
+    assert (await handle.get()).status.value == "waiting"
+    token = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert token is not None  # every form of the page carries it
+    done = await http.post(f"/tasks/{handle.task_id}/cancel", data={"csrf": token.group(1)})
+    assert done.status_code == 303
 
-    bad = await http.post(f"/tasks/{handle.task_id}/input", data={"json": "{not json"})
-    wrong = await http.post(f"/tasks/{handle.task_id}/input", data={"json": '{"approved": "y"}'})
+
+async def test_an_empty_token_on_every_interface_is_no_token_a_generated_one_is_required(
+    config: NatsConfig,
+) -> None:
+    """`tether ui --host 0.0.0.0 --token "$UNSET"`: never served without a token."""
+    async with Dashboard(config, host="0.0.0.0", port=0, token="") as ui:
+        assert ui.token and ui.token in ui.url
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ui.port}") as c:
+            anonymous = await c.get("/")
+            signed = await c.get("/", headers={"authorization": f"Bearer {ui.token}"})
+    assert anonymous.status_code == 401 and signed.status_code == 200
+
+
+async def test_a_bad_answer_says_what_is_wrong_and_the_task_keeps_waiting(
+    client: Client,
+    dispatcher: object,
+    worker: Worker,
+    http: httpx.AsyncClient,
+    csrf: dict[str, str],
+) -> None:
+    handle = await client.submit(["asks"])
+    await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
+
+    bad = await http.post(f"/tasks/{handle.task_id}/input", data={**csrf, "json": "{not json"})
+    wrong = await http.post(
+        f"/tasks/{handle.task_id}/input", data={**csrf, "json": '{"approved": "y"}'}
+    )
 
     assert bad.status_code == 400 and "the answer is not JSON" in bad.text
     assert wrong.status_code == 400 and "is not of type 'boolean'" in _text(wrong)
     assert (await handle.get()).status.value == "waiting"
-    done = await http.post(f"/tasks/{handle.task_id}/cancel")
+    done = await http.post(f"/tasks/{handle.task_id}/cancel", data=csrf)
     assert done.status_code == 303
-    again = await http.post(f"/tasks/{handle.task_id}/cancel")
+    again = await http.post(f"/tasks/{handle.task_id}/cancel", data=csrf)
     assert again.status_code == 409  # it already ended: said, not a stack trace
 
 
-async def test_unknown_things_are_pages_that_say_so(http: httpx.AsyncClient) -> None:
+async def test_unknown_things_are_pages_that_say_so(
+    http: httpx.AsyncClient, csrf: dict[str, str]
+) -> None:
     missing = await http.get("/tasks/nope")
     assert missing.status_code == 404 and "no task 'nope'" in _text(missing)
     assert (await http.get("/?status=sleepy")).status_code == 400
     assert (await http.get("/blobs/sha256:" + "0" * 64)).status_code == 404
-    assert (await http.post("/tasks/nope/cancel")).status_code == 404
+    assert (await http.post("/tasks/nope/cancel", data=csrf)).status_code == 404
     bad = await http.get("/tasks/nope/live?seen=-1")
     assert bad.status_code == 400 and "whole numbers" in bad.text
 

@@ -323,7 +323,8 @@ async def test_the_dashboard_role_shows_tasks_and_cancels_one(running: RolesServ
                 page = await http.get(f"/tasks/{done.task_id}")
                 tools = await http.get("/tools")
                 dlq = await http.get("/dlq")
-                cancelled = await http.post(f"/tasks/{slow.task_id}/cancel")
+                cancel = f"/tasks/{slow.task_id}/cancel"
+                cancelled = await http.post(cancel, data={"csrf": ui.csrf})
         record = await slow.wait_until_done(timeout=20)
     assert listed.status_code == 200 and done.task_id in listed.text
     assert page.status_code == 200 and "agents run for hours" in page.text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -67,16 +66,6 @@ def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int =
         tls_cert=given.tls_cert,
         tls_key=given.tls_key,
     )
-
-
-def loopback(host: str) -> bool:
-    """Whether `host` is only reachable from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

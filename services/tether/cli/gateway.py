@@ -15,11 +15,11 @@ from tether.cli.common import (
     PortOption,
     PrefixOption,
     ReplicasOption,
-    loopback,
     metrics_on,
     nats_config,
 )
 from tether.cli.processes import serve
+from tether.http import loopback
 
 
 def gateway(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated
 
 import typer
@@ -14,7 +13,6 @@ from tether.cli.common import (
     NatsOption,
     PortOption,
     PrefixOption,
-    loopback,
     nats_config,
 )
 from tether.cli.processes import serve
@@ -30,6 +28,16 @@ def ui(
             "gets a token, generated when none is given).",
         ),
     ] = "127.0.0.1",
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            envvar="TETHER_UI_ALLOWED_HOSTS",
+            metavar="NAME",
+            help="A name the dashboard may be reached by (beside addresses and localhost), "
+            "e.g. behind a proxy; repeatable.",
+        ),
+    ] = None,
     token: Annotated[
         str | None,
         typer.Option(
@@ -44,10 +52,9 @@ def ui(
     """Serve the dashboard: tasks, their timelines and tokens live, dead letters, workers."""
     from tether.ui import Dashboard
 
-    if token is None and not loopback(host):
-        token = secrets.token_urlsafe(24)
     config = nats_config(nats, prefix, "tether-ui")
-    serve(Dashboard(config, host, port, token=token), name=config.name)
+    dashboard = Dashboard(config, host, port, token=token or None, allowed_hosts=allowed_host or ())
+    serve(dashboard, name=config.name)
 
 
 def register(app: typer.Typer) -> None:

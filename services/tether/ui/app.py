@@ -4,7 +4,9 @@ the actions, server-sent events for what changes while a page is open."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -24,7 +26,7 @@ from tether.schemas.blobs import is_ref
 from tether.schemas.tasks import TaskRecord, TaskStatus
 from tether.tasks.stalls import NO_DISPATCHER
 from tether.ui import views
-from tether.ui.auth import TokenAuth
+from tether.ui.auth import CSRF_FIELD, Guard
 from tether.ui.live import changes, task_feed, until_closed
 
 HERE = Path(__file__).parent
@@ -36,9 +38,17 @@ SCAN = 2_000
 """Records a filtered list (by tool or text) reads at most for one page."""
 
 
-def build_app(client: Client, closing: asyncio.Event, token: str | None = None) -> Starlette:
-    """`closing`: set when the server stops, to end the pages' open streams."""
-    pages = Pages(client, closing)
+def build_app(
+    client: Client,
+    closing: asyncio.Event,
+    token: str | None = None,
+    *,
+    csrf: str,
+    allowed_hosts: Collection[str] = (),
+) -> Starlette:
+    """`closing`: set when the server stops, to end the pages' open streams; `csrf`: the
+    anti-forgery token every form carries."""
+    pages = Pages(client, closing, csrf)
     routes = [
         Route("/", pages.tasks),
         Route("/live", pages.list_live),
@@ -51,20 +61,27 @@ def build_app(client: Client, closing: asyncio.Event, token: str | None = None) 
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(TokenAuth, token=token)
+    app.add_middleware(Guard, token=token, allowed_hosts=allowed_hosts)
     return app
 
 
 class Pages:
     """The handlers, over one client."""
 
-    def __init__(self, client: Client, closing: asyncio.Event) -> None:
+    def __init__(self, client: Client, closing: asyncio.Event, csrf: str) -> None:
         self._client = client
         self._closing = closing
+        self._csrf = csrf
         self._counted: tuple[float, dict[str, int]] | None = None
         self._templates = Jinja2Templates(directory=HERE / "templates")
         env = self._templates.env
-        env.globals.update(views=views, is_ref=is_ref, statuses=[s.value for s in TaskStatus])
+        env.globals.update(
+            views=views,
+            is_ref=is_ref,
+            statuses=[s.value for s in TaskStatus],
+            csrf_field=CSRF_FIELD,
+            csrf=csrf,
+        )
         env.filters.update(pretty=views.pretty, tokens=views.tokens)
 
     def _page(
@@ -143,6 +160,10 @@ class Pages:
     async def action(self, request: Request) -> Response:
         task_id, verb = request.path_params["task_id"], request.path_params["verb"]
         form = {key: str(value) for key, value in (await request.form()).items()}
+        if not secrets.compare_digest(form.pop(CSRF_FIELD, ""), self._csrf):
+            return PlainTextResponse(
+                "refused: the form did not come from this dashboard (reload the page)", 403
+            )
         try:
             note, where = await _act(self._client, task_id, verb, form)
         except (views.FormError, TetherError, ValueError) as exc:

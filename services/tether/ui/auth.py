@@ -1,9 +1,17 @@
-"""Who may use the dashboard: with a token, a request must carry it (an `Authorization:
-Bearer` header, or the cookie that opening `/?token=...` once sets); an action must
-come from the dashboard's own pages, whatever the token (no cross-site form posts)."""
+"""Who may use the dashboard.
+
+- Every request must name the dashboard by an address, `localhost` or a name given with
+  `--allowed-host` in its `Host`: a page on another site that rebinds its own name to
+  this machine's address (DNS rebinding) is answered 421 before anything is read.
+- With a token, a request must carry it (an `Authorization: Bearer` header, or the
+  cookie that opening `/?token=...` once sets).
+- An action must come from the dashboard's own pages: the browser's `Origin` names this
+  dashboard, and the form carries the page's anti-forgery token (`csrf`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from urllib.parse import urlencode, urlsplit
 
 from starlette.requests import Request
@@ -11,16 +19,24 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tether.bearer import matching, presented_token
+from tether.http import host_name, is_address
 
 COOKIE = "tether_ui_token"
+CSRF_FIELD = "csrf"
 
 
-class TokenAuth:
+class Guard:
     """ASGI middleware (a pure one: server-sent events stream through it untouched)."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        allowed_hosts: Collection[str] = (),
+    ) -> None:
         self._app = app
         self._token = token
+        self._hosts = {"localhost", *(host.lower() for host in allowed_hosts)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = self._refusal(Request(scope)) if scope["type"] == "http" else None
@@ -31,6 +47,13 @@ class TokenAuth:
 
     def _refusal(self, request: Request) -> Response | None:
         """The answer to a request that may not pass, or None."""
+        name = host_name(request.headers.get("host", "")).lower()
+        if not (is_address(name) or name in self._hosts):
+            return PlainTextResponse(
+                f"misdirected: this dashboard is not {name!r}; open it by its address or "
+                "localhost, or start it with '--allowed-host NAME'",
+                421,
+            )
         if request.method not in ("GET", "HEAD") and not _same_origin(request):
             return PlainTextResponse(
                 "refused: an action must be posted from the dashboard's own page", 403

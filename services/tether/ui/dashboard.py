@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+from collections.abc import Collection
 
 from tether.client import Client
 from tether.errors import TetherError
-from tether.http import HttpServer
+from tether.http import HttpServer, loopback
 from tether.nats.connection import NatsConfig
 from tether.service import Service
 from tether.ui.app import build_app
@@ -38,9 +40,15 @@ class Dashboard(Service):
         port: int = DEFAULT_PORT,
         *,
         token: str | None = None,
+        allowed_hosts: Collection[str] = (),
     ) -> None:
         self.nats = nats or NatsConfig()
-        self.token = token or None
+        self.token = token or (None if loopback(host) else secrets.token_urlsafe(24))
+        """Required of every request; an empty one counts as none, and one is generated
+        for an address other than loopback (see `url`)."""
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.csrf = secrets.token_urlsafe(24)
+        """The anti-forgery token in every form this dashboard serves."""
         self._client = Client(self.nats)
         self._http = HttpServer(host, port, "the dashboard", DashboardError)
         self._closing = asyncio.Event()
@@ -60,7 +68,14 @@ class Dashboard(Service):
     async def start(self) -> None:
         await self._client.connect()
         try:
-            await self._http.start(build_app(self._client, self._closing, self.token))
+            app = build_app(
+                self._client,
+                self._closing,
+                self.token,
+                csrf=self.csrf,
+                allowed_hosts=self.allowed_hosts,
+            )
+            await self._http.start(app)
         except BaseException:
             await self._client.close()
             raise
