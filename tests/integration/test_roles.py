@@ -136,7 +136,12 @@ async def raw(server: RolesServer, role: str) -> AsyncIterator[Raw]:
     async def on_error(exc: Exception) -> None:
         refusals.append(str(exc).lower())
 
-    nc = await nats.connect(server.url(role), error_cb=on_error, allow_reconnect=False)
+    nc = await nats.connect(
+        server.url(role),
+        error_cb=on_error,
+        allow_reconnect=False,
+        inbox_prefix="_INBOX" if role == "operator" else f"_INBOX_{role}",  # its own only
+    )
     try:
         yield Raw(nc, refusals)
     finally:
@@ -231,6 +236,27 @@ async def test_a_refused_subscription_receives_nothing(running: RolesServer) -> 
         await sentinel.next_msg(timeout=5)
         with pytest.raises(nats.errors.TimeoutError):
             await overheard.next_msg(timeout=0)
+
+
+@pytest.mark.parametrize("inboxes", ["_INBOX.>", "_INBOX_worker.>", "_INBOX_dispatcher.>", ">"])
+async def test_a_client_cannot_overhear_anyone_elses_replies(
+    running: RolesServer, inboxes: str
+) -> None:
+    """Hole 1 of issue 24: while another client calls the API (its task's input and result
+    in the replies) and the worker pulls the task's steps (their input in the deliveries),
+    a client's subscription to every other inbox is refused and receives nothing."""
+    secret = f"secret-{uuid.uuid4().hex[:8]}"
+    async with raw(running, "client") as eavesdropper:
+        overheard = await eavesdropper.nc.subscribe(inboxes)
+        await eavesdropper.refused(f'subscription to "{inboxes}"')
+        async with Client(running.config("client")) as victim:
+            handle = await victim.submit([{"tool": "fast", "input": {"secret": secret}}])
+            await handle.wait(timeout=20)
+            reply = await victim.answers(DEFAULT_NAMES.api_subject("get"), timeout=2)
+        assert reply  # the API answered the victim on its own inbox
+        await eavesdropper.nc.flush()  # everything the server sent it before is in
+        with pytest.raises(nats.errors.TimeoutError):
+            await overheard.next_msg(timeout=0.05)
 
 
 @pytest.mark.parametrize(

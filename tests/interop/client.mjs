@@ -290,7 +290,10 @@ async function agentTask(js, jsm, question) {
   };
 }
 
-const nc = await connect({ servers: url, name: "tether-interop-node" });
+// Replies under a prefix of our own (deploy/nats/roles.conf lets each user read only
+// `_INBOX_<user>.>`): every NATS client library has this option.
+const inboxPrefix = process.env.TETHER_NATS_INBOX_PREFIX || "_INBOX";
+const nc = await connect({ servers: url, name: "tether-interop-node", inboxPrefix });
 const watchdog = setTimeout(() => fail("timed out after 60s"), 60_000);
 try {
   const js = jetstream(nc);
@@ -302,7 +305,7 @@ try {
     Object.assign(summary, await parallelTask(js));
     if (useApi) Object.assign(summary, await cancelledTask(nc, js));
   }
-  console.log(JSON.stringify(summary));
+  console.log(JSON.stringify({ ...summary, inbox_prefix: inboxPrefix }));
 } catch (error) {
   fail(error?.stack ?? String(error));
 } finally {

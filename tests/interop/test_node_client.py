@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -72,7 +73,9 @@ async def agents_worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterat
         yield w
 
 
-async def run_client(node: str, config: NatsConfig, *flags: str) -> dict[str, Any]:
+async def run_client(
+    node: str, config: NatsConfig, *flags: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run client.mjs against the test's server and prefix; return its JSON summary."""
     proc = await asyncio.create_subprocess_exec(
         node,
@@ -81,6 +84,7 @@ async def run_client(node: str, config: NatsConfig, *flags: str) -> dict[str, An
         config.names.prefix,
         *flags,
         cwd=HERE,
+        env={**os.environ, **(env or {})},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -120,9 +124,12 @@ async def test_node_client_submits_follows_and_reads_the_record(
 async def test_node_client_uses_the_request_reply_api(
     node: str, config: NatsConfig, dispatcher: object, worker: Worker, api: None
 ) -> None:
-    summary = await run_client(node, config)
+    """Under an inbox prefix of its own, as `deploy/nats/roles.conf` requires of each role:
+    the API's replies come back to it."""
+    summary = await run_client(node, config, env={"TETHER_NATS_INBOX_PREFIX": "_INBOX_node"})
 
     assert_seed_task(summary)
+    assert summary["inbox_prefix"] == "_INBOX_node"
     assert summary["api_get_status"] == "completed"
     assert summary["cancelled_task_id"] != summary["task_id"]
     assert summary["cancel_status"] == "cancelled"

@@ -34,6 +34,7 @@ class ApiService(Service):
             token=self.nats.token,
             security=BaseSecurity(ssl_context=tls) if tls else None,
             connect_timeout=self.nats.connect_timeout,
+            inbox_prefix=self.nats.replies,
             closed_cb=self._broker_closed,
         )
         self._stopping = False

@@ -65,6 +65,7 @@ def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int =
         tls_ca=given.tls_ca,
         tls_cert=given.tls_cert,
         tls_key=given.tls_key,
+        inbox_prefix=given.inbox_prefix,
     )
 
 

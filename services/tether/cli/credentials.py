@@ -1,6 +1,7 @@
-"""NATS credentials and TLS on every command that talks to NATS, as NATS users expect
-them: `--creds FILE`, `--nkey FILE`, `--tls-ca/--tls-cert/--tls-key`, each with its
-`TETHER_NATS_*` variable (a user:password@ or token@ in the URL works as it is).
+"""NATS credentials, TLS and the inbox prefix on every command that talks to NATS, as
+NATS users expect them: `--creds FILE`, `--nkey FILE`, `--tls-ca/--tls-cert/--tls-key`,
+`--inbox-prefix`, each with its `TETHER_NATS_*` variable (a user:password@ or token@ in
+the URL works as it is).
 
 The options are added to each command's signature in one place (`add_to_commands`), and
 `common.nats_config` reads them: no command has to pass them along.
@@ -25,6 +26,7 @@ class Credentials:
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    inbox_prefix: str | None = None
 
 
 _current: ContextVar[Credentials | None] = ContextVar("tether_nats_credentials", default=None)
@@ -35,9 +37,9 @@ def current() -> Credentials:
     return _current.get() or Credentials()
 
 
-def _option(flag: str, env: str, help: str) -> Any:
+def _option(flag: str, env: str, help: str, metavar: str = "FILE") -> Any:
     return Annotated[
-        str | None, typer.Option(flag, envvar=env, metavar="FILE", help=help, show_default=False)
+        str | None, typer.Option(flag, envvar=env, metavar=metavar, help=help, show_default=False)
     ]
 
 
@@ -47,6 +49,13 @@ _OPTIONS = {
     "tls_ca": _option("--tls-ca", "TETHER_NATS_TLS_CA", "CA to verify the NATS server with."),
     "tls_cert": _option("--tls-cert", "TETHER_NATS_TLS_CERT", "Client certificate for NATS."),
     "tls_key": _option("--tls-key", "TETHER_NATS_TLS_KEY", "Key of the client certificate."),
+    "inbox_prefix": _option(
+        "--inbox-prefix",
+        "TETHER_NATS_INBOX_PREFIX",
+        "Subject prefix of this process's replies (default: _INBOX_<user> for a "
+        "user:password@ URL, else _INBOX); a role may read only its own.",
+        metavar="PREFIX",
+    ),
 }
 
 

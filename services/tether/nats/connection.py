@@ -8,6 +8,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -85,6 +86,9 @@ def refusals(nc: NatsClient) -> Refusals | None:
     return _refusals.get(nc)
 
 
+_SUBJECT_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+
+
 @dataclass(frozen=True)
 class NatsConfig:
     """How to reach NATS. Build it once at the edge (CLI, test, app) and pass it in."""
@@ -108,11 +112,24 @@ class NatsConfig:
     """Prefix of every subject, stream and bucket."""
     replicas: int = 1
     """Replicas of Tether's streams and buckets when it creates them (3 on a cluster)."""
+    inbox_prefix: str | None = None
+    """Where this connection takes its replies. None: `_INBOX_<user>` for a URL with
+    user:password@ (so `deploy/nats/roles.conf`, which lets each user read only its own
+    replies, works as it is), else `_INBOX`."""
 
     @property
     def safe_url(self) -> str:
         """The URL with any password or token in it blanked, for messages and logs."""
         return ",".join(_redacted(server) for server in self.url.split(","))
+
+    @property
+    def replies(self) -> str:
+        """The inbox prefix in use (see `inbox_prefix`)."""
+        if self.inbox_prefix:
+            return self.inbox_prefix
+        first = urlsplit(self.servers[0]) if self.servers else None
+        user = first.username if first is not None and first.password is not None else None
+        return f"_INBOX_{user}" if user and _SUBJECT_TOKEN.fullmatch(user) else "_INBOX"
 
     @property
     def servers(self) -> list[str]:
@@ -209,6 +226,7 @@ async def _connect(
         token=config.token,
         tls=config.tls_context(),
         connect_timeout=config.connect_timeout,  # type: ignore[arg-type]  # floats work
+        inbox_prefix=config.replies,
         allow_reconnect=True,
         # A few tries at first so a wrong URL fails fast; nats-py has no separate
         # option for the initial connect, so the limit is lifted once connected.
