@@ -36,6 +36,7 @@ from tether.gateway import Gateway
 from tether.nats.connection import close, connect
 from tether.nats.layout import STAMP, expected_streams
 from tether.nats.provision import provision
+from tether.nats.store import Store
 from tether.schemas.names import DEFAULT_NAMES
 from tether.testing import eventually
 from tether.ui import Dashboard
@@ -452,3 +453,39 @@ async def test_tether_provision_as_a_role_that_may_not_says_so(tmp_path: Path) -
         _, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode not in (0, None)
     assert "may not create or update the streams under prefix 'tether'" in err.decode()
+
+
+@pytest.mark.parametrize("role", sorted(ROLES - {"operator"}))
+async def test_only_the_operator_may_purge_the_blob_store(running: RolesServer, role: str) -> None:
+    """Hole 7 of issue 24: a purge of OBJ_tether-blobs (all of it, or one object's chunks)
+    is refused to every role but the operator's."""
+    subject = "$JS.API.STREAM.PURGE.OBJ_tether-blobs"
+    async with raw(running, role) as user:
+        with pytest.raises(nats.errors.TimeoutError):  # refused, so never answered
+            await user.nc.request(subject, b"{}", timeout=REFUSED_WITHIN)
+        await user.refused(f'publish to "{subject}"')
+
+
+async def test_a_worker_stores_a_blob_again_when_it_is_old_without_purging(
+    running: RolesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that finds a blob older than half its grace stores it again (so the sweep
+    leaves it alone): it refreshes the blob's time, and needs no purge to do it."""
+    import tether.nats.blobs as blobs
+
+    data = json.dumps({"text": "x" * 300_000, "id": uuid.uuid4().hex}).encode()
+    since = running.mark()
+    nc = await connect(running.config("worker"))
+    try:
+        store = await Store.open(nc, provision=False)
+        ref = json.loads(await store.blobs.by_reference(data))["$blob"]
+        stored = await store.blobs.stored_at(ref)
+        assert stored is not None
+        monkeypatch.setattr(blobs, "_now", lambda: stored + blobs.BLOB_GRACE)
+        assert json.loads(await store.blobs.by_reference(data))["$blob"] == ref
+        again = await store.blobs.stored_at(ref)
+        assert again is not None and again > stored  # its time moved on: the sweep keeps it
+        assert await store.blobs.load(ref) == data
+    finally:
+        await close(nc)
+    assert running.violations(since, users={"worker"}) == []

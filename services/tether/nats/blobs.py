@@ -10,16 +10,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
+from nats.js.api import ObjectInfo
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
+from tether.nats import headers
 from tether.nats.connection import translating
 from tether.schemas.blobs import PREFIX, REF_KEY, is_ref
 
@@ -86,9 +89,31 @@ class Blobs:
             info = await self._store.get_info(name)  # the same content is stored once
         except ObjectNotFoundError:
             info = None
-        if info is None or _stored_at(info.mtime) < _now() - BLOB_GRACE / 2:
-            await self._store.put(name, data)  # again when old: see `BLOB_GRACE`
+        if info is None:
+            await self._store.put(name, data)
+        elif _stored_at(info.mtime) < _now() - BLOB_GRACE / 2:
+            await self._touch(info)  # see `BLOB_GRACE`
         return msgspec.json.encode({REF_KEY: ref, "size": len(data)})
+
+    async def _touch(self, info: ObjectInfo) -> None:
+        """Store a blob again by its meta alone, with a new time: its chunks stay, so no
+        writer needs to purge old ones (`ObjectStore.put` over an object purges its
+        chunks, and a purge cannot be limited to one object: only the operator may)."""
+        info.mtime = _now().isoformat()
+        name = base64.urlsafe_b64encode(info.name.encode()).decode()
+        await self._js.publish(
+            f"$O.{self._bucket}.M.{name}",
+            json.dumps(info.as_dict()).encode(),
+            headers={headers.ROLLUP: "sub"},
+        )
+
+    async def stored_at(self, ref: str) -> datetime | None:
+        """When the blob was stored (or last stored again); None when it is not there."""
+        try:
+            info = await self._store.get_info(_object_name(ref))
+        except ObjectNotFoundError:
+            return None
+        return _stored_at(info.mtime)
 
     async def raw_by_reference(self, output: Any) -> Any:
         """An encoded output (`msgspec.Raw`) as it travels; anything else as it is."""
