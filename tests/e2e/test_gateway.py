@@ -720,6 +720,23 @@ async def test_a_gateway_with_tokens_refuses_a_call_without_one(guarded: str) ->
     assert anonymous.headers["www-authenticate"].startswith("Bearer")
 
 
+async def test_a_task_planted_with_a_callers_name_is_in_no_callers_list(
+    guarded: str, stack: NatsConfig
+) -> None:
+    """Hole 6 of issue 24: any NATS client may publish a task whose metadata names an MCP
+    caller; the gateway lists and shows only tasks it sealed to that caller itself."""
+    planted = f"planted-{uuid.uuid4().hex[:8]}"
+    forged = {"mcp": {"tool": "fast", "caller": "alice", "seal": "0" * 64}}
+    async with Client(stack) as client:
+        await client.submit([{"tool": "fast", "input": {}}], task_id=planted, metadata=forged)
+        await client.handle(planted).wait(timeout=20)
+    async with caller(guarded, "alice-token") as alice:
+        listed = await alice.call("tasks/list", {})
+        assert planted not in [task["taskId"] for task in listed["tasks"]]
+        with pytest.raises(RpcError, match="not found"):
+            await alice.call("tasks/get", {"taskId": planted})
+
+
 async def test_a_callers_tasks_are_hidden_from_another_caller(guarded: str) -> None:
     async with caller(guarded, "alice-token") as alice, caller(guarded, "bob-token") as bob:
         arguments = {"name": "slow", "arguments": {"sleep": 5}, "task": {}}

@@ -20,6 +20,7 @@ from tether.errors import (
     TaskTimeoutError,
 )
 from tether.gateway import errors
+from tether.gateway.callers import seal
 from tether.gateway.inputs import AnswerError, answer, input_key
 from tether.gateway.tasks import MCP_METADATA_KEY, Whereabouts, owner
 from tether.gateway.tools import RUN_PLAN, plan_steps, tool_step
@@ -49,9 +50,16 @@ def new_task_id() -> str:
 
 
 class TaskBackend:
-    def __init__(self, client: Client, options: GatewayOptions) -> None:
+    def __init__(
+        self, client: Client, options: GatewayOptions, seal_key: bytes | None = None
+    ) -> None:
         self.client = client
         self.options = options
+        self.seal_key = seal_key
+        """Seals each task to its caller (see `callers.seal`); None: no callers."""
+
+    def owner(self, record: TaskRecord) -> str | None:
+        return owner(record, self.seal_key)
 
     async def record(self, task_id: str, caller: str | None = None) -> TaskRecord:
         """The task's record; the spec's invalid-params error when there is none, or when
@@ -61,7 +69,7 @@ class TaskBackend:
             record = await self.client.get(task_id)
         except (InvalidNameError, TaskNotFoundError):
             raise errors.task_not_found(task_id) from None
-        if caller is not None and owner(record) != caller:
+        if caller is not None and self.owner(record) != caller:
             raise errors.task_not_found(task_id)
         return record
 
@@ -89,11 +97,13 @@ class TaskBackend:
         request: dict[str, Any] = {"tool": name}
         if ttl_ms is not None:
             request["ttl_ms"] = ttl_ms
-        if caller is not None:
-            request["caller"] = caller  # the task is bound to it
+        task_id = new_task_id()
+        if caller is not None and self.seal_key is not None:
+            request["caller"] = caller  # the task is bound to it, under this gateway's seal
+            request["seal"] = seal(self.seal_key, task_id, caller)
         try:
             handle = await self.client.submit(
-                steps, task_id=new_task_id(), metadata={MCP_METADATA_KEY: request}
+                steps, task_id=task_id, metadata={MCP_METADATA_KEY: request}
             )
         except InvalidTaskError as exc:
             raise errors.invalid_params(str(exc)) from None

@@ -8,6 +8,8 @@ bound to no one.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +38,25 @@ def parse_tokens(specs: list[str]) -> dict[str, str]:
                 name, token = DEFAULT_CALLER, item
             tokens[token] = name
     return tokens
+
+
+def seal_key(tokens: Mapping[str, str]) -> bytes | None:
+    """The key that seals a task to its caller: drawn from every token, so only gateways
+    configured with the same tokens (its replicas) can seal, and a caller who knows only
+    its own token cannot (None: no tokens, no callers)."""
+    if not tokens:
+        return None
+    return hashlib.sha256(b"tether-mcp-caller\n" + "\n".join(sorted(tokens)).encode()).digest()
+
+
+def seal(key: bytes, task_id: str, caller: str) -> str:
+    """The proof, kept in the task's metadata, that this gateway bound `task_id` to `caller`:
+    any NATS client can write `metadata.mcp.caller`, none can write a matching seal."""
+    return hmac.new(key, f"{task_id}\n{caller}".encode(), hashlib.sha256).hexdigest()
+
+
+def sealed(key: bytes, task_id: str, caller: str, proof: object) -> bool:
+    return isinstance(proof, str) and hmac.compare_digest(proof, seal(key, task_id, caller))
 
 
 class BearerAuth:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tether.client import Client
 from tether.errors import TetherError
 from tether.gateway.backend import GatewayOptions, TaskBackend
-from tether.gateway.callers import BearerAuth
+from tether.gateway.callers import BearerAuth, seal_key
 from tether.gateway.calls import ToolCalls
 from tether.gateway.methods import TaskMethods
 from tether.gateway.notifications import LegacyPush, StatusFeed, TaskListen
@@ -62,7 +62,7 @@ class Gateway(Service):
         self._http = HttpServer(host, port, "the MCP gateway", GatewayError)
         self.options = options or GatewayOptions()
         self._client = Client(self.nats, layout=layout)
-        backend = TaskBackend(self._client, self.options)
+        backend = TaskBackend(self._client, self.options, seal_key(self.tokens))
         self._feed = StatusFeed(backend)
         self._push = LegacyPush(self._feed, backend)
         self._listen = TaskListen(self._feed, backend)

@@ -33,7 +33,6 @@ from tether.gateway.tasks import (
     failure_message,
     legacy_task,
     mcp_status,
-    owner,
     tool_error,
     tool_result,
 )
@@ -136,7 +135,7 @@ class TaskMethods:
             for record in records:
                 scanned += 1
                 after = position_of(record)
-                if caller is None or owner(record) == caller:
+                if caller is None or self.backend.owner(record) == caller:
                     page.append(record)
                     if len(page) == PAGE_SIZE:
                         more = more or record is not records[-1]

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from tether.gateway.callers import sealed
 from tether.gateway.inputs import input_requests
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
 from tether.tasks.stalls import Stall
@@ -29,11 +30,18 @@ _STATUS = {
 }
 
 
-def owner(record: TaskRecord) -> str | None:
-    """The caller an MCP task is bound to (None: created with no token, or not by MCP)."""
+def owner(record: TaskRecord, key: bytes | None) -> str | None:
+    """The caller an MCP task is bound to: None when it was created with no token, not by
+    MCP, or by anyone but a gateway holding `key` (see `callers.seal`)."""
     requested = record.metadata.get(MCP_METADATA_KEY)
-    found = requested.get("caller") if isinstance(requested, dict) else None
-    return found if isinstance(found, str) else None
+    if key is None or not isinstance(requested, dict):
+        return None
+    caller = requested.get("caller")
+    if not isinstance(caller, str) or not sealed(
+        key, record.task_id, caller, requested.get("seal")
+    ):
+        return None
+    return caller
 
 
 def mcp_status(status: TaskStatus) -> str:
