@@ -489,3 +489,46 @@ async def test_a_worker_stores_a_blob_again_when_it_is_old_without_purging(
     finally:
         await close(nc)
     assert running.violations(since, users={"worker"}) == []
+
+
+async def test_a_clients_push_consumer_cannot_deliver_into_tether_subjects(
+    running: RolesServer,
+) -> None:
+    """Hole 4 of issue 24: a client may create consumers (it follows records, events and
+    text through ordered ones), and JetStream does not check a push consumer's delivery
+    subject against its creator's permissions. But it delivers only to a literal
+    subscription of that subject, which a client may no longer make on a Tether subject:
+    a consumer that delivers into `tether.status.<id>` reaches neither the status stream
+    nor the gateway's and dashboard's `tether.status.>` subscribers."""
+    target = f"tether.status.planted-{uuid.uuid4().hex[:8]}"
+    async with raw(running, "client") as attacker, raw(running, "operator") as operator:
+        watching = await operator.nc.subscribe("tether.status.>")  # as the dashboard does
+        literal = await attacker.nc.subscribe(target)
+        await attacker.refused(f'subscription to "{target}"')
+        await literal.unsubscribe()
+        config = {
+            "stream_name": "KV_tether-tasks",
+            "config": {"deliver_subject": target, "deliver_policy": "all", "ack_policy": "none"},
+        }
+        created = json.loads(
+            (
+                await attacker.nc.request(
+                    "$JS.API.CONSUMER.CREATE.KV_tether-tasks", json.dumps(config).encode()
+                )
+            ).data
+        )
+        assert "error" not in created  # the server takes the config as it is...
+        sentinel = f"tether.status.sentinel-{uuid.uuid4().hex[:8]}"
+        await operator.nc.publish(sentinel, b"{}")
+        first = await watching.next_msg(timeout=5)
+        js = operator.nc.jetstream()
+        info = await js.consumer_info("KV_tether-tasks", created["name"])
+    assert first.subject == sentinel  # ...but delivers nothing: no one may listen there
+    assert info.delivered.consumer_seq == 0
+    with pytest.raises(NotFoundError):
+        await _last_on(running, target)
+
+
+async def _last_on(running: RolesServer, subject: str) -> None:
+    async with raw(running, "operator") as operator:
+        await operator.nc.jetstream().get_msg("TETHER_STATUS", subject=subject)
