@@ -36,7 +36,8 @@ async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Work
 
 
 @pytest.fixture
-async def ui(config: NatsConfig) -> AsyncIterator[str]:
+async def ui(config: NatsConfig, api: object) -> AsyncIterator[str]:
+    """The dashboard, with the API its actions go through."""
     async with Dashboard(config, port=0) as dashboard:
         yield dashboard.url.rstrip("/")
 

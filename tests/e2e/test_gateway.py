@@ -74,8 +74,9 @@ def stack(nats_url: str, prefix: str) -> NatsConfig:
 
 
 @pytest.fixture(autouse=True)
-def _dispatching(dispatcher: object) -> None:
-    """Every test submits tasks: the in-process dispatcher records them."""
+def _dispatching(dispatcher: object, api: object) -> None:
+    """Every test submits tasks: the in-process dispatcher records them, and the API
+    answers and cancels them for the gateway (whose user may not write tasks)."""
 
 
 def _free_port() -> int:

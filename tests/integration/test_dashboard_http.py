@@ -27,7 +27,8 @@ async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
 
 
 @pytest.fixture
-async def ui(config: NatsConfig) -> AsyncIterator[Dashboard]:
+async def ui(config: NatsConfig, api: object) -> AsyncIterator[Dashboard]:
+    """The dashboard, with the API its actions go through."""
     async with Dashboard(config, port=0) as dashboard:
         yield dashboard
 

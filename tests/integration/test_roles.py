@@ -532,3 +532,19 @@ async def test_a_clients_push_consumer_cannot_deliver_into_tether_subjects(
 async def _last_on(running: RolesServer, subject: str) -> None:
     async with raw(running, "operator") as operator:
         await operator.nc.jetstream().get_msg("TETHER_STATUS", subject=subject)
+
+
+@pytest.mark.parametrize("role", ["gateway", "dashboard"])
+@pytest.mark.parametrize(
+    "subject",
+    ["$KV.tether-tasks.victim", "$KV.tether-checkpoints.victim.0", "tether.work.fast"],
+)
+async def test_the_gateway_and_dashboard_write_no_task_they_ask_the_api(
+    running: RolesServer, role: str, subject: str
+) -> None:
+    """Item 5 of issue 24: their actions go through `tether.api.*` (the dashboard and
+    gateway tests above cancel, answer and retry that way), so their users may not write
+    a record, a checkpoint or work themselves."""
+    async with raw(running, role) as user:
+        await user.nc.publish(subject, b"{}")
+        await user.refused(f'publish to "{subject}"')

@@ -12,6 +12,7 @@ from tether.errors import (
     TaskExistsError,
     TaskNotFoundError,
     TaskTimeoutError,
+    TetherError,
 )
 from tether.schemas.api import ApiError, ErrorCode, ErrorReply
 from tether.schemas.ids import InvalidNameError
@@ -40,3 +41,21 @@ def error_reply(exc: BaseException) -> ErrorReply:
     return ErrorReply(
         error=ApiError(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
     )
+
+
+def raised(reply: ErrorReply, task_id: str) -> TetherError:
+    """The other way: an error reply as the exception the same call raises in process."""
+    code, message = reply.error.code, reply.error.message
+    if code is ErrorCode.NOT_FOUND:
+        return TaskNotFoundError(task_id)
+    if code is ErrorCode.CONFLICT:
+        return TaskConflictError(task_id, message)
+    if code is ErrorCode.ALREADY_EXISTS:
+        return TaskExistsError(task_id)
+    if code is ErrorCode.TIMEOUT:
+        return TaskTimeoutError(task_id, message)
+    if code is ErrorCode.INVALID:
+        return InvalidTaskError(message)
+    if code is ErrorCode.UNAVAILABLE:
+        return NatsUnavailableError(message)
+    return TetherError(message)

@@ -16,6 +16,7 @@ import msgspec
 from tether import tracing
 from tether.client.handle import TaskHandle
 from tether.client.reads import Reads
+from tether.client.remote import RemoteActions
 from tether.errors import (
     InvalidTaskError,
     TaskExistsError,
@@ -58,13 +59,17 @@ class Client(Reads, Service):
         *,
         layout: Layout | None = None,
         provision: bool = True,
+        act_through_api: bool = False,
     ) -> None:
         """`provision=False`: do not create Tether's streams and buckets; raise
         NotProvisionedError at connect when they are not there (a wrong prefix, or a
-        role that may not create them)."""
+        role that may not create them). `act_through_api=True`: cancel, retry, answer
+        and fork by asking the API service (`tether.api.<verb>`), for a NATS user that
+        may read tasks but not write them."""
         self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)
         self.provision = provision
+        self.act_through_api = act_through_api
         self._nc: Connection | None = None
         self._store: Store | None = None
         self._known_tools: KnownTools | None = None
@@ -268,12 +273,17 @@ class Client(Reads, Service):
 
     async def cancel(self, task_id: str) -> TaskRecord:
         """Cancel an unfinished task; raises TaskConflictError if it already ended."""
+        if self.act_through_api:
+            return await self._remote().cancel(self.handle(task_id).task_id)
         return await self.handle(task_id).cancel()
 
     async def retry(self, task_id: str) -> TaskHandle:
         """Run a failed task again from its failed step (completed steps are not re-run)."""
         handle = self.handle(task_id)
-        await TaskService(self._connected()).retry(task_id)
+        if self.act_through_api:
+            await self._remote().retry(handle.task_id)
+        else:
+            await TaskService(self._connected()).retry(task_id)
         return handle
 
     async def fork(
@@ -289,14 +299,22 @@ class Client(Reads, Service):
         different"). The original task is not touched."""
         new_id = uuid.uuid4().hex if new_task_id is None else new_task_id
         handle = self.handle(new_id)
-        await TaskService(self._connected()).forks.fork(
-            self.handle(task_id).task_id, from_step, new_id, input
-        )
+        original = self.handle(task_id).task_id
+        if self.act_through_api:
+            await self._remote().fork(original, from_step, input, new_id)
+        else:
+            await TaskService(self._connected()).forks.fork(original, from_step, new_id, input)
         return handle
 
     async def send_input(self, task_id: str, data: Any) -> None:
         """Answer a task that is waiting for input; it resumes at its next step."""
-        await self.handle(task_id).send_input(data)
+        if self.act_through_api:
+            await self._remote().send_input(self.handle(task_id).task_id, data)
+        else:
+            await self.handle(task_id).send_input(data)
+
+    def _remote(self) -> RemoteActions:
+        return RemoteActions(self._connected())
 
 
 def position_of(record: TaskRecord) -> tuple[int, str]:

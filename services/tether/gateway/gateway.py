@@ -61,7 +61,7 @@ class Gateway(Service):
         self.metrics = metrics
         self._http = HttpServer(host, port, "the MCP gateway", GatewayError)
         self.options = options or GatewayOptions()
-        self._client = Client(self.nats, layout=layout)
+        self._client = Client(self.nats, layout=layout, act_through_api=True)
         backend = TaskBackend(self._client, self.options, seal_key(self.tokens))
         self._feed = StatusFeed(backend)
         self._push = LegacyPush(self._feed, backend)

@@ -49,7 +49,7 @@ class Dashboard(Service):
         self.allowed_hosts = tuple(allowed_hosts)
         self.csrf = secrets.token_urlsafe(24)
         """The anti-forgery token in every form this dashboard serves."""
-        self._client = Client(self.nats)
+        self._client = Client(self.nats, act_through_api=True)  # its user may not write tasks
         self._http = HttpServer(host, port, "the dashboard", DashboardError)
         self._closing = asyncio.Event()
 

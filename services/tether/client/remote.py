@@ -1,0 +1,61 @@
+"""The task actions (cancel, retry, answer, fork) asked of the API service rather than done
+here: for a process whose NATS user may read tasks but not write them (the MCP gateway
+and the dashboard under `deploy/nats/roles.conf`), so a compromised one cannot rewrite a
+task's record, checkpoints or work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from tether.api.errors import raised
+from tether.errors import NatsUnavailableError
+from tether.nats.store import Store
+from tether.schemas.api import ErrorReply, ForkRequest, InputAnswer, TaskRequest
+from tether.schemas.codec import encode
+from tether.schemas.tasks import TaskRecord
+
+ACTION_TIMEOUT = 30.0
+"""Seconds an action waits for the API's answer."""
+
+_error_decoder = msgspec.json.Decoder(ErrorReply)
+_record_decoder = msgspec.json.Decoder(TaskRecord)
+
+
+class RemoteActions:
+    def __init__(self, store: Store, timeout: float = ACTION_TIMEOUT) -> None:
+        self._store = store
+        self._timeout = timeout
+
+    async def cancel(self, task_id: str) -> TaskRecord:
+        return await self._call("cancel", TaskRequest(task_id=task_id), task_id)
+
+    async def retry(self, task_id: str) -> TaskRecord:
+        return await self._call("retry", TaskRequest(task_id=task_id), task_id)
+
+    async def send_input(self, task_id: str, data: Any) -> TaskRecord:
+        return await self._call("input", InputAnswer(task_id=task_id, data=data), task_id)
+
+    async def fork(self, task_id: str, from_step: int, input: Any, new_task_id: str) -> TaskRecord:
+        request = ForkRequest(
+            task_id=task_id, from_step=from_step, input=input, new_task_id=new_task_id
+        )
+        return await self._call("fork", request, new_task_id)
+
+    async def _call(self, verb: str, request: msgspec.Struct, task_id: str) -> TaskRecord:
+        subject = self._store.names.api_subject(verb)
+        try:
+            reply = await self._store.nc.request(subject, encode(request), timeout=self._timeout)
+        except (NoRespondersError, NatsTimeoutError) as exc:
+            raise NatsUnavailableError(
+                f"no API service answered {subject}: this process acts on tasks through "
+                "the API; start 'tether dispatcher' (it serves the API) or 'tether api'"
+            ) from exc
+        try:
+            refused = _error_decoder.decode(reply.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return _record_decoder.decode(reply.data)
+        raise raised(refused, task_id)
