@@ -1,0 +1,95 @@
+"""Tenants apart (issue 24): deploy/nats/tenants.conf gives each tenant a NATS account, and
+one tenant's users can neither see, overhear nor act on the other's tasks, replies
+included, though both run Tether under the same prefix on the same server."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import nats
+import nats.errors
+import pytest
+
+from tests.apps.tools import app
+from tests.conftest import ROOT
+from tests.servers import free_port, running_server
+from tether import Client, Dispatcher, NatsConfig, TaskNotFoundError, Worker
+from tether.api import ApiService
+
+TENANTS_CONF = ROOT / "deploy" / "nats" / "tenants.conf"
+
+
+@pytest.fixture(scope="module")
+def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("tenants")
+    port, http = free_port(), free_port()
+    text = TENANTS_CONF.read_text()
+    for old, new in (
+        ("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{port}"),
+        ("http_port: 8222", f"http_port: {http}"),
+        ("store_dir: /data/jetstream", f'store_dir: "{directory / "js"}"'),
+    ):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    conf = directory / "tenants.conf"
+    conf.write_text(text)
+    with running_server(conf, http, directory / "server.log"):
+        yield f"127.0.0.1:{port}"
+
+
+def _config(address: str, user: str) -> NatsConfig:
+    """The user's connection, with its password from the config."""
+    passwords = dict(_USER.findall(TENANTS_CONF.read_text()))
+    return NatsConfig(url=f"nats://{user}:{passwords[user]}@{address}", name=f"test-{user}")
+
+
+_USER = re.compile(r'user: ([\w-]+),?\s+password: "([^"]+)"')
+
+
+@pytest.fixture(scope="module")
+async def tenants(address: str) -> AsyncIterator[str]:
+    """Each tenant's own Tether: a dispatcher with the API and a worker, as its admin."""
+    acme, globex = _config(address, "acme-admin"), _config(address, "globex-admin")
+    async with Dispatcher(acme), ApiService(acme), Worker(app, acme):
+        async with Dispatcher(globex), ApiService(globex), Worker(app, globex):
+            yield address
+
+
+async def test_a_tenants_tasks_are_invisible_and_untouchable_to_another(tenants: str) -> None:
+    secret = f"acme-secret-{uuid.uuid4().hex[:8]}"
+    listener = await nats.connect(_config(tenants, "globex-admin").url)
+    try:
+        everything = await listener.subscribe(">")  # all GLOBEX sees, its admin's rights
+        async with Client(_config(tenants, "acme-app")) as acme:
+            handle = await acme.submit([{"tool": "fast", "input": {"secret": secret}}])
+            result = await handle.wait(timeout=20)
+            assert result["payload"] == {"secret": secret}
+            assert await acme.answers("tether.api.get", timeout=2)
+        async with Client(_config(tenants, "globex-app")) as globex:
+            assert await globex.find(handle.task_id) is None
+            assert await globex.history(handle.task_id) == []
+            with pytest.raises(TaskNotFoundError):
+                await globex.get(handle.task_id)
+            globex.act_through_api = True  # GLOBEX's API knows nothing of it either
+            with pytest.raises(TaskNotFoundError):
+                await globex.cancel(handle.task_id)
+        await listener.flush()
+        heard = []
+        while True:
+            try:
+                heard.append(await everything.next_msg(timeout=0.05))
+            except nats.errors.TimeoutError:
+                break
+    finally:
+        await listener.close()
+    assert any(msg.subject.startswith("_INBOX_globex-app.") for msg in heard)  # it hears GLOBEX
+    leaked = [msg.subject for msg in heard if secret.encode() in msg.data]
+    assert leaked == [], leaked
+
+
+def test_the_config_is_two_accounts_with_jetstream() -> None:
+    text = TENANTS_CONF.read_text()
+    assert re.findall(r"^  (\w+) \{$", text, re.MULTILINE) == ["ACME", "GLOBEX"]
+    assert len(_USER.findall(text)) == 4
