@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 
 import nats
 import nats.errors
@@ -52,8 +53,13 @@ _USER = re.compile(r'user: ([\w-]+),?\s+password: "([^"]+)"')
 async def tenants(address: str) -> AsyncIterator[str]:
     """Each tenant's own Tether: a dispatcher with the API and a worker, as its admin."""
     acme, globex = _config(address, "acme-admin"), _config(address, "globex-admin")
-    async with Dispatcher(acme), ApiService(acme), Worker(app, acme):
-        async with Dispatcher(globex), ApiService(globex), Worker(app, globex):
+    quick = timedelta(0)  # nothing runs when the module ends: stop at once
+    async with Dispatcher(acme), ApiService(acme), Worker(app, acme, shutdown_grace=quick):
+        async with (
+            Dispatcher(globex),
+            ApiService(globex),
+            Worker(app, globex, shutdown_grace=quick),
+        ):
             yield address
 
 

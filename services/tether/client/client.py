@@ -39,7 +39,10 @@ if TYPE_CHECKING:
     from tether.metrics import Metrics
 
 StepLike = StepSpec | dict[str, Any] | str
+FIRST_LOOK = 0.5
 ACCEPT_WAIT = 5.0
+"""Seconds `submit` waits for a dispatcher to record the task: at most `FIRST_LOOK` when
+none is running (the task is recorded when one starts)."""
 RECORD_OVERHEAD = 1024
 
 
@@ -139,7 +142,11 @@ class Client(Reads, Service):
         # record it, so `get` right after `submit` finds the task. Without a dispatcher the
         # task stays queued and is recorded when one starts.
         with contextlib.suppress(TaskTimeoutError):
-            await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
+            await handle.wait_for(lambda record: True, timeout=FIRST_LOOK)
+            return handle
+        if await self.dispatcher_running():
+            with contextlib.suppress(TaskTimeoutError):
+                await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
         return handle
 
     async def submit_agent(

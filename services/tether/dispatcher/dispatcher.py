@@ -91,7 +91,7 @@ class Dispatcher(Service):
 
         while not (self._stopping.is_set() or self.is_lost):
             try:
-                deliveries = await consumer.fetch(self.batch, timeout=FETCH_TIMEOUT)
+                deliveries = await consumer.fetch(self.batch, FETCH_TIMEOUT, self._stopping)
             except Exception as exc:
                 log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(FETCH_TIMEOUT / 4)

@@ -9,6 +9,7 @@ through the custody instead (see `tether.worker.custody`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol
@@ -146,11 +147,25 @@ class Consumer:
         info = await self._subscription.consumer_info()
         return int(info.num_pending or 0), int(info.num_ack_pending or 0)
 
-    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
-        """Up to `batch` deliveries; an empty list when none came within `timeout`.
-        Other failures (NATS away) raise, for the caller to log and try again."""
+    async def fetch(
+        self, batch: int, timeout: float, stop: asyncio.Event | None = None
+    ) -> list[Delivery]:
+        """Up to `batch` deliveries; an empty list when none came within `timeout`, or
+        at once when `stop` is set meanwhile (a process stopping does not wait out an
+        idle fetch; a message the server sent as it was given up comes back after its
+        ack wait). Other failures (NATS away) raise, for the caller to log and retry."""
+        fetching = asyncio.ensure_future(self._subscription.fetch(batch, timeout=timeout))
+        if stop is not None:
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait((fetching, stopped), return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if not fetching.done():
+                fetching.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await fetching
+                return []
         try:
-            msgs = await self._subscription.fetch(batch, timeout=timeout)
+            msgs = await fetching
         except TimeoutError:
             return []
         return [Delivery(msg) for msg in msgs]

@@ -198,7 +198,7 @@ class Worker(Service):
             ahead = await _take(self._ahead, free)
             _give(slots, free - ahead)
             try:
-                deliveries = await consumer.fetch(ahead, timeout=FETCH_TIMEOUT)
+                deliveries = await consumer.fetch(ahead, FETCH_TIMEOUT, self._stopping)
             except Exception as exc:  # disconnected: nats-py reconnects by itself
                 log.warning("fetch for %s failed: %s", tool.name, exc)
                 deliveries = []
