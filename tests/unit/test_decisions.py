@@ -25,8 +25,10 @@ from tether.worker.decisions import (
     FromCheckpoint,
     GiveUp,
     Reject,
+    ReplayFanIn,
     RepublishHandoff,
     Retry,
+    SayBranchDone,
     Wait,
     before_attempt,
     classify,
@@ -50,6 +52,15 @@ def record(**changes: Any) -> TaskRecord:
 
 def work(step: int = 1, generation: int = 1) -> WorkMessage:
     return WorkMessage(task_id="t", step=step, tool=STEPS[step].tool, generation=generation)
+
+
+GROUP = [STEPS[0], StepSpec(parallel=[StepSpec(tool="search")] * 2), STEPS[2]]
+GROUP_AT_1 = record(steps=GROUP, current_step=1, done_branches=[0])
+GROUP_PAST = record(steps=GROUP, current_step=2)
+
+
+def branch(b: int) -> WorkMessage:
+    return WorkMessage(task_id="t", step=1, tool="search", generation=1, branch=b)
 
 
 LAST_DONE = record(status=TaskStatus.COMPLETED, current_step=3, result="final")
@@ -76,6 +87,18 @@ DECISIONS = [
      Wait()),
     ("pending first step", record(status=TaskStatus.PENDING), None, work(0), Execute()),
     ("running step", record(current_step=1), None, work(), Execute()),
+    # a branch of the group at step 1 (issue 25: its step_completed may be missing)
+    ("branch counted, group running", GROUP_AT_1, CHECKPOINT, branch(0),
+     FromCheckpoint(CHECKPOINT)),
+    ("branch of a group moved past", GROUP_PAST, None, branch(0), ReplayFanIn()),
+    ("branch, task two steps on", msgspec.structs.replace(GROUP_PAST, current_step=3),
+     CHECKPOINT, branch(0), SayBranchDone(CHECKPOINT)),
+    ("branch, task completed", msgspec.structs.replace(GROUP_PAST, current_step=3,
+     status=TaskStatus.COMPLETED), CHECKPOINT, branch(0), SayBranchDone(CHECKPOINT)),
+    ("branch, task failed", msgspec.structs.replace(GROUP_PAST, current_step=3,
+     status=TaskStatus.FAILED), CHECKPOINT, branch(0), Drop()),
+    ("branch, another generation", msgspec.structs.replace(GROUP_PAST, current_step=3,
+     generation=2), CHECKPOINT, branch(0), Drop()),
 ]  # fmt: skip
 
 

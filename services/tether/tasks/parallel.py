@@ -91,20 +91,33 @@ class ParallelSteps:
             group.users -= 1
             if not group.users:
                 del self._groups[key]
-        if changed:
-            output = event_output(checkpoint.output)
-            await self.tasks.emit(
-                StepCompleted,
-                stored.record,
-                step,
-                branch=branch,
-                attempt=attempt,
-                output=output,
-                skipped=skipped,
-            )
+        if changed or rules.branch_counted(stored.record, step, branch):
+            # Every delivery that finds the branch counted says so again: its holder may
+            # have died between the count and the event; the message id drops a repeat.
+            await self.say_completed(stored.record, step, branch, checkpoint, attempt, skipped)
         if rules.all_branches_done(stored.record, step):
             return await self.fan_in(stored, step)
         return stored.record if changed else None
+
+    async def say_completed(
+        self,
+        record: TaskRecord,
+        step: int,
+        branch: int,
+        checkpoint: Checkpoint,
+        attempt: int | None,
+        skipped: bool,
+    ) -> None:
+        """A branch's step_completed (sent again by any later holder: see `count`)."""
+        await self.tasks.emit(
+            StepCompleted,
+            record,
+            step,
+            branch=branch,
+            attempt=attempt,
+            output=event_output(checkpoint.output),
+            skipped=skipped,
+        )
 
     async def fan_in(self, stored: Versioned, step: int) -> TaskRecord | None:
         """Store the group's checkpoint (its branches' outputs as a list), then complete
@@ -128,9 +141,15 @@ class ParallelSteps:
             return None
         return await self.tasks.complete_step(stored, step, winner)
 
-    async def replay_fan_in(self, record: TaskRecord, step: int) -> None:
-        """A branch's message after its group completed: replay the hand-off (its holder
-        may have died after the record moved and before the next step was published)."""
+    async def replay_fan_in(self, record: TaskRecord, step: int, branch: int) -> None:
+        """A branch's message after its group completed: say the branch completed (its
+        holder may have died between counting it and the event, while the other branches
+        completed the group), then replay the hand-off (its holder may have died after
+        the record moved and before the next step was published). Message ids make both
+        no-ops when they were done."""
+        mine = await self.store.checkpoints.get(record.task_id, step, branch)
+        if mine is not None and rules.branch_counted(record, step, branch):
+            await self.say_completed(record, step, branch, mine, mine.attempt, skipped=True)
         group = await self.store.checkpoints.get(record.task_id, step)
         if group is None and record.status is TaskStatus.COMPLETED:
             group = Checkpoint(output=record.result, time=record.updated_at)

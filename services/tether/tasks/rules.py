@@ -276,6 +276,17 @@ def complete_branch(record: TaskRecord, step: int, branch: int, now: datetime) -
     )
 
 
+def branch_counted(record: TaskRecord, step: int, branch: int) -> bool:
+    """Whether the record counts `branch` of `step` as done: in `done_branches` while the
+    step runs, and every branch once the task has moved past the step. A run that
+    failed or was cancelled counts nothing more (its events say how it ended)."""
+    if record.status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+        return False
+    if record.current_step == step:
+        return branch in record.done_branches
+    return record.current_step > step
+
+
 def all_branches_done(record: TaskRecord, step: int) -> bool:
     """True when every branch of `step` is checkpointed and the step is not yet complete:
     the fan-in is due (whoever sees this may do it; doing it twice is harmless)."""

@@ -56,6 +56,14 @@ class ReplayFanIn:
 
 
 @dataclass(frozen=True)
+class SayBranchDone:
+    """A checkpointed branch of a group the task has moved past: send its step_completed
+    again (its holder may have died before it did; a repeat is dropped by message id)."""
+
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True)
 class FromCheckpoint:
     """The step ran (or was answered) already: complete it from its checkpoint."""
 
@@ -73,7 +81,9 @@ class Execute:
     """Run the tool."""
 
 
-Decision = Reject | Drop | RepublishHandoff | ReplayFanIn | FromCheckpoint | Wait | Execute
+Decision = (
+    Reject | Drop | RepublishHandoff | ReplayFanIn | SayBranchDone | FromCheckpoint | Wait | Execute
+)
 
 
 def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkMessage) -> Decision:
@@ -81,6 +91,10 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
     if record is None:
         return Reject(f"no task {work.task_id!r} exists")
     if rules.is_stale(record, work.step, work.generation):
+        branch = work.branch
+        if branch is not None and checkpoint is not None and work.generation == record.generation:
+            if rules.branch_counted(record, work.step, branch):
+                return SayBranchDone(checkpoint)
         return Drop()
     mismatch = _branch_mismatch(record, work)
     if mismatch:

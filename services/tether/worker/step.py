@@ -169,7 +169,14 @@ class StepRunner:
                 await delivery.done()
             case decisions.ReplayFanIn():
                 assert found is not None
-                await self.tasks.branches.replay_fan_in(found.record, work.step)
+                assert work.branch is not None  # only a branch's message is decided so
+                await self.tasks.branches.replay_fan_in(found.record, work.step, work.branch)
+                await delivery.done()
+            case decisions.SayBranchDone(stored):
+                assert found is not None and work.branch is not None
+                await self.tasks.branches.say_completed(
+                    found.record, work.step, work.branch, stored, stored.attempt, skipped=True
+                )
                 await delivery.done()
             case decisions.FromCheckpoint(stored) if work.branch is not None:
                 assert found is not None
