@@ -28,6 +28,7 @@ from tether.schemas.tasks import (
     HeldStep,
     TaskRecord,
     TaskSubmit,
+    Timer,
     TokenChunk,
     ToolInfo,
     WorkerBeat,
@@ -50,10 +51,18 @@ MESSAGES: dict[str, Any] = {
     "WorkerBeat": WorkerBeat,
     "HeldStep": HeldStep,
     "TokenChunk": TokenChunk,
+    "Timer": Timer,
     "ErrorReply": ErrorReply,
     **{verb.request.__name__: verb.request for verb in VERBS.values()},
     **{verb.reply.__name__: verb.reply for verb in VERBS.values()},
 }
+
+
+BARE: dict[str, dict[str, Any]] = {
+    "Empty": {"description": "No payload: the subject is the message.", "maxLength": 0},
+    "Bytes": {"description": "Raw bytes (an Object Store chunk or meta message)."},
+}
+"""Payloads that are no JSON message: in the AsyncAPI document only."""
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
@@ -83,9 +92,48 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
             names.work_subject("{tool}"),
             "receive",
             "WorkMessage",
-            "One step to run (stream TETHER_WORK, durable consumer tool-<tool>). "
-            "Nats-Msg-Id is <task_id>.<step>.",
+            "One step to run (stream TETHER_WORK, durable consumer tool-<tool>). Nats-Msg-Id "
+            "is <task_id>.<step>, then .b<branch> for a branch of a parallel step, then "
+            ".g<N> for generation N >= 2, then .input for the message an answer sends to "
+            "resume a waiting step (e.g. t1.3.b0.g2).",
         ),
+        (
+            "timers",
+            names.timer_subject("{msg_id}"),
+            "send",
+            "WorkMessage|Timer",
+            "A message schedule in TETHER_WORK (Nats-Schedule headers, nats-server 2.12+): "
+            "a sleeping task's next WorkMessage, published onto <prefix>.work.<tool> at its "
+            "time, or a Timer (a deadline: <task_id>.deadline; an input wait's expiry: "
+            "<task_id>.<step>.input.g<N>), published onto <prefix>.work._timers.",
+        ),
+        (
+            "timers.fired",
+            names.timers_work_subject,
+            "receive",
+            "Timer",
+            "A timer that fired (the dispatchers' durable consumer `timers` on TETHER_WORK).",
+        ),
+        (
+            "control.cancelled",
+            names.cancel_notice_subject("{task_id}"),
+            "send",
+            "Empty",
+            "Core NATS, no payload: the task was cancelled; every worker stops its running "
+            "step at once.",
+        ),
+        (
+            "index",
+            names.index_subject("{status}", 0, "{task_id}").replace(
+                "0000000000000000", "{created_us}"
+            ),
+            "send",
+            "Empty",
+            "The status index (stream TETHER_INDEX, one message per subject): a task's row "
+            "under its status and creation time (microseconds, 16 digits). Whoever changes "
+            "a record's status writes the new row and removes the old one.",
+        ),
+        *_buckets(names),
         (
             "tokens",
             names.tokens_subject("{task_id}"),
@@ -115,13 +163,74 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
         channels.append(
             (
                 f"api.{verb.name}.reply",
-                "_INBOX.{reply_to}",
+                "{inbox}.{reply_to}",
                 "send",
                 f"{verb.reply.__name__}|ErrorReply",
-                f"Reply to {names.api_subject(verb.name)}: the result or an error.",
+                f"Reply to {names.api_subject(verb.name)}: the result or an error, on the "
+                "requester's inbox (_INBOX by default; _INBOX_<user> under "
+                "deploy/nats/roles.conf).",
             )
         )
     return channels
+
+
+def _buckets(names: Names) -> list[tuple[str, str, str, str, str]]:
+    """The key-value buckets and the Object Store, as the subjects their entries are."""
+    kv = names.kv_subject
+    return [
+        (
+            "kv.tasks",
+            kv(names.tasks_bucket, "{task_id}"),
+            "send",
+            "TaskRecord",
+            "A task's record: created create-only, then changed by compare-and-set only.",
+        ),
+        (
+            "kv.checkpoints",
+            kv(names.checkpoints_bucket, "{task_id}.{step}"),
+            "send",
+            "Checkpoint",
+            "A step's output, written create-only; keys <task_id>.<step>, "
+            "<task_id>.<step>.b<branch>, and <task_id>.<step>[.b<branch>].once.<name> "
+            "for ctx.once.",
+        ),
+        (
+            "kv.heartbeats",
+            kv(names.heartbeats_bucket, "{task_id}"),
+            "send",
+            "Heartbeat",
+            "The running step's worker and progress.",
+        ),
+        (
+            "kv.tools",
+            kv(names.tools_bucket, "{tool}"),
+            "send",
+            "ToolInfo",
+            "A tool some worker serves.",
+        ),
+        (
+            "kv.workers",
+            kv(names.workers_bucket, "{worker}"),
+            "send",
+            "WorkerBeat",
+            "A worker's beat, every half second while it runs.",
+        ),
+        (
+            "kv.workers.held",
+            kv(names.workers_bucket, "{worker}.{msg_id}"),
+            "send",
+            "HeldStep",
+            "A step the worker holds (keyed by the step message's Nats-Msg-Id).",
+        ),
+        (
+            "blobs",
+            f"$O.{names.blobs_bucket}.>",
+            "send",
+            "Bytes",
+            "The Object Store of values over the blob threshold, one object per value "
+            "named sha256-<hex>: the value's JSON, exactly.",
+        ),
+    ]
 
 
 def asyncapi(names: Names = DEFAULT_NAMES) -> dict[str, Any]:
@@ -159,6 +268,7 @@ def _with_msgspec_payloads(document: dict[str, Any], payloads: dict[str, str]) -
     for name, kind, top in zip(MESSAGES, kinds, tops, strict=True):
         if not isinstance(kind, type):  # a union has no component of its own
             components[_schema_name(name)] = top
+    components.update(BARE)
     for key, message in document["components"]["messages"].items():
         names = payloads[key.split(":")[0]].split("|")
         refs = [{"$ref": f"#/components/schemas/{_schema_name(n)}"} for n in names]
@@ -168,6 +278,8 @@ def _with_msgspec_payloads(document: dict[str, Any], payloads: dict[str, str]) -
 
 
 def _schema_name(message: str) -> str:
+    if message in BARE:
+        return message
     kind = MESSAGES[message]
     return message if isinstance(kind, type) else "AnyStatusEvent"
 
