@@ -4,6 +4,7 @@ embedded server."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,6 +41,7 @@ class Reads:
 
     _store: Store | None
     _live: tuple[float, set[str]] | None = None
+    _reading_live: asyncio.Future[set[str]] | None = None
 
     def _connected(self) -> Store:
         if self._store is None:
@@ -93,11 +95,18 @@ class Reads:
         return [info for info in await self._connected().tools.list() if info.name in live]
 
     async def live_tools(self) -> set[str]:
-        """The tools some worker that beats right now serves (read at most once a second)."""
+        """The tools some worker that beats right now serves: read at most once a second,
+        and once for all the callers that ask while it is being read (a thousand submits
+        at once make one read, not a thousand)."""
         now = time.monotonic()
-        if self._live is None or now - self._live[0] > LIVE_TOOLS_FOR:
-            self._live = (now, await live_tools(self._connected()))
-        return self._live[1]
+        if self._live is not None and now - self._live[0] <= LIVE_TOOLS_FOR:
+            return self._live[1]
+        if self._reading_live is None or self._reading_live.done():
+            self._reading_live = asyncio.ensure_future(live_tools(self._connected()))
+        reading = self._reading_live
+        tools = await asyncio.shield(reading)
+        self._live = (now, tools)
+        return tools
 
     async def stall(self, record: TaskRecord) -> Stall | None:
         """Why the task is not moving, if it waits on something a person should hear of:
