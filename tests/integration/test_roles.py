@@ -548,3 +548,23 @@ async def test_the_gateway_and_dashboard_write_no_task_they_ask_the_api(
     async with raw(running, role) as user:
         await user.nc.publish(subject, b"{}")
         await user.refused(f'publish to "{subject}"')
+
+
+async def test_tether_status_of_a_running_task_works_as_the_client(running: RolesServer) -> None:
+    """Every read `tether status` makes (record, heartbeat, last event, what a stalled task
+    waits for, whether a dispatcher runs) is allowed to the client role."""
+    from tests.e2e.test_cli_ops import tether
+
+    config = running.config("client")
+    since = running.mark()
+    async with Client(config, act_through_api=True) as client:  # it may not write records
+        slow = await client.submit([{"tool": "slow", "input": {"sleep": 30}}])
+
+        async def beating() -> None:
+            assert await client.heartbeat(slow.task_id) is not None
+
+        await eventually(beating, timeout=20)
+        status = await tether(config, "status", slow.task_id)
+        await client.cancel(slow.task_id)
+    assert status.code == 0 and "heartbeat" in status.out, status
+    assert running.violations(since, users={"client"}) == []

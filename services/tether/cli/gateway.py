@@ -39,6 +39,17 @@ def gateway(
             "sees. Repeatable; the variable takes NAME=TOKEN,NAME=TOKEN.",
         ),
     ] = None,
+    seal_key: Annotated[
+        str | None,
+        typer.Option(
+            "--seal-key",
+            envvar="TETHER_GATEWAY_SEAL_KEY",
+            metavar="SECRET",
+            help="Seals each MCP task to its caller; give every replica the same (default: "
+            "drawn from the tokens).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
     from tether.gateway import Gateway
@@ -53,7 +64,9 @@ def gateway(
             fg=typer.colors.YELLOW,
         )
     config = nats_config(nats, prefix, "tether-gateway", replicas)
-    gateway = Gateway(config, host, port, metrics=metrics_on(metrics_port), tokens=tokens)
+    gateway = Gateway(
+        config, host, port, metrics=metrics_on(metrics_port), tokens=tokens, seal_key=seal_key
+    )
     serve(gateway, name=config.name)
 
 

@@ -40,13 +40,20 @@ def parse_tokens(specs: list[str]) -> dict[str, str]:
     return tokens
 
 
-def seal_key(tokens: Mapping[str, str]) -> bytes | None:
-    """The key that seals a task to its caller: drawn from every token, so only gateways
-    configured with the same tokens (its replicas) can seal, and a caller who knows only
-    its own token cannot (None: no tokens, no callers)."""
+def seal_key(tokens: Mapping[str, str], secret: str | None = None) -> bytes | None:
+    """The key that seals a task to its caller (None: no tokens, no callers).
+
+    `secret` (`--seal-key`, the same on every replica) is the key's source. Without one,
+    the key is drawn from all the tokens through scrypt: only gateways with the same
+    tokens (its replicas) can seal, a caller who knows only its own token cannot, and
+    each guess at the tokens from a stored seal costs a scrypt (use long random tokens,
+    or a seal key)."""
     if not tokens:
         return None
-    return hashlib.sha256(b"tether-mcp-caller\n" + "\n".join(sorted(tokens)).encode()).digest()
+    if secret:
+        return hashlib.sha256(b"tether-mcp-caller\n" + secret.encode()).digest()
+    material = "\n".join(sorted(tokens)).encode()
+    return hashlib.scrypt(material, salt=b"tether-mcp-caller", n=2**14, r=8, p=1, dklen=32)
 
 
 def seal(key: bytes, task_id: str, caller: str) -> str:

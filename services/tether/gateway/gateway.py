@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from tether.client import Client
 from tether.errors import TetherError
 from tether.gateway.backend import GatewayOptions, TaskBackend
-from tether.gateway.callers import BearerAuth, seal_key
+from tether.gateway.callers import BearerAuth
+from tether.gateway.callers import seal_key as sealing_key
 from tether.gateway.calls import ToolCalls
 from tether.gateway.methods import TaskMethods
 from tether.gateway.notifications import LegacyPush, StatusFeed, TaskListen
@@ -53,16 +54,18 @@ class Gateway(Service):
         layout: Layout | None = None,
         metrics: Metrics | None = None,
         tokens: Mapping[str, str] | None = None,
+        seal_key: str | None = None,
     ) -> None:
         """`tokens` (token -> caller name): require one as a bearer token, and bind each
-        MCP task to the caller that created it (see `tether.gateway.callers`)."""
+        MCP task to the caller that created it, sealed with `seal_key` (the same on every
+        replica; see `tether.gateway.callers.seal_key`)."""
         self.nats = nats or NatsConfig()
         self.tokens = dict(tokens or {})
         self.metrics = metrics
         self._http = HttpServer(host, port, "the MCP gateway", GatewayError)
         self.options = options or GatewayOptions()
         self._client = Client(self.nats, layout=layout, act_through_api=True)
-        backend = TaskBackend(self._client, self.options, seal_key(self.tokens))
+        backend = TaskBackend(self._client, self.options, sealing_key(self.tokens, seal_key))
         self._feed = StatusFeed(backend)
         self._push = LegacyPush(self._feed, backend)
         self._listen = TaskListen(self._feed, backend)
