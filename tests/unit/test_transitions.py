@@ -336,6 +336,21 @@ def test_retry_from_failure_starts_a_new_generation_at_the_failed_step() -> None
     assert rules.retry_from_failure(retried, T1) is None
 
 
+def test_a_retried_step_whose_child_failed_runs_again_instead_of_waiting_for_it() -> None:
+    """The failed child's run is over: a retry that kept `awaiting` left the step's worker
+    waiting for a child that will never end again (the task hung for good)."""
+    from tether.schemas.tasks import WorkMessage
+    from tether.worker.decisions import Execute, decide
+
+    awaiting = _record(status=TaskStatus.RUNNING, current_step=1, awaiting="t-s1", wake_at=T0)
+    failed = rules.fail(awaiting, 1, ERROR, T1)
+    assert failed is not None
+    retried = rules.retry_from_failure(failed, T1)
+    assert retried is not None and retried.awaiting is None and retried.wake_at is None
+    work = WorkMessage(task_id=retried.task_id, step=1, tool="b", generation=2)
+    assert decide(retried, None, work) == Execute()
+
+
 # -- fail / cancel / wait_for_input -------------------------------------------
 
 

@@ -391,7 +391,9 @@ def wait_for_input(
 
 
 def retry_from_failure(record: TaskRecord, now: datetime) -> TaskRecord | None:
-    """failed → running at the failed step, as a new generation (so its messages are new)."""
+    """failed → running at the failed step, as a new generation (so its messages are new).
+    The step runs again now: the child it awaited (which failed) and the sleep it was in
+    are over, so a retried step that started a child starts a new one."""
     if record.status is not TaskStatus.FAILED or record.failed_step is None:
         return None
     return msgspec.structs.replace(
@@ -400,6 +402,8 @@ def retry_from_failure(record: TaskRecord, now: datetime) -> TaskRecord | None:
         current_step=record.failed_step,
         error=None,
         failed_step=None,
+        awaiting=None,
+        wake_at=None,
         generation=record.generation + 1,
         updated_at=now,
     )
