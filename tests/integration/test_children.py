@@ -59,6 +59,19 @@ async def test_a_failed_child_fails_its_parents_step(
     assert (await handle.get()).failed_step == 0
 
 
+async def test_a_child_whose_input_wait_expires_fails_its_parents_step(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    """A child failed by a timer (not by a worker) resumes its parent all the same: before,
+    the parent waited for it until its own deadline, or for ever."""
+    child_steps = [{"tool": "asks_briefly", "input": {"timeout": 0.5}}]
+    handle = await client.submit([{"tool": "delegates", "input": {"steps": child_steps}}, "fast"])
+    with pytest.raises(TaskFailedError) as failure:
+        await handle.wait(timeout=20)
+    assert failure.value.error is not None and failure.value.error.type == "ChildFailed"
+    assert "InputExpired" in failure.value.error.message
+
+
 async def test_cancelling_the_parent_cancels_the_child(
     client: Client, dispatcher: object, worker: Worker
 ) -> None:

@@ -308,12 +308,14 @@ class TaskService:
             return None if error is None else rules.fail(record, step, error, now)
 
         stored, changed = await self.store.records.update(timer.task_id, fail_if_expired, found)
-        if not changed:
-            return None
         record = stored.record
-        await self.emit(Failed, record, record.failed_step, error=record.error)
-        await self.store.notify_cancelled(timer.task_id)  # a running step stops at once
-        return record
+        if changed:
+            await self.emit(Failed, record, record.failed_step, error=record.error)
+            await self.store.notify_cancelled(timer.task_id)  # a running step stops at once
+        if record.status is TaskStatus.FAILED and record.parent is not None:
+            # a child's parent step fails with it: again after a crash here, harmlessly
+            await self.children.resume_parent(record)
+        return record if changed else None
 
     # -- resuming ---------------------------------------------------------------------------
     async def send_input(self, task_id: str, data: Any) -> TaskRecord:
