@@ -72,6 +72,16 @@ async def test_a_child_whose_input_wait_expires_fails_its_parents_step(
     assert "InputExpired" in failure.value.error.message
 
 
+async def test_a_child_with_no_steps_fails_the_step_at_once(
+    client: Client, dispatcher: object, worker: Worker
+) -> None:
+    handle = await client.submit([{"tool": "delegates", "input": {"steps": []}}])
+    with pytest.raises(TaskFailedError) as failure:
+        await handle.wait(timeout=20)
+    assert failure.value.error is not None and "has no steps" in failure.value.error.message
+    assert (await handle.get()).failed_step == 0
+
+
 async def test_cancelling_the_parent_cancels_the_child(
     client: Client, dispatcher: object, worker: Worker
 ) -> None:

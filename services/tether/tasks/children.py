@@ -7,7 +7,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from tether.clock import utcnow
-from tether.errors import TaskConflictError, TaskExistsError, TaskNotFoundError
+from tether.errors import InvalidTaskError, TaskConflictError, TaskExistsError, TaskNotFoundError
 from tether.nats.recent import Versioned
 from tether.schemas.events import Failed
 from tether.schemas.ids import validate_task_id
@@ -43,6 +43,8 @@ class ChildTasks:
         crash in between re-runs the step, which finds the same child (its id comes from
         the step) and goes on. A child that already ended resumes the parent at once.
         """
+        if not steps:
+            raise InvalidTaskError("a child task has no steps: give Child(...) at least one")
         validate_steps(steps, "child task")
         if task_id is not None:
             validate_task_id(task_id)
