@@ -465,6 +465,30 @@ async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
     await eventually(lambda: drained(raw, names.work_stream))
 
 
+async def test_a_stray_message_fails_a_task_only_for_the_step_it_waits_on(
+    client: Client, raw: Raw, dispatcher: object, worker: Worker
+) -> None:
+    """A message naming another tool fails the task when it stands for the step the task
+    waits on (that step cannot run); one about another step or run is dead-lettered
+    alone, and the task goes on."""
+    names = client._store.names
+    live = await client.submit([{"tool": "slow", "input": {"sleep": 1}}, "fast"])
+    await live.wait_for(lambda record: record.status.value == "running", timeout=20)
+    stray = {"task_id": live.task_id, "step": 5, "tool": "slow", "generation": 1}
+    async with dead_letters(raw, names, "fast") as box:
+        await raw.js.publish(names.work_subject("fast"), json.dumps(stray).encode())
+        await eventually(lambda: box.one_of(json.dumps(stray).encode()))
+    assert (await live.wait(timeout=20))["step"] == 1  # the stray changed nothing
+
+    waiting = await client.submit([{"tool": "asks", "input": {}}])
+    await waiting.wait_for(lambda record: record.status.value == "waiting", timeout=20)
+    current = {"task_id": waiting.task_id, "step": 0, "tool": "slow", "generation": 1}
+    await raw.js.publish(names.work_subject("fast"), json.dumps(current).encode())
+    with pytest.raises(TaskFailedError) as failed:
+        await waiting.wait(timeout=20)
+    assert failed.value.error is not None and failed.value.error.type == "InvalidMessage"
+
+
 # -- 5. generated garbage ------------------------------------------------------
 
 json_values = st.recursive(

@@ -276,6 +276,16 @@ def complete_branch(record: TaskRecord, step: int, branch: int, now: datetime) -
     )
 
 
+def runs_step(record: TaskRecord, step: int, generation: int) -> bool:
+    """Whether the task, in this run, is at `step` and not over: what a message must name
+    before its failure may fail the task."""
+    return (
+        not record.status.is_terminal
+        and record.generation == generation
+        and record.current_step == step
+    )
+
+
 def branch_counted(record: TaskRecord, step: int, branch: int) -> bool:
     """Whether the record counts `branch` of `step` as done: in `done_branches` while the
     step runs, and every branch once the task has moved past the step. A run that

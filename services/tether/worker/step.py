@@ -31,6 +31,7 @@ from tether.schemas.tasks import (
     ErrorInfo,
     WorkMessage,
 )
+from tether.tasks import rules
 from tether.tasks.service import TaskService
 from tether.worker import decisions
 from tether.worker.app import Tool
@@ -241,8 +242,12 @@ class StepRunner:
             branch=work.branch if work else None,
             attempt=delivery.attempt,
         )
-        if work is not None and await self.store.records.get(work.task_id) is not None:
-            await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
+        found = None if work is None else await self.store.records.get(work.task_id)
+        if work is not None and found is not None:
+            if rules.runs_step(found.record, work.step, work.generation):
+                # the step this task waits on cannot run: say so (a stray message about
+                # another step or run of the task is only dead-lettered)
+                await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
         await delivery.give_up()
 
 
