@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from tests.apps.tools import app
 from tests.conftest import Raw
 from tether import Client, NatsConfig, TaskFailedError, Worker
+from tether.testing import eventually
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.mjs"
@@ -28,19 +27,6 @@ NODE_TOOLS = ["node_upper", "node_flaky", "node_broken", "node_slow"]
 TERMINAL = {"completed", "failed", "cancelled"}
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(scope="session")
-def node() -> str:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("the Node.js worker test needs Node.js 20+ on PATH (https://nodejs.org)")
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
-    if int(version.stdout.strip().lstrip("v").split(".")[0]) < 20:
-        pytest.skip(f"Node.js {version.stdout.strip()} is too old for the worker test (20+)")
-    if not (HERE / "node_modules" / "@nats-io" / "jetstream").is_dir():
-        pytest.skip(f"the pinned NATS packages are not installed: run 'npm ci' in {HERE}")
-    return node
 
 
 class NodeWorker:
@@ -106,26 +92,13 @@ async def node_worker(
         assert "node worker:" not in errors, f"worker.mjs reported errors:\n{errors}"
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        try:
-            return await check()
-        except AssertionError:
-            if loop.time() > end:
-                raise
-            await asyncio.sleep(0.1)
-
-
 async def events(raw: Raw, config: NatsConfig, task_id: str) -> list[dict[str, Any]]:
     """Every status event of the task, raw, in stream order, once it has ended."""
 
     async def read() -> list[dict[str, Any]]:
-        prefix = config.names.prefix
-        stream = f"{prefix.upper().replace('-', '_')}_STATUS"
+        names = config.names
         sub = await raw.js.subscribe(
-            f"{prefix}.status.{task_id}", stream=stream, ordered_consumer=True
+            names.status_subject(task_id), stream=names.status_stream, ordered_consumer=True
         )
         seen: list[dict[str, Any]] = []
         try:
@@ -280,7 +253,7 @@ async def test_a_parallel_group_with_branches_in_both_languages(
         ("step_completed", 1),
         ("completed", None),
     ]
-    checkpoint = await raw.js.key_value(f"{config.names.prefix}-checkpoints")
+    checkpoint = await raw.js.key_value(config.names.checkpoints_bucket)
     stored = json.loads((await checkpoint.get(f"{task_id}.0")).value or b"null")
     assert stored["output"] == outputs and stored["spec"] == group
     assert executions_of(executions, task_id) == {"0.b0": 1, "0.b1": 1, "0.b2": 1, "1": 1}
@@ -374,7 +347,7 @@ async def test_a_node_retry_and_a_node_dead_letter(
     (letter,) = [d for d in await client.dead_letters() if d.task_id == "broken-1"]
     assert letter.tool == "node_broken" and letter.step == 1 and letter.attempt == 3
     assert letter.error.type == "ServiceDown" and letter.error.message == record.error.message
-    assert letter.subject == f"{config.names.prefix}.work.node_broken"
+    assert letter.subject == config.names.work_subject("node_broken")
     assert json.loads(letter.data)["task_id"] == "broken-1"  # msgspec decoded the base64
     assert executions_of(executions, "broken-1") == {"0": 1, "1": 3}
 
@@ -399,8 +372,7 @@ async def test_a_sigkilled_node_worker_is_replaced_and_checkpointed_steps_do_not
     async def slow_started() -> None:
         assert executions_of(executions, "killed-1")["1"] == 1
 
-    await eventually(slow_started)
-    await asyncio.sleep(0.3)  # the node_slow step is running (its checkpointed step 0 is behind it)
+    await eventually(slow_started)  # the node_slow step runs; its checkpointed step 0 is behind it
     node_worker.kill()
     assert node_worker.proc is not None
     await node_worker.proc.wait()

@@ -40,9 +40,10 @@ if TYPE_CHECKING:
 
 StepLike = StepSpec | dict[str, Any] | str
 FIRST_LOOK = 0.5
+"""Seconds `submit` waits for the record before it asks whether a dispatcher runs."""
 ACCEPT_WAIT = 5.0
-"""Seconds `submit` waits for a dispatcher to record the task: at most `FIRST_LOOK` when
-none is running (the task is recorded when one starts)."""
+"""Seconds `submit` waits for a running dispatcher to record the task (with none running
+it returns after `FIRST_LOOK`: the task is recorded when one starts)."""
 RECORD_OVERHEAD = 1024
 
 

@@ -154,16 +154,18 @@ class Consumer:
         at once when `stop` is set meanwhile (a process stopping does not wait out an
         idle fetch; a message the server sent as it was given up comes back after its
         ack wait). Other failures (NATS away) raise, for the caller to log and retry."""
-        fetching = asyncio.ensure_future(self._subscription.fetch(batch, timeout=timeout))
+        fetching: Awaitable[list[Msg]] = self._subscription.fetch(batch, timeout=timeout)
         if stop is not None:
+            fetched = asyncio.ensure_future(fetching)
             stopped = asyncio.ensure_future(stop.wait())
-            await asyncio.wait((fetching, stopped), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((fetched, stopped), return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
-            if not fetching.done():
-                fetching.cancel()
+            if not fetched.done():
+                fetched.cancel()
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await fetching
+                    await fetched
                 return []
+            fetching = fetched
         try:
             msgs = await fetching
         except TimeoutError:

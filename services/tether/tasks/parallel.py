@@ -141,13 +141,14 @@ class ParallelSteps:
             return None
         return await self.tasks.complete_step(stored, step, winner)
 
-    async def replay_fan_in(self, record: TaskRecord, step: int, branch: int) -> None:
+    async def replay_fan_in(
+        self, record: TaskRecord, step: int, branch: int, mine: Checkpoint | None
+    ) -> None:
         """A branch's message after its group completed: say the branch completed (its
         holder may have died between counting it and the event, while the other branches
         completed the group), then replay the hand-off (its holder may have died after
         the record moved and before the next step was published). Message ids make both
-        no-ops when they were done."""
-        mine = await self.store.checkpoints.get(record.task_id, step, branch)
+        no-ops when they were done. `mine`: the branch's checkpoint, as read."""
         if mine is not None and rules.branch_counted(record, step, branch):
             await self.say_completed(record, step, branch, mine, mine.attempt, skipped=True)
         group = await self.store.checkpoints.get(record.task_id, step)

@@ -79,9 +79,11 @@ def retry_wait(event: StepRetrying, now: datetime) -> Stall:
     return Stall(kind="retry", message=message, since=event.time, until=due)
 
 
-def dispatcher_wait(task_id: str, queued_at: datetime | None, running: bool) -> Stall:
+def dispatcher_wait(task_id: str, queued_at: datetime, running: bool) -> Stall:
     """A submission still in the submit stream: no dispatcher has recorded it yet."""
-    when = "" if queued_at is None else f" at {clock(queued_at)}"
-    message = f"task {task_id!r} was submitted{when} and waits for a dispatcher to record it"
+    message = (
+        f"task {task_id!r} was submitted at {clock(queued_at)} and waits for a dispatcher "
+        "to record it"
+    )
     message += "" if running else f": no dispatcher is running; {START_DISPATCHER}"
     return Stall(kind="dispatcher", message=message, since=queued_at)

@@ -52,7 +52,10 @@ class RepublishHandoff:
 
 @dataclass(frozen=True)
 class ReplayFanIn:
-    """A branch of a parallel step whose group was recorded: replay the group's hand-off."""
+    """A branch of a parallel step whose group was recorded: replay the group's hand-off
+    (and the branch's event, from its checkpoint as read)."""
+
+    checkpoint: Checkpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
         return Reject(mismatch)
     if record.current_step == work.step + 1:
         if work.branch is not None:
-            return ReplayFanIn()
+            return ReplayFanIn(checkpoint)
         stored = checkpoint or _result_as_checkpoint(record, work.step)
         if stored is not None:
             return RepublishHandoff(stored)

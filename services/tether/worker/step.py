@@ -168,10 +168,10 @@ class StepRunner:
                 assert found is not None
                 await self.tasks.replay_hand_off(found.record, work.step, stored)
                 await delivery.done()
-            case decisions.ReplayFanIn():
+            case decisions.ReplayFanIn(mine):
                 assert found is not None
                 assert work.branch is not None  # only a branch's message is decided so
-                await self.tasks.branches.replay_fan_in(found.record, work.step, work.branch)
+                await self.tasks.branches.replay_fan_in(found.record, work.step, work.branch, mine)
                 await delivery.done()
             case decisions.SayBranchDone(stored):
                 assert found is not None and work.branch is not None
@@ -242,11 +242,11 @@ class StepRunner:
             branch=work.branch if work else None,
             attempt=delivery.attempt,
         )
-        found = None if work is None else await self.store.records.get(work.task_id)
-        if work is not None and found is not None:
-            if rules.runs_step(found.record, work.step, work.generation):
-                # the step this task waits on cannot run: say so (a stray message about
-                # another step or run of the task is only dead-lettered)
+        if work is not None:
+            found = await self.store.records.get(work.task_id)
+            # the step the task waits on cannot run: say so (a stray message about another
+            # step or run of the task is only dead-lettered)
+            if found is not None and rules.runs_step(found.record, work.step, work.generation):
                 await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
         await delivery.give_up()
 
