@@ -508,15 +508,16 @@ async def test_a_clients_push_consumer_cannot_deliver_into_tether_subjects(
         await literal.unsubscribe()
         config = {
             "stream_name": "KV_tether-tasks",
-            "config": {"deliver_subject": target, "deliver_policy": "all", "ack_policy": "none"},
+            "config": {
+                "name": "planter",
+                "filter_subject": "$KV.tether-tasks.>",
+                "deliver_subject": target,
+                "deliver_policy": "all",
+                "ack_policy": "none",
+            },
         }
-        created = json.loads(
-            (
-                await attacker.nc.request(
-                    "$JS.API.CONSUMER.CREATE.KV_tether-tasks", json.dumps(config).encode()
-                )
-            ).data
-        )
+        create = "$JS.API.CONSUMER.CREATE.KV_tether-tasks.planter.$KV.tether-tasks.>"
+        created = json.loads((await attacker.nc.request(create, json.dumps(config).encode())).data)
         assert "error" not in created  # the server takes the config as it is...
         sentinel = f"tether.status.sentinel-{uuid.uuid4().hex[:8]}"
         await operator.nc.publish(sentinel, b"{}")
@@ -527,6 +528,36 @@ async def test_a_clients_push_consumer_cannot_deliver_into_tether_subjects(
     assert info.delivered.consumer_seq == 0
     with pytest.raises(NotFoundError):
         await _last_on(running, target)
+
+
+FOLLOWED = {
+    "client": "TETHER_STATUS",
+    "dispatcher": "KV_tether-tasks",
+    "gateway": "TETHER_TOKENS",
+    "dashboard": "TETHER_DLQ",
+    "worker": "TETHER_WORK",
+}
+
+
+@pytest.mark.parametrize("role", sorted(FOLLOWED))
+async def test_no_role_but_the_operator_creates_a_consumer_through_the_unfiltered_subject(
+    running: RolesServer, role: str
+) -> None:
+    """The consumers part of issue 24: `$JS.API.CONSUMER.CREATE.<stream>` takes any
+    filter, so a role that follows one subject of a stream could read all of it; every
+    Tether process creates its consumers by name and filter instead (the module's
+    followers above ran with these permissions)."""
+    stream = FOLLOWED[role]
+    probe = f"tether.probe.{uuid.uuid4().hex[:8]}"
+    request = {"stream_name": stream, "config": {"filter_subject": probe, "ack_policy": "none"}}
+    subject = f"$JS.API.CONSUMER.CREATE.{stream}"
+    async with raw(running, role) as follower:
+        with pytest.raises(nats.errors.TimeoutError):  # refused, so never answered
+            await follower.nc.request(subject, json.dumps(request).encode(), REFUSED_WITHIN)
+        await follower.refused(f'publish to "{subject}"')
+    async with raw(running, "operator") as operator:
+        consumers = await operator.nc.jetstream().consumers_info(stream)
+    assert [c for c in consumers if c.config.filter_subject == probe] == []
 
 
 async def _last_on(running: RolesServer, subject: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
@@ -18,7 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext, JetStreamManager
+from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError
+from nats.nuid import NUID
 
 from tether.errors import JetStreamError, NatsUnavailableError, RevisionConflictError, TetherError
 from tether.nats import codes
@@ -155,6 +159,39 @@ class NatsConfig:
         if self.tls_cert:
             context.load_cert_chain(self.tls_cert, self.tls_key)
         return context
+
+
+class _NamedConsumers(JetStreamManager):
+    """Gives every consumer created without a name a fresh one, so that its create
+    request goes to `$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`, which permissions
+    can pin to the subjects a role may read (nats-py's ordered consumers and KV watches
+    use the unfiltered `$JS.API.CONSUMER.CREATE.<stream>`, which takes any config)."""
+
+    _names = NUID()
+
+    async def add_consumer(
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        timeout: float | None = None,
+        **params: object,
+    ) -> ConsumerInfo:
+        config = (config or ConsumerConfig()).evolve(**params)
+        if not (config.name or config.durable_name):
+            # a copy: an ordered consumer recreates itself from the same config
+            config = dataclasses.replace(config, name=self._names.next().decode())
+        return await super().add_consumer(stream, config, timeout)
+
+
+class _JetStreamContext(JetStreamContext):
+    @property
+    def _jsm(self) -> JetStreamManager:
+        return _NamedConsumers(conn=self._nc, prefix=self._prefix, timeout=self._timeout)
+
+
+def jetstream(nc: NatsClient) -> JetStreamContext:
+    """The JetStream context every Tether process uses (see `_NamedConsumers`)."""
+    return _JetStreamContext(nc)
 
 
 async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = None) -> NatsClient:

@@ -24,6 +24,7 @@ from tether.errors import NatsUnavailableError
 from tether.nats import headers
 from tether.nats.blobs import Blobs
 from tether.nats.checkpoints import Checkpoints
+from tether.nats.connection import jetstream as jetstream_context
 from tether.nats.connection import translating
 from tether.nats.consumers import (
     ConsumerOptions,
@@ -89,7 +90,7 @@ class Store:
         """Bind to Tether's buckets; with `provision`, create (idempotently) what is
         missing first, else raise NotProvisionedError naming it."""
         layout = layout or Layout()
-        js = nc.jetstream()
+        js = jetstream_context(nc)
         names = layout.names
         try:
             await open_installation(js, layout, provision)
