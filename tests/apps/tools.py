@@ -32,7 +32,7 @@ APPROVAL = {
     "properties": {"approved": {"type": "boolean"}},
     "required": ["approved"],
 }
-BEAT = 0.5  # heartbeat (s): a killed worker's unheld steps come back after 2.5 x BEAT
+BEAT = 0.5  # heartbeat (s): a killed worker's unheld steps come back after BEAT / 2 + 1 s
 
 
 def record(ctx: StepContext, tag: str = "") -> None:

@@ -51,6 +51,8 @@ async def test_followers_resume_after_the_server_restarts_without_loss_or_repeat
                 asyncio.create_task(_collect(handle.stream(), chunks, ended, "stream")),
             ]
             await wait_until(lambda: _some(chunks, 10), timeout=30, message="the answer streaming")
+            out = tmp_path / "watch.out"  # `tether watch` is following too (connected)
+            await wait_until(lambda: _printed(out), timeout=30, message="tether watch to print")
             server.kill()
             await asyncio.sleep(1.0)  # away for a while, not only a blink
             server.start()
@@ -95,6 +97,10 @@ async def _collect(feed: Any, into: list[Any], ended: dict[str, float], name: st
 
 async def _some(items: list[Any], count: int) -> bool:
     return len(items) >= count
+
+
+async def _printed(out: Path) -> bool:
+    return out.exists() and out.stat().st_size > 0
 
 
 async def _registered(client: Client) -> bool:

@@ -25,7 +25,7 @@ if (!url || !prefix || toolNames.length === 0) {
 const UPPER = prefix.toUpperCase().replaceAll("-", "_");
 const WORK_STREAM = `${UPPER}_WORK`;
 const HEARTBEAT_MS = Number(process.env.TETHER_NODE_HEARTBEAT_MS ?? 500);
-const ACK_WAIT_MS = Math.round(2.5 * HEARTBEAT_MS);
+const ACK_WAIT_MS = Math.round(HEARTBEAT_MS / 2 + 1000);
 const BEAT_EVERY_MS = 500;
 const EVENT_OUTPUT_MAX = 4096;
 const TASK_ID = /^[A-Za-z0-9_-]{1,128}$/;
@@ -550,7 +550,7 @@ function decode(msg) {
 async function handle(msg, tool) {
   const prior = Number(msg.headers?.get("Tether-Prior-Attempts") || 0);
   const attempt = msg.info.deliveryCount + prior;
-  const wpi = setInterval(() => msg.working(), HEARTBEAT_MS);
+  const wpi = setInterval(() => msg.working(), HEARTBEAT_MS / 2);
   try {
     await step(msg, tool, attempt);
   } catch (error) {

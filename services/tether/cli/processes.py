@@ -108,10 +108,12 @@ LookEvery = Annotated[
         envvar="TETHER_LOOK_EVERY", metavar="S", help="Seconds between looks for lost cancels."
     ),
 ]
-AckWaitFactor = Annotated[
+StepSlack = Annotated[
     float,
     typer.Option(
-        envvar="TETHER_ACK_WAIT_FACTOR", metavar="X", help="Heartbeats a step waits for its worker."
+        envvar="TETHER_STEP_SLACK",
+        metavar="S",
+        help="Seconds a step not yet held waits past its next beat before another worker takes it.",
     ),
 ]
 
@@ -142,7 +144,7 @@ def worker(
     beat_every: BeatEvery = 0.5,
     dead_after: DeadAfter = 2.0,
     look_every: LookEvery = 30.0,
-    ack_wait_factor: AckWaitFactor = 2.5,
+    step_slack: StepSlack = 1.0,
     grace: Grace = 2.0,
 ) -> None:
     """Serve the tools of one or more apps."""
@@ -150,7 +152,7 @@ def worker(
 
     try:
         loaded = load_apps(apps)
-        liveness = Liveness(beat_every, dead_after, look_every, ack_wait_factor)
+        liveness = Liveness(beat_every, dead_after, look_every, step_slack)
     except (AppLoadError, ValueError) as exc:
         fail(str(exc))
     config = nats_config(nats, prefix, "tether-worker", replicas)

@@ -25,7 +25,7 @@ class StepHeartbeat:
     (`custody`, see `tether.worker.custody`): its message is acknowledged and the worker's
     own beat keeps it from then on. A tool with a global concurrency limit keeps its
     message instead (an acknowledged step would not count against the limit), and so does
-    any step while custody fails: those `extend()` every `interval`. The step's
+    any step while custody fails: those `extend()` every half `interval`. The step's
     heartbeat key (worker, progress) is written once the tool runs, and again when it
     reports progress. Cancellation comes as a notice (`end`), or from the worker's rare
     look at the records of what it runs.
@@ -42,7 +42,9 @@ class StepHeartbeat:
         self._delivery = delivery
         self._started = started
         self._store = store
-        self._interval = interval.total_seconds()
+        self._every = interval.total_seconds() / 2
+        """A beat every half heartbeat: the message's ack wait (`Liveness.ack_wait`) is
+        half a heartbeat and the step's slack."""
         self._custody = custody
         self._ctx: StepContext | None = None
         self._tool: asyncio.Future[object] | None = None
@@ -92,8 +94,7 @@ class StepHeartbeat:
 
     async def __aenter__(self) -> StepHeartbeat:
         # A timer, not a task: most steps end before their first beat.
-        first = self._interval / 2 if self._custody is not None else self._interval
-        self._timer = asyncio.get_running_loop().call_later(first, self._fire)
+        self._timer = asyncio.get_running_loop().call_later(self._every, self._fire)
         return self
 
     async def __aexit__(
@@ -123,7 +124,7 @@ class StepHeartbeat:
             except Exception as exc:  # NATS away for a moment: keep beating
                 log.warning("heartbeat of %s failed: %s", self._delivery.subject, exc)
             raise_if_cancelled()  # or a loop whose cancel a NATS call ate beats on forever
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self._every)
 
     async def _keep(self) -> bool:
         """One beat; True once the step is held and shown."""

@@ -20,14 +20,17 @@ class Liveness:
     look_every: float = 30.0
     """Seconds between looks at the records of the tasks whose steps run here, for a
     cancellation whose notice this worker missed (one read per task)."""
-    ack_wait_factor: float = 2.5
-    """A step's message waits this many heartbeats for its worker before another takes
-    it: the recovery time of a step a crash cut short before it was held."""
+    step_slack: float = 1.0
+    """Seconds a step's message waits past its next sign of life (every half heartbeat:
+    held, or its message extended) before another worker takes it. A worker whose event
+    loop stalls longer loses the steps it has not held yet to others (they run again:
+    at least once, as always)."""
 
     def ack_wait(self, heartbeat: timedelta) -> timedelta:
         """How long a step's message waits for its worker before another takes it: the
-        recovery time of a step a crash cut short before it was held."""
-        return heartbeat * self.ack_wait_factor
+        recovery time of a step a crash cut short before it was held (1.5 s for the
+        default 1 s heartbeat)."""
+        return heartbeat / 2 + timedelta(seconds=self.step_slack)
 
     def __post_init__(self) -> None:
         if not 0 < self.beat_every < self.dead_after:
@@ -36,5 +39,5 @@ class Liveness:
                 f"({self.dead_after}s): a worker that beats less often than others wait "
                 "for it is taken for dead"
             )
-        if self.look_every <= 0 or self.ack_wait_factor <= 1:
-            raise ValueError("look_every must be above 0 and ack_wait_factor above 1")
+        if self.look_every <= 0 or self.step_slack <= 0:
+            raise ValueError("look_every and step_slack must be above 0")
