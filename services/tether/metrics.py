@@ -49,6 +49,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._reconnects_counted = False
         r = self.registry
         self.started = Counter(
             "tether_steps_started", "Step attempts started.", ["tool"], registry=r
@@ -119,10 +120,14 @@ class Metrics:
         self.dead.labels(letter.tool).inc()
 
     def attach(self, store: Store) -> None:
-        """Count what `store` writes, and its connection's reconnects."""
+        """Count what `store` writes, and the reconnects of the first connection attached
+        (a dispatcher and the API it serves share one `Metrics`)."""
         store.observer = self
+        if self._reconnects_counted:
+            return
         stats = store.nc.stats
         self.registry.register(_Reconnects(lambda: int(stats.get("reconnects", 0))))
+        self._reconnects_counted = True
 
     def consumer_state(self, tool: str, pending: int, ack_pending: int) -> None:
         self.pending.labels(tool).set(pending)

@@ -400,7 +400,7 @@ async def test_client_refuses_a_duplicate_submitted_in_quick_succession(
 
     assert await first.wait(timeout=15) == VALID_RESULT
     info = await raw.js.stream_info(client._store.names.submit_stream)
-    assert info.state.last_seq == 1
+    assert info.state.last_seq == 0  # submitted directly: nothing went through the queue
     assert read_executions(executions)[("twice", 0)] == 1
 
 
@@ -418,7 +418,7 @@ async def test_raw_duplicate_without_msg_id_changes_nothing(
 
     seq = await publish_submit(raw, names, again)
 
-    assert seq == 2  # no Nats-Msg-Id: the server stored it; the dispatcher must ignore it
+    assert seq == 1  # no Nats-Msg-Id: the server stored it; the dispatcher must ignore it
     await eventually(lambda: drained(raw, names.submit_stream))
     after = await client.get("raw-dup")
     assert after == before
@@ -426,9 +426,10 @@ async def test_raw_duplicate_without_msg_id_changes_nothing(
     assert await events_of(client, "raw-dup") == events_before
     assert [r.task_id for r in await client.list()] == ["raw-dup"]
     assert read_executions(executions)[("raw-dup", 0)] == 1
-    # With the header, the server itself drops it inside the duplicate window.
-    ack = await raw.js.publish(names.submit_subject, again, headers={Header.MSG_ID: "raw-dup"})
-    assert ack.duplicate
+    # With the header too (the task was submitted directly, not through the queue).
+    await raw.js.publish(names.submit_subject, again, headers={Header.MSG_ID: "raw-dup"})
+    await eventually(lambda: drained(raw, names.submit_stream))
+    assert await client.get("raw-dup") == before
 
 
 # -- 4. work messages injected onto a tool's subject ---------------------------

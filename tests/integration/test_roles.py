@@ -288,7 +288,7 @@ async def test_a_client_submits_and_follows_a_task_served_by_the_worker_and_disp
     running: RolesServer,
 ) -> None:
     since = running.mark()
-    async with Client(running.config("client")) as client:
+    async with Client(running.config("client"), act_through_api=True) as client:
         handle = await client.submit([SEARCH, "summarize"], strict=True)
         events = [event.kind async for event in handle.events(timeout=20)]
         assert await handle.wait(timeout=20) == "; ".join(HITS)
@@ -299,6 +299,22 @@ async def test_a_client_submits_and_follows_a_task_served_by_the_worker_and_disp
     assert events[0] == "submitted" and events[-1] == "completed"
     assert handle.task_id in {record.task_id for record in page}
     assert running.violations(since) == []
+
+
+async def test_a_plain_client_submits_through_the_queue_after_one_refusal(
+    running: RolesServer,
+) -> None:
+    """A `Client` records its tasks itself (no dispatcher hop); as a user that may not
+    write records, it is refused once and submits through `tether.submit` from then on."""
+    since = running.mark()
+    async with Client(running.config("client")) as client:
+        handles = [await client.submit([{"tool": "summarize", "input": ["a"]}]) for _ in range(3)]
+        for handle in handles:
+            assert await handle.wait(timeout=20) == "a"
+    refused = running.violations(since)
+    assert [(v.user, v.kind, v.subject.split(".")[1]) for v in refused] == [
+        ("client", "Publish", "tether-tasks")
+    ]
 
 
 async def test_a_client_controls_its_tasks_through_the_api(running: RolesServer) -> None:

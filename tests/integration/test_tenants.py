@@ -4,6 +4,7 @@ included, though both run Tether under the same prefix on the same server."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -93,6 +94,35 @@ async def test_a_tenants_tasks_are_invisible_and_untouchable_to_another(tenants:
     assert any(msg.subject.startswith("_INBOX_globex-app.") for msg in heard)  # it hears GLOBEX
     leaked = [msg.subject for msg in heard if secret.encode() in msg.data]
     assert leaked == [], leaked
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "$JS.API.CONSUMER.CREATE.TETHER_WORK.thief",  # named, its filter in the body
+        "$JS.API.CONSUMER.CREATE.TETHER_WORK.thief.tether.work.>",
+        "$JS.API.CONSUMER.MSG.NEXT.TETHER_WORK.tool-fast",
+    ],
+)
+async def test_an_app_user_takes_no_work_off_its_tenants_queue(tenants: str, subject: str) -> None:
+    """Found by the independent check: the app's deny list stopped only the unfiltered
+    create, so a named consumer could read and acknowledge (delete) work."""
+    config = {"durable_name": "thief", "filter_subject": "tether.work.>", "ack_policy": "explicit"}
+    body = json.dumps({"stream_name": "TETHER_WORK", "config": config}).encode()
+    refusals: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc).lower())
+
+    app = await nats.connect(
+        _config(tenants, "acme-app").url, error_cb=on_error, inbox_prefix="_INBOX_acme-app"
+    )
+    try:
+        with pytest.raises(nats.errors.TimeoutError):
+            await app.request(subject, body, timeout=0.5)
+    finally:
+        await app.close()
+    assert any(f'publish to "{subject.lower()}"' in refusal for refusal in refusals), refusals
 
 
 def test_the_config_is_two_accounts_with_jetstream() -> None:

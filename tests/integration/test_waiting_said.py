@@ -65,7 +65,10 @@ async def test_submit_wait_says_what_it_waits_for_and_warns_on_stderr(
 async def test_a_submission_no_dispatcher_recorded_is_submitted_not_unknown(
     config: NatsConfig, client: Client, registered: None
 ) -> None:
-    handle = await client.submit([{"tool": "fast", "input": {"y": 2}}], task_id="nodisp")
+    # Through the queue, as a client that may not write records (or raw JSON) submits.
+    async with Client(config, act_through_api=True) as queueing:
+        await queueing.submit([{"tool": "fast", "input": {"y": 2}}], task_id="nodisp")
+    handle = client.handle("nodisp")
     assert await client.find("nodisp") is None
     stall = await client.queued("nodisp")
     assert stall is not None and stall.kind == "dispatcher"

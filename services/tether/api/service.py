@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity
@@ -15,12 +16,23 @@ from tether.nats.connection import NatsConfig
 from tether.nats.layout import Layout
 from tether.service import Service
 
+if TYPE_CHECKING:
+    from tether.metrics import Metrics
+
 
 class ApiService(Service):
     """Answers `tether.api.<verb>`; stateless, so any number of replicas share the load."""
 
-    def __init__(self, nats: NatsConfig | None = None, *, layout: Layout | None = None) -> None:
+    def __init__(
+        self,
+        nats: NatsConfig | None = None,
+        *,
+        layout: Layout | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.nats = nats or NatsConfig()
+        self.metrics = metrics
+        """Counts the tasks `submit` starts (it records them itself)."""
         self.discovery = Discovery()
         self._client = Client(self.nats, layout=layout)
         tls = self.nats.tls_context()
@@ -48,6 +60,8 @@ class ApiService(Service):
 
     async def start(self) -> None:
         await self._client.connect()
+        if self.metrics is not None:
+            self._client.count_into(self.metrics)
         await self.broker.start()
         await self._wait_until_answering()
 

@@ -180,8 +180,9 @@ def dispatcher(
     from tether.dispatcher import Dispatcher
 
     config = nats_config(nats, prefix, "tether-dispatcher", replicas)
-    dispatching = Dispatcher(config, metrics=metrics_on(metrics_port))
-    serve(dispatching, *([ApiService(config)] if api else []), name=config.name)
+    metrics = metrics_on(metrics_port)
+    dispatching = Dispatcher(config, metrics=metrics)
+    serve(dispatching, *([ApiService(config, metrics=metrics)] if api else []), name=config.name)
 
 
 def api(

@@ -23,7 +23,7 @@ from tether.errors import (
     TaskTimeoutError,
     UnservedToolWarning,
 )
-from tether.nats.connection import Connection, NatsConfig, close, connect
+from tether.nats.connection import Connection, NatsConfig, Refused, close, connect, unless_refused
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import encode
@@ -31,7 +31,7 @@ from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
 from tether.tasks import listing, plans
-from tether.tasks.known_tools import KnownTools
+from tether.tasks.known_tools import KnownTools, waiting_note
 from tether.tasks.plans import to_step, validate_submit
 from tether.tasks.service import TaskService
 
@@ -77,6 +77,9 @@ class Client(Reads, Service):
         self._nc: Connection | None = None
         self._store: Store | None = None
         self._known_tools: KnownTools | None = None
+        self._tasks: TaskService  # set by connect(), with the store
+        self._queue_submits = False
+        """Set once the server refused this user a record write (see `_start`)."""
 
     async def connect(self) -> None:
         self._nc = await connect(self.nats, self.connection_lost)
@@ -87,6 +90,7 @@ class Client(Reads, Service):
             self._nc = None
             raise
         self._known_tools = KnownTools(self._store)
+        self._tasks = TaskService(self._store)
 
     async def start(self) -> None:
         await self.connect()
@@ -128,27 +132,48 @@ class Client(Reads, Service):
         )
         validate_submit(submit)
         self._check_size(submit.task_id, encode(submit))
+        assert self._known_tools is not None
         if strict:
-            assert self._known_tools is not None
             await self._known_tools.check(submit.steps)
+        if not (self.act_through_api or self._queue_submits):
+            await self._start(submit, await self._known_tools.unknown(submit.steps))
+        else:
+            await self._queue(submit)
+        unserved = sorted(plans.tools_of(submit.steps) - await self.live_tools())
+        if unserved:
+            warnings.warn(UnservedToolWarning(submit.task_id, unserved), stacklevel=2)
+        return self.handle(submit.task_id)
+
+    async def _start(self, submit: TaskSubmit, missing: list[str]) -> None:
+        """Record the task and hand off its first step here: no dispatcher in between.
+        A NATS user that may not write records (the `client` role) submits through the
+        queue instead, from then on."""
+        store = self._connected()
+        try:
+            await unless_refused(
+                store.nc,
+                self._tasks.start(submit, waiting_note(missing), tracing.current()),
+                store.names.kv_subject(store.names.tasks_bucket),
+            )
+        except Refused:
+            self._queue_submits = True
+            await self._queue(submit)
+
+    async def _queue(self, submit: TaskSubmit) -> None:
+        """Submit on `tether.submit`, for the dispatcher to record; wait (briefly) until it
+        has, so `get` right after `submit` finds the task. Without a dispatcher the task
+        stays queued and is recorded when one starts."""
         store = self._connected()
         await store.records.check_free(submit.task_id)
         if not await store.publish_submit(submit, tracing.current()):
             raise TaskExistsError(submit.task_id)
-        unserved = sorted(plans.tools_of(submit.steps) - await self.live_tools())
-        if unserved:
-            warnings.warn(UnservedToolWarning(submit.task_id, unserved), stacklevel=2)
         handle = self.handle(submit.task_id)
-        # The submission is durable in the stream now; wait (briefly) for the dispatcher to
-        # record it, so `get` right after `submit` finds the task. Without a dispatcher the
-        # task stays queued and is recorded when one starts.
         with contextlib.suppress(TaskTimeoutError):
             await handle.wait_for(lambda record: True, timeout=FIRST_LOOK)
-            return handle
+            return
         if await self.dispatcher_running():
             with contextlib.suppress(TaskTimeoutError):
                 await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
-        return handle
 
     async def submit_agent(
         self,
@@ -291,7 +316,7 @@ class Client(Reads, Service):
         if self.act_through_api:
             await self._remote().retry(handle.task_id)
         else:
-            await TaskService(self._connected()).retry(task_id)
+            await self._tasks.retry(task_id)
         return handle
 
     async def fork(
@@ -311,7 +336,7 @@ class Client(Reads, Service):
         if self.act_through_api:
             await self._remote().fork(original, from_step, input, new_id)
         else:
-            await TaskService(self._connected()).forks.fork(original, from_step, new_id, input)
+            await self._tasks.forks.fork(original, from_step, new_id, input)
         return handle
 
     async def send_input(self, task_id: str, data: Any) -> None:

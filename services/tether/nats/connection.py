@@ -14,7 +14,7 @@ import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import nats
@@ -88,6 +88,29 @@ _refusals: weakref.WeakKeyDictionary[NatsClient, Refusals] = weakref.WeakKeyDict
 def refusals(nc: NatsClient) -> Refusals | None:
     """The refusals of a connection made by `connect` (None for any other)."""
     return _refusals.get(nc)
+
+
+class Refused(Exception):
+    """The server refused this connection a publish (a permissions violation)."""
+
+
+async def unless_refused(nc: NatsClient, call: Awaitable[R], about: str) -> R:
+    """`call`, or Refused as soon as the server refuses this connection a publish that
+    mentions `about` (a subject or its start): nats-py would wait out the timeout."""
+    watching = refusals(nc)
+    refusal = watching.next(about) if watching is not None else None
+    task = asyncio.ensure_future(call)
+    try:
+        if refusal is not None:
+            either: set[asyncio.Future[Any]] = {task, refusal}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                raise Refused(refusal.result())
+        return await task
+    finally:
+        task.cancel()
+        if refusal is not None:
+            refusal.cancel()
 
 
 _SUBJECT_TOKEN = re.compile(r"[A-Za-z0-9_-]+")

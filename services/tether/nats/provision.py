@@ -3,11 +3,10 @@ lets a process whose NATS user may not create streams start without trying."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -16,7 +15,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from tether.errors import NotProvisionedError
 from tether.nats.codes import STREAM_NAME_IN_USE
-from tether.nats.connection import refusals
+from tether.nats.connection import Refused, unless_refused
 from tether.nats.layout import (
     DIGEST,
     LAYOUT_VERSION,
@@ -150,22 +149,11 @@ async def _provision_unless_refused(js: JetStreamContext, layout: Layout) -> str
 
 async def _unless_refused(js: JetStreamContext, call: Awaitable[T], what: str) -> T:
     """`call`, or _Refused (saying it was not allowed to do `what`) as soon as the server
-    refuses a stream request on this connection: nats-py itself would wait for its
-    timeout, on every stream."""
-    watching = refusals(js._nc)
-    refusal = watching.next(REFUSED) if watching is not None else None
-    task = asyncio.ensure_future(call)
+    refuses a stream request on this connection."""
     try:
-        if refusal is not None:
-            either: set[asyncio.Future[Any]] = {task, refusal}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                raise _Refused(f"not allowed to {what}")
-        return await task
-    finally:
-        task.cancel()
-        if refusal is not None:
-            refusal.cancel()
+        return await unless_refused(js._nc, call, REFUSED)
+    except Refused as exc:
+        raise _Refused(f"not allowed to {what}") from exc
 
 
 async def missing(js: JetStreamContext, names: Names) -> list[str]:

@@ -61,6 +61,19 @@ def new_record(
     )
 
 
+def resubmitted(existing: TaskRecord, new: TaskRecord) -> bool:
+    """Whether `new`, a direct submission, repeats the one that created `existing` and
+    that may not have handed off its first step (its submitter stopped in between)."""
+    return (
+        existing.submit_seq == new.submit_seq == 0
+        and existing.parent is None
+        and existing.status is TaskStatus.PENDING
+        and existing.current_step == 0
+        and existing.steps == new.steps
+        and existing.metadata == new.metadata
+    )
+
+
 def plan_before(plan: list[StepSpec], added: dict[int, int]) -> list[StepSpec]:
     """`plan` without the steps that steps `added` inserted (step -> how many, right
     after it), latest first, so steps inserted by inserted steps go too."""

@@ -22,10 +22,9 @@ from typing import Any
 
 import msgspec
 
+from tether import tracing
 from tether.clock import utcnow
-from tether.errors import (
-    TaskConflictError,
-)
+from tether.errors import TaskConflictError, TaskExistsError
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.events import (
@@ -45,6 +44,7 @@ from tether.schemas.tasks import (
     InputRequest,
     TaskRecord,
     TaskStatus,
+    TaskSubmit,
     Timer,
     WorkMessage,
 )
@@ -71,6 +71,31 @@ class TaskService:
         self.branches = ParallelSteps(self)
         self.children = ChildTasks(self)
         self.forks = Forks(self)
+
+    # -- starting a task -----------------------------------------------------------------
+    async def start(
+        self, submit: TaskSubmit, note: str | None = None, trace: dict[str, str] | None = None
+    ) -> TaskRecord:
+        """Record a validated submission create-only and hand off its first step, without
+        the dispatcher's hop (`Client.submit`, the API's `submit`). Raises
+        TaskExistsError when its id names another task. Submitted again after its
+        submitter stopped half-way (same plan, still waiting to start), it finishes the
+        hand-off: every part of it is idempotent."""
+        record = rules.new_record(submit, utcnow(), note=note)
+        context = tracing.task_context(trace, submit.task_id)
+        if context is not None:
+            record = msgspec.structs.replace(record, trace=context)
+        records = self.store.records
+        created = await records.create(record)
+        if created is None:
+            existing = await records.get(submit.task_id)
+            if existing is None:
+                raise TaskExistsError(submit.task_id, free_at=await records.free_at(submit.task_id))
+            if not rules.resubmitted(existing.record, record):
+                raise TaskExistsError(submit.task_id)
+            created = existing
+        await self.hand_off_first(created.record)
+        return created.record
 
     # -- steps: record, complete, hand off -------------------------------------------------
     async def record_step(
