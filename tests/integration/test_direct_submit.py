@@ -34,15 +34,18 @@ async def test_submitting_again_finishes_a_hand_off_its_submitter_never_made(
     config: NatsConfig, client: Client, executions: Path
 ) -> None:
     """The record is there, the first step never went out (the submitter stopped in
-    between): the same submission again hands it off, and the step runs once."""
+    between): the same submission again is a duplicate, as through the dispatcher, but
+    hands the task off first, and the step runs once."""
     steps = [StepSpec(tool="fast", input={"n": 2})]
     stopped = rules.new_record(TaskSubmit(task_id="half-way", steps=steps), utcnow())
     assert await client._store.records.create(stopped) is not None
     async with Worker(app, config):
-        handle = await client.submit(steps, task_id="half-way")
+        with pytest.raises(TaskExistsError, match="task 'half-way' already exists"):
+            await client.submit(steps, task_id="half-way")
+        handle = client.handle("half-way")
         assert (await handle.wait(timeout=20))["payload"] == {"n": 2}
         with pytest.raises(TaskExistsError, match="task 'half-way' already exists"):
-            await client.submit(steps, task_id="half-way")  # it ran: no longer a hand-off
+            await client.submit(steps, task_id="half-way")  # it ran: nothing to hand off
     assert read_executions(executions)[("half-way", 0)] == 1
 
 

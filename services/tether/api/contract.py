@@ -123,6 +123,15 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
             "step at once.",
         ),
         (
+            "ended",
+            names.ended_subject("{task_id}", "{status}"),
+            "send",
+            "Empty",
+            "Core NATS, no payload: the task's record became {status} (completed, failed or "
+            "cancelled). Subscribe to <prefix>.ended.*.completed for every completion alone; "
+            "a hint, so read the record.",
+        ),
+        (
             "index",
             names.index_subject("{status}", 0, "{task_id}").replace(
                 "0000000000000000", "{created_us}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from tether.errors import (
     TaskFailedError,
     TaskTimeoutError,
 )
-from tether.nats.feeds import record_update, task_events
+from tether.nats.feeds import record_end, record_update, task_events
 from tether.nats.replay import GIVE_UP_AFTER
 from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
@@ -70,8 +70,9 @@ class TaskHandle:
         raise TaskFailedError(self.task_id, record.error)
 
     async def wait_until_done(self, timeout: float | timedelta | None = None) -> TaskRecord:
-        """The record once the task has ended, whatever the outcome."""
-        return await self.wait_for(lambda r: r.status.is_terminal, timeout)
+        """The record once the task has ended, whatever the outcome: woken by the task's
+        end notice, so a thousand waits cost a thousand core subscriptions, no consumer."""
+        return await self._follow(_ended, timeout, record_end)
 
     async def wait_for(
         self, condition: Callable[[TaskRecord], bool], timeout: float | timedelta | None = None
@@ -82,6 +83,19 @@ class TaskHandle:
         re-watching after errors, so a NATS restart or reconnect cannot stall it; NATS
         away for `GIVE_UP_AFTER` seconds raises NatsUnavailableError (the task goes on).
         """
+
+        async def update(store: Store, task_id: str, window: float) -> TaskRecord | None:
+            return await record_update(store, task_id, condition, window)
+
+        return await self._follow(condition, timeout, update)
+
+    async def _follow(
+        self,
+        condition: Callable[[TaskRecord], bool],
+        timeout: float | timedelta | None,
+        follow: Callable[[Store, str, float], Awaitable[TaskRecord | None]],
+    ) -> TaskRecord:
+        """Read the record, then `follow` it for a few seconds at a time until `condition`."""
         seconds = None if timeout is None else as_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         away_since: float | None = None
@@ -98,7 +112,7 @@ class TaskHandle:
                 found = await self._store.records.get(self.task_id)
                 if found is not None and condition(found.record):
                     return found.record
-                record = await record_update(self._store, self.task_id, condition, window)
+                record = await follow(self._store, self.task_id, window)
             except NatsUnavailableError:
                 away_since = away_since or time.monotonic()
                 if time.monotonic() - away_since > GIVE_UP_AFTER:
@@ -139,3 +153,7 @@ class TaskHandle:
 
     async def send_input(self, data: Any) -> None:
         await TaskService(self._store).send_input(self.task_id, data)
+
+
+def _ended(record: TaskRecord) -> bool:
+    return record.status.is_terminal

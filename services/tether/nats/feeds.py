@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -128,6 +129,31 @@ async def record_update(
     finally:
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]
+
+
+@translated
+async def record_end(store: Store, task_id: str, window: float) -> TaskRecord | None:
+    """The record once the task has ended, if it ends within `window` seconds: woken by
+    its end notice (one core subscription, filtered by the server; no consumer)."""
+    notices = await store.nc.subscribe(store.names.ended_subject(task_id))
+    give_up = time.monotonic() + window
+    try:
+        while True:
+            # Read after subscribing (the server takes the SUB before this request): an
+            # end between the two is in the record or in a notice, never lost.
+            found = await store.records.get(task_id)
+            if found is not None and found.record.status.is_terminal:
+                return found.record
+            left = give_up - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                await notices.next_msg(timeout=left)
+            except nats.errors.TimeoutError:
+                return None
+    finally:
+        with contextlib.suppress(Exception):
+            await notices.unsubscribe()
 
 
 @translating

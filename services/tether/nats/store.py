@@ -47,6 +47,9 @@ from tether.nats.workers import Heartbeats, Workers
 from tether.schemas.codec import encode
 from tether.schemas.events import (
     AnyStatusEvent,
+    Cancelled,
+    Completed,
+    Failed,
     StepCompleted,
     StepRetrying,
     StepStarted,
@@ -223,6 +226,10 @@ class Store:
             await self.nc.publish(subject, data, headers=sent)
         else:
             await self._jetstream.publish(subject, data, sent)
+            if isinstance(event, Completed | Cancelled | Failed) and event.branch is None:
+                # Who waits for the end hears this alone, filtered by the server, at the
+                # cost of one core message per task (not stored: a waiter reads the record).
+                await self.nc.publish(self.names.ended_subject(event.task_id, event.kind))
 
     async def publish_token(self, chunk: TokenChunk) -> None:
         """Publish a piece of streamed text; an attempt's last one waits for its ack, so

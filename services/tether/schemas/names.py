@@ -110,6 +110,11 @@ class Names(msgspec.Struct, frozen=True):
     def status_subjects(self) -> str:
         return f"{self.prefix}.status.>"
 
+    def ended_subject(self, task_id: str, status: str = "*") -> str:
+        """`<prefix>.ended.<task_id>.<status>`: an empty core NATS notice that a task's
+        record became `completed`, `failed` or `cancelled` (a hint: read the record)."""
+        return f"{self.prefix}.ended.{task_id}.{status}"
+
     def index_subject(self, status: str, created_us: int, task_id: str) -> str:
         """The task's row in the status index: `<prefix>.index.<status>.<µs>.<task_id>`."""
         return f"{self.prefix}.index.{status}.{created_us:016d}.{task_id}"

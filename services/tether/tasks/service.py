@@ -78,9 +78,10 @@ class TaskService:
     ) -> TaskRecord:
         """Record a validated submission create-only and hand off its first step, without
         the dispatcher's hop (`Client.submit`, the API's `submit`). Raises
-        TaskExistsError when its id names another task. Submitted again after its
-        submitter stopped half-way (same plan, still waiting to start), it finishes the
-        hand-off: every part of it is idempotent."""
+        TaskExistsError when its id names a task, as a duplicate through the dispatcher
+        does; when that task is this very submission still waiting to start (its
+        submitter may have stopped half-way), it first finishes the hand-off, every part
+        of which is idempotent."""
         record = rules.new_record(submit, utcnow(), note=note)
         context = tracing.task_context(trace, submit.task_id)
         if context is not None:
@@ -91,9 +92,9 @@ class TaskService:
             existing = await records.get(submit.task_id)
             if existing is None:
                 raise TaskExistsError(submit.task_id, free_at=await records.free_at(submit.task_id))
-            if not rules.resubmitted(existing.record, record):
-                raise TaskExistsError(submit.task_id)
-            created = existing
+            if rules.resubmitted(existing.record, record):
+                await self.hand_off_first(existing.record)
+            raise TaskExistsError(submit.task_id)
         await self.hand_off_first(created.record)
         return created.record
 
