@@ -34,13 +34,14 @@ from tests.bench.agents import measure as agent_workloads
 from tests.bench.listing import measure as listing_figures
 from tests.bench.nodes import BASE_BUCKET, BASE_STEPS, provision_baseline
 from tests.bench.processes import CpuTime, Node
-from tether import NatsServer
+from tether import Client, NatsConfig, NatsServer
 from tether.nats.server import find_nats_server
 from tether.nats.store import Store
 from tether.schemas.names import DEFAULT_NAMES as NAMES
 from tether.schemas.tasks import StepSpec, TaskSubmit
 from tether.testing.progress import stored_steps
 
+PLOT = Path(__file__).parent / "performance.png"
 WORKLOADS = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"]
 GROWTH_TURNS = 502
 GROWTH_SAMPLES = [10, 100, 500]
@@ -93,9 +94,8 @@ class Completions:
 
 
 def tether_completion(msg: Any) -> str | None:
-    if msg.data.startswith(b'{"event":"completed"'):
-        return str(msg.subject.rsplit(".", 1)[-1])
-    return None
+    """The task id of an end notice on `tether.ended.<task_id>.completed`."""
+    return str(msg.subject.split(".")[2])
 
 
 def baseline_completion(msg: Any) -> str | None:
@@ -107,14 +107,16 @@ def payload(size: int, index: int) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, client: Client | None = None) -> None:
         self.url = url
+        self.client = client
+        """For `sdk` submits: `Client.submit`, which records each task itself."""
 
     async def _connect(self, system: str) -> tuple[Any, Completions]:
         nc = await nats.connect(self.url)
-        if system == "tether":
+        if system in ("tether", "sdk"):
             completions = Completions(tether_completion)
-            await nc.subscribe(NAMES.status_subject("*"), cb=completions.on_message)
+            await nc.subscribe(NAMES.ended_subject("*", "completed"), cb=completions.on_message)
         else:
             completions = Completions(baseline_completion)
             await nc.subscribe(f"$KV.{BASE_BUCKET}.*", cb=completions.on_message)
@@ -125,7 +127,7 @@ class Bench:
         self, nc: Any, system: str, task_id: str, data: dict[str, Any], sleep: float = 0
     ) -> Any:
         js = nc.jetstream()
-        if system == "tether":
+        if system in ("tether", "sdk"):
             steps = [
                 StepSpec(tool="first", input=data),
                 StepSpec(tool="second"),
@@ -133,6 +135,8 @@ class Bench:
             ]
             if sleep:
                 steps[1] = StepSpec(tool="second", input={**data, "sleep": sleep})
+            if system == "sdk":  # recorded and handed off by the client itself
+                return asyncio.ensure_future(self.client.submit(steps, task_id=task_id))
             body = msgspec.json.encode(TaskSubmit(task_id=task_id, steps=steps))
             return await js.publish_async(
                 NAMES.submit_subject, body, headers={Header.MSG_ID: task_id}
@@ -279,12 +283,17 @@ async def main(args: argparse.Namespace) -> list[Result]:
             baseline = await baseline_results(bench, server.pid, args, only)
             results += baseline.values()
         dispatcher = Node("dispatcher", url, args.concurrency)  # its own process, as deployed
+        client = Client(NatsConfig(url=url))
+        await client.connect()
+        bench.client = client
         try:
             if "w1" in only:
                 results += await throughput_results(bench, server.pid, dispatcher, args)
             if "w2" in only:
                 worker = Node("worker", url, args.concurrency)
-                results.append(await latency_result(bench, "tether", worker, args))
+                results.append(await latency_result(bench, "tether", args))
+                results.append(await latency_result(bench, "sdk", args))
+                worker.stop()
             if "w5" in only:
                 results.append(await fan_out_result(bench, args))
             if "w6" in only:
@@ -302,8 +311,11 @@ async def main(args: argparse.Namespace) -> list[Result]:
             if "w4" in only:
                 results += await holding_results(server, args)
         finally:
+            await client.close()
             dispatcher.stop()
     report(results, baseline, args.out)
+    if args.plot is not None:
+        plot(results, baseline, args.plot)
     return results
 
 
@@ -332,13 +344,15 @@ async def throughput_results(
     """W1 with 1, 2 or 4 worker processes (`--processes`), and three sizes with one."""
     results = []
     for processes in args.processes:
-        for size in [200, 100, 100 * 1024] if processes == 1 else [200]:
+        sizes = [200, 100, 100 * 1024] if processes == 1 else [200]
+        for size, system in [(s, "tether") for s in sizes] + [(200, "sdk")] * (processes == 1):
             workers = f"{processes} worker{'s' if processes > 1 else ''}"
-            w1 = Result(f"W1 throughput ({workers}, {_size(size)})", "tether")
+            how = ", SDK submit" if system == "sdk" else ""
+            w1 = Result(f"W1 throughput ({workers}, {_size(size)}{how})", "tether")
             nodes = [Node("worker", bench.url, args.concurrency) for _ in range(processes)]
             for _ in range(args.runs):
                 with CpuTime(server, nodes, dispatcher) as cpu:
-                    seconds = await bench.throughput("tether", args.tasks, size)
+                    seconds = await bench.throughput(system, args.tasks, size)
                 w1.add(tasks_per_s=args.tasks / seconds, steps_per_s=3 * args.tasks / seconds)
                 w1.add(**cpu.per_task(args.tasks))
             w1.add(peak_mb=max(n.peak_memory_mb() for n in nodes))
@@ -349,13 +363,13 @@ async def throughput_results(
     return results
 
 
-async def latency_result(bench: Bench, system: str, node: Node, args: argparse.Namespace) -> Result:
-    """W2 on one node, stopped after it."""
-    w2 = Result("W2 latency", system)
+async def latency_result(bench: Bench, system: str, args: argparse.Namespace) -> Result:
+    """W2: raw JSON on `tether.submit` (through the dispatcher), or `sdk` (`Client.submit`)."""
+    label = "W2 latency (SDK submit)" if system == "sdk" else "W2 latency"
+    w2 = Result(label, "tether")
     for _ in range(args.runs):
         samples = await bench.latency(system, args.latency_tasks)
         w2.add(p50_ms=_pct(samples, 50), p99_ms=_pct(samples, 99))
-    node.stop()
     return w2
 
 
@@ -475,6 +489,42 @@ def report(results: list[Result], baseline: dict[str, Result], out: Path | None)
         print(f"\nwrote {out / 'bench.md'} and {out / 'bench.jsonl'}")
 
 
+def plot(results: list[Result], baseline: dict[str, Result], path: Path) -> None:
+    """Throughput and latency side by side with the bare loop (W1 with one worker, W2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    def bars(baseline_label: str, prefix: str, key: str) -> dict[str, float]:
+        found = {"bare loop": baseline[baseline_label].median(key)}
+        for result in results:
+            if result.workload.startswith(prefix):
+                how = "SDK" if "SDK" in result.workload else "raw"
+                found[f"Tether\n({how} submit)"] = result.median(key)
+        return found
+
+    throughput = bars("W1 throughput", "W1 throughput (1 worker, 200 B", "tasks_per_s")
+    latency = bars("W2 latency", "W2 latency", "p50_ms")
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(9, 3.6))
+    for axes, values, title, unit in (
+        (left, throughput, "W1: 1,000 three-step tasks at once", "tasks/s (higher is better)"),
+        (right, latency, "W2: one task at a time, p50", "ms (lower is better)"),
+    ):
+        colours = ["#9aa0a6" if name == "bare loop" else "#2b6cb0" for name in values]
+        shown = axes.bar(list(values), list(values.values()), color=colours)
+        axes.bar_label(shown, fmt="%.0f" if "tasks" in unit else "%.1f")
+        axes.set_title(title, fontsize=10)
+        axes.set_ylabel(unit)
+    when = time.strftime("%Y-%m-%d", time.gmtime())
+    machine = environment().removeprefix("environment: ").split(", Linux")[0]
+    figure.suptitle(f"{when}: {machine}", fontsize=7)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def _versus(result: Result, key: str, baseline: dict[str, Result]) -> str:
     """A Tether figure against the baseline's (empty without one)."""
     w1, w2 = baseline.get("W1 throughput"), baseline.get("W2 latency")
@@ -523,6 +573,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--out", type=Path, default=None, help="directory for bench.md and bench.jsonl"
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        nargs="?",
+        const=PLOT,
+        default=None,
+        help=f"draw W1 and W2 against the baseline into a PNG (default {PLOT}; needs "
+        "matplotlib: pip install -e '.[bench]')",
     )
     return parser.parse_args(argv)
 
