@@ -576,6 +576,30 @@ async def test_no_role_but_the_operator_creates_a_consumer_through_the_unfiltere
     assert [c for c in consumers if c.config.filter_subject == probe] == []
 
 
+async def test_a_worker_cannot_take_fired_timers_with_a_wildcard_filter(tmp_path: Path) -> None:
+    """Found by the independent check: a permission's `*` also matches a literal `*` or
+    `>`, so a worker may ask for a consumer on `tether.work.*`, which would take the
+    dispatchers' fired timers too. `tether provision` creates the timers consumer with
+    the streams (no dispatcher has run here), and the work queue refuses any consumer
+    that overlaps it."""
+    with roles_server(tmp_path) as server:
+        await _provision_as_operator(server)
+        async with raw(server, "worker") as worker:
+            for wildcard in ("*", ">"):
+                config = {
+                    "name": "hog",
+                    "filter_subject": f"tether.work.{wildcard}",
+                    "ack_policy": "explicit",
+                }
+                body = json.dumps({"stream_name": "TETHER_WORK", "config": config}).encode()
+                subject = f"$JS.API.CONSUMER.CREATE.TETHER_WORK.hog.tether.work.{wildcard}"
+                reply = json.loads((await worker.nc.request(subject, body)).data)
+                assert "not unique" in reply["error"]["description"], reply
+        async with raw(server, "operator") as operator:
+            consumers = await operator.nc.jetstream().consumers_info("TETHER_WORK")
+    assert [c.name for c in consumers] == ["timers"]
+
+
 async def _last_on(running: RolesServer, subject: str) -> None:
     async with raw(running, "operator") as operator:
         await operator.nc.jetstream().get_msg("TETHER_STATUS", subject=subject)

@@ -16,6 +16,7 @@ from nats.js.errors import APIError, NotFoundError
 from tether.errors import NotProvisionedError
 from tether.nats.codes import STREAM_NAME_IN_USE
 from tether.nats.connection import Refused, unless_refused
+from tether.nats.consumers import ensure_timers_consumer
 from tether.nats.layout import (
     DIGEST,
     LAYOUT_VERSION,
@@ -62,6 +63,12 @@ async def _provision(js: JetStreamContext, layout: Layout) -> None:
         js, _ensure_object_store(js, blobs, store), f"create object store {blobs}"
     )
     await _ensure_stream(js, work_stream_config(layout))  # the stamp: everything else is there
+    # The dispatchers' timers consumer exists from the start: the work queue then refuses
+    # any other consumer whose filter overlaps it, such as a worker's `<prefix>.work.*`,
+    # which a permission's `*` cannot tell from a tool's name (fired timers would be
+    # readable, and deletable, through it). A dispatcher creates it too, as it starts.
+    timers = ensure_timers_consumer(js, layout.names)
+    await _unless_refused(js, timers, "create the dispatchers' timers consumer")
 
 
 async def _ensure_object_store(
