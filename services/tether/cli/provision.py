@@ -14,7 +14,7 @@ from tether.cli.common import (
     nats_config,
 )
 from tether.cli.running import ExitCode, run
-from tether.nats.connection import close, connect, jetstream
+from tether.nats.connection import close, connect, jetstream_context
 from tether.nats.layout import Layout, expected_streams
 from tether.nats.provision import provision
 
@@ -23,7 +23,7 @@ async def _provision(nats: str, prefix: str, replicas: int) -> ExitCode:
     config = nats_config(nats, prefix, "tether-provision", replicas)
     nc = await connect(config)
     try:
-        await provision(jetstream(nc), Layout.for_config(config))
+        await provision(jetstream_context(nc), Layout.for_config(config))
     finally:
         await close(nc)
     streams = expected_streams(config.names)

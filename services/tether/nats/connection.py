@@ -212,7 +212,7 @@ class _JetStreamContext(JetStreamContext):
         return _NamedConsumers(conn=self._nc, prefix=self._prefix, timeout=self._timeout)
 
 
-def jetstream(nc: NatsClient) -> JetStreamContext:
+def jetstream_context(nc: NatsClient) -> JetStreamContext:
     """The JetStream context every Tether process uses (see `_NamedConsumers`)."""
     return _JetStreamContext(nc)
 

@@ -11,7 +11,7 @@ from nats.js.kv import KeyValue
 from tether.clock import utcnow
 from tether.errors import RevisionConflictError, TaskExistsError, TaskNotFoundError
 from tether.nats import headers
-from tether.nats.connection import jetstream, translating
+from tether.nats.connection import jetstream_context, translating
 from tether.nats.jetstream import JetStream
 from tether.nats.kv import Bucket, Entry, Removed
 from tether.nats.recent import RecentRecords, Versioned
@@ -141,7 +141,7 @@ class Records:
         return await self._js.subjects(self._names.index_stream, self._names.index_filter(status))
 
     async def index_is_empty(self) -> bool:
-        info = await jetstream(self._js.nc).stream_info(self._names.index_stream)
+        info = await jetstream_context(self._js.nc).stream_info(self._names.index_stream)
         return not info.state.messages
 
     async def watch(self, task_id: str) -> KeyValue.KeyWatcher:

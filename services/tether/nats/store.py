@@ -24,8 +24,7 @@ from tether.errors import NatsUnavailableError
 from tether.nats import headers
 from tether.nats.blobs import Blobs
 from tether.nats.checkpoints import Checkpoints
-from tether.nats.connection import jetstream as jetstream_context
-from tether.nats.connection import translating
+from tether.nats.connection import jetstream_context, translating
 from tether.nats.consumers import (
     ConsumerOptions,
     ensure_dispatcher_consumer,
