@@ -72,7 +72,7 @@ class TaskHandle:
     async def wait_until_done(self, timeout: float | timedelta | None = None) -> TaskRecord:
         """The record once the task has ended, whatever the outcome: woken by the task's
         end notice, so a thousand waits cost a thousand core subscriptions, no consumer."""
-        return await self._follow(_ended, timeout, record_end)
+        return await self._follow(timeout, record_end)
 
     async def wait_for(
         self, condition: Callable[[TaskRecord], bool], timeout: float | timedelta | None = None
@@ -85,17 +85,20 @@ class TaskHandle:
         """
 
         async def update(store: Store, task_id: str, window: float) -> TaskRecord | None:
+            found = await store.records.get(task_id)
+            if found is not None and condition(found.record):
+                return found.record
             return await record_update(store, task_id, condition, window)
 
-        return await self._follow(condition, timeout, update)
+        return await self._follow(timeout, update)
 
     async def _follow(
         self,
-        condition: Callable[[TaskRecord], bool],
         timeout: float | timedelta | None,
         follow: Callable[[Store, str, float], Awaitable[TaskRecord | None]],
     ) -> TaskRecord:
-        """Read the record, then `follow` it for a few seconds at a time until `condition`."""
+        """`follow` the record (it reads it first) a few seconds at a time until it
+        returns the version waited for."""
         seconds = None if timeout is None else as_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         away_since: float | None = None
@@ -109,9 +112,6 @@ class TaskHandle:
                 )
             window = RECHECK_INTERVAL if remaining is None else min(remaining, RECHECK_INTERVAL)
             try:
-                found = await self._store.records.get(self.task_id)
-                if found is not None and condition(found.record):
-                    return found.record
                 record = await follow(self._store, self.task_id, window)
             except NatsUnavailableError:
                 away_since = away_since or time.monotonic()
@@ -153,7 +153,3 @@ class TaskHandle:
 
     async def send_input(self, data: Any) -> None:
         await TaskService(self._store).send_input(self.task_id, data)
-
-
-def _ended(record: TaskRecord) -> bool:
-    return record.status.is_terminal
