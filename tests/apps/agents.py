@@ -90,3 +90,29 @@ unreachable = app.agent(
     model=OpenAIModel("nowhere", base_url="http://127.0.0.1:9/v1", api_key="test"),
     retry=RetryPolicy(max_attempts=2, initial_backoff=60, jitter=0.0),
 )
+
+
+class Report(msgspec.Struct, frozen=True):
+    """A typed answer: the agent's result is one of these."""
+
+    title: str
+    score: int
+    sources: list[str]
+
+
+reporter = app.agent(
+    "reporter",
+    model=MODEL,
+    instructions="Research, then report.",
+    tools=["web_search"],
+    output_type=Report,
+    retry=QUICK,
+)
+
+
+terse_reporter = app.agent(
+    "terse_reporter",
+    model=MODEL,
+    output_type=Report,  # its endpoint may refuse json_schema: then a final_answer call
+    retry=QUICK,
+)

@@ -361,6 +361,24 @@ async def test_an_agent_is_a_tool_and_its_answer_streams_as_progress(
     assert "".join(pieces) == answer and len(pieces) > 3  # word by word, in order
 
 
+async def test_a_typed_agent_lists_its_output_schema_and_answers_with_structured_content(
+    gateways: tuple[str, str], model: ScriptedModel
+) -> None:
+    question = f"mcp report {uuid.uuid4().hex[:8]}"
+    report = {"title": "MCP", "score": 7, "sources": ["spec"]}
+    model.load({"conversations": [{"match": question, "turns": [{"content": json.dumps(report)}]}]})
+
+    async with legacy(gateways[0]) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        result = await client.call_tool("reporter", {"input": question})
+
+    schema = tools["reporter"].output_schema
+    assert schema is not None and schema["type"] == "object"
+    assert schema["required"] == ["title", "score", "sources"]
+    assert tools["researcher"].output_schema is None  # a text answer promises no shape
+    assert result.structured_content == report  # the object itself, as outputSchema says
+
+
 @GENERATIONS
 async def test_handle_at_once_then_a_new_session_polls_to_the_result(
     gateways: tuple[str, str], generation: str

@@ -157,6 +157,8 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     asked = outputs["ask.py"]
     assert asked.startswith(f"Two searches at once.\n{answer}\nanswer: {answer}\n"), asked
     assert "requests=2" in asked, asked  # usage: two LLM calls
+    brief = outputs["brief.py"]
+    assert brief == "Checkpoints make agents durable ['a crash costs one step']\n", brief
     assert "{'report': '# Report" in outputs["follow.py"]
     shapes = outputs["shapes.py"]
     assert "hit 0 for durable agents; " in shapes and "hit 0 for MCP tasks" in shapes, shapes

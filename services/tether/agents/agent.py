@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,12 +22,14 @@ import openai
 
 from tether import tracing
 from tether.agents.conversation import AgentStep, Entry, Journal, Turn, as_step, rebuild
-from tether.agents.models import OpenAIModel, complete
+from tether.agents.models import OpenAIModel, Reply, StructuredOutputsRefused, complete
+from tether.agents.output import OutputType
 from tether.agents.schemas import function_tool
 from tether.agents.turns import (
     APPROVAL_SCHEMA,
     Next,
     ToolShape,
+    Typed,
     after_approval,
     after_reply,
     approval_prompt,
@@ -81,6 +83,10 @@ class Agent:
     `approval=True`)."""
     approval_timeout: timedelta | None = None
     """Unanswered this long, an approval fails the task (`InputExpired`)."""
+    output: OutputType | None = None
+    """The type of the final answer (None: text)."""
+    output_retries: int = 2
+    """Wrong typed answers told to the model before the task fails (`InvalidOutput`)."""
     _runtime: _Runtime = field(default_factory=lambda: _Runtime(), compare=False, repr=False)
 
     async def aclose(self) -> None:
@@ -116,11 +122,20 @@ class Agent:
             log.info("task %s: %s", ctx.task_id, message)
             await ctx.progress(message=message)
 
-        with tracing.chat_span(self.model.name, ctx.task_id) as span:
-            async with self._runtime.using(self.model) as client:
-                messages = journal.messages
-                reply = await complete(client, self.model, messages, specs, ctx.stream, waiting)
-            tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
+        typed = self._typed(journal)
+        try:
+            reply = await self._call(ctx, journal, specs, typed, waiting)
+        except StructuredOutputsRefused:
+            if typed is None or typed.tool or self.model.structured_outputs is not None:
+                raise
+            log.info(
+                "task %s: %s refuses json_schema: asking for a final_answer call instead",
+                ctx.task_id,
+                self.model.name,
+            )
+            self._runtime.no_json_schema.add(self.model)
+            typed = self._typed(journal)
+            reply = await self._call(ctx, journal, specs, typed, waiting)
         ctx.add_usage(reply.usage)
         if budget is not None and journal.turns == 0 and reply.usage.total_tokens == 0:
             message = (
@@ -130,7 +145,37 @@ class Agent:
             )
             log.warning("task %s: %s", ctx.task_id, message)
             await ctx.progress(message=message)
-        return _result(after_reply(self.name, journal.turns + 1, reply.message, shapes))
+        next_ = after_reply(self.name, journal.turns + 1, reply.message, shapes, typed)
+        return _result(next_)
+
+    def _typed(self, journal: Journal) -> Typed | None:
+        if self.output is None:
+            return None
+        tool = self.model.structured_outputs is False or self.model in self._runtime.no_json_schema
+        return Typed(self.output, tool, journal.wrong_answers, self.output_retries)
+
+    async def _call(
+        self,
+        ctx: StepContext,
+        journal: Journal,
+        specs: list[dict[str, Any]],
+        typed: Typed | None,
+        waiting: Callable[[str], Awaitable[None]],
+    ) -> Reply:
+        options: dict[str, Any] = {}
+        if typed is not None and typed.tool:
+            specs = [*specs, typed.output.final_tool()]
+            options["tool_choice"] = "required"
+        elif typed is not None:
+            options["response_format"] = typed.output.response_format()
+        with tracing.chat_span(self.model.name, ctx.task_id) as span:
+            async with self._runtime.using(self.model) as client:
+                messages = journal.messages
+                reply = await complete(
+                    client, self.model, messages, specs, ctx.stream, waiting, options
+                )
+            tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
+        return reply
 
     def _gate(self, journal: Journal, gated: list[str]) -> NeedsInput:
         turn = _pending(journal)
@@ -198,6 +243,8 @@ class _Runtime:
         """By task id and creation time: a task removed by `gc` and a new one under its
         id never share a history."""
         self._tools: dict[str, tuple[ToolInfo, float]] = {}
+        self.no_json_schema: set[OpenAIModel] = set()
+        """Models whose endpoint refused `response_format` `json_schema`."""
 
     @contextlib.asynccontextmanager
     async def using(self, model: OpenAIModel) -> AsyncIterator[openai.AsyncOpenAI]:

@@ -54,6 +54,9 @@ class Turn(msgspec.Struct, frozen=True, kw_only=True):
     message: dict[str, Any]
     run: list[str]
     results: dict[str, str] = msgspec.field(default_factory=dict)
+    wrong_answer: str | None = None
+    """The reply was a typed answer that did not fit: what the model is told (as a user
+    message, or as its final-answer call's result)."""
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -72,6 +75,8 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     token_budget: int | None
     last_turn: Turn | None
     """The latest turn that asked for tools, while its results are not all in."""
+    wrong_answers: int = 0
+    """Typed answers that did not fit, so far."""
 
 
 def as_step(value: Any) -> AgentStep:
@@ -102,6 +107,7 @@ def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Jo
     usage = Usage()
     turns = 0
     pending: Turn | None = None
+    wrong = 0
     for entry in history:
         usage = usage if entry.usage is None else usage + entry.usage
         role = as_step(entry.spec.input) if entry.spec.parallel is None else None
@@ -110,6 +116,10 @@ def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Jo
             if isinstance(entry.output, dict) and "message" in entry.output:
                 pending = msgspec.convert(entry.output, Turn)
                 messages.append(pending.message)
+                if pending.wrong_answer is not None:
+                    wrong += 1
+                    if not pending.message.get("tool_calls"):
+                        messages.append({"role": "user", "content": pending.wrong_answer})
                 if not pending.run:
                     messages.extend(_tool_messages(pending, []))
                     pending = None
@@ -128,6 +138,7 @@ def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Jo
         usage=usage,
         token_budget=start.token_budget,
         last_turn=pending,
+        wrong_answers=wrong,
     )
 
 

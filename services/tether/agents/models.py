@@ -58,6 +58,10 @@ class ModelQuotaExceeded(TerminalError):
     matter, which no retry mends."""
 
 
+class StructuredOutputsRefused(ModelRequestError):
+    """The endpoint rejected `response_format` `json_schema`."""
+
+
 class RateLimited(RetryableError):
     """The endpoint answered 429: waited out in place (see `complete`), not an attempt."""
 
@@ -82,6 +86,10 @@ class OpenAIModel:
     settings: Mapping[str, Any] = field(default_factory=dict)
     timeout: float = 600.0
     max_rate_limit_wait: timedelta = timedelta(minutes=30)
+    structured_outputs: bool | None = None
+    """How an agent with an `output_type` asks for its answer: True, `response_format`
+    `json_schema`; False, a final-answer tool call; None, the first, and the second from
+    the first time the endpoint refuses it."""
 
     def client(self) -> openai.AsyncOpenAI:
         key = self.api_key or os.environ.get("OPENAI_API_KEY") or "unset"
@@ -105,6 +113,7 @@ async def complete(
     tools: Sequence[dict[str, Any]],
     on_delta: OnDelta,
     on_wait: OnWait | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Reply:
     """One streamed LLM call; each piece of text goes to `on_delta` as it arrives.
 
@@ -115,7 +124,7 @@ async def complete(
     waited, wait = 0.0, RATE_LIMIT_BACKOFF[0]
     while True:
         try:
-            return await _complete_once(client, model, messages, tools, on_delta)
+            return await _complete_once(client, model, messages, tools, on_delta, options)
         except RateLimited as exc:
             asked = exc.retry_after.total_seconds() if exc.retry_after is not None else wait
             pause = min(asked, RATE_LIMIT_BACKOFF[1])
@@ -134,8 +143,9 @@ async def _complete_once(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     on_delta: OnDelta,
+    extra: Mapping[str, Any] | None,
 ) -> Reply:
-    options: dict[str, Any] = {**model.settings}
+    options: dict[str, Any] = {**model.settings, **(extra or {})}
     if tools:
         options["tools"] = list(tools)
     reply = _Accumulated(model.name)
@@ -311,12 +321,7 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
     except openai.PermissionDeniedError as exc:
         raise ModelAuthError(f"{where} denied access ({exc.status_code}): {exc.message}") from exc
     except openai.BadRequestError as exc:
-        if exc.code == "context_length_exceeded" or "context length" in str(exc.message).lower():
-            raise ContextLengthExceeded(
-                f"the conversation no longer fits the context window of {where}: lower "
-                "max_turns, make tools return less, or use a model with a longer context"
-            ) from exc
-        raise ModelRequestError(f"{where} rejected the request: {exc.message}") from exc
+        raise _bad_request(exc, where) from exc
     except openai.NotFoundError as exc:
         raise ModelRequestError(
             f"{where} was not found ({exc.status_code}): check the model name and base_url"
@@ -348,6 +353,18 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
         raise RetryableError(f"lost {where}: {exc}") from exc
     # Anything else (the transport's own error when a stream is cut off) is retried with
     # the step's backoff, as every unexpected exception is.
+
+
+def _bad_request(exc: openai.BadRequestError, where: str) -> TerminalError:
+    message = str(exc.message)
+    if exc.code == "context_length_exceeded" or "context length" in message.lower():
+        return ContextLengthExceeded(
+            f"the conversation no longer fits the context window of {where}: lower "
+            "max_turns, make tools return less, or use a model with a longer context"
+        )
+    if "response_format" in message or "json_schema" in message:
+        return StructuredOutputsRefused(f"{where} rejected the request: {message}")
+    return ModelRequestError(f"{where} rejected the request: {message}")
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:

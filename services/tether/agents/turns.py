@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.agents.conversation import AgentStep, ToolCall, Turn, calls_of
+from tether.agents.output import (
+    FINAL_ANSWER_TOOL,
+    InvalidOutput,
+    OutputType,
+    WrongAnswer,
+    correction,
+)
 from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import StepSpec
 
@@ -36,6 +43,18 @@ class ToolShape:
 
 
 @dataclass(frozen=True)
+class Typed:
+    """How a typed answer is asked for and checked in this turn."""
+
+    output: OutputType
+    tool: bool
+    """Asked for as a final-answer tool call (else as `response_format`)."""
+    wrong_so_far: int
+    retries: int
+    """Wrong answers told to the model before the task fails."""
+
+
+@dataclass(frozen=True)
 class Next:
     """A step's output and the steps to run after it (empty: the agent has answered)."""
 
@@ -44,22 +63,35 @@ class Next:
 
 
 def after_reply(
-    agent: str, turn: int, message: dict[str, Any], tools: Mapping[str, ToolShape]
+    agent: str,
+    turn: int,
+    message: dict[str, Any],
+    tools: Mapping[str, ToolShape],
+    typed: Typed | None = None,
 ) -> Next:
     """What follows the reply of LLM turn `turn` (1-based)."""
     calls = calls_of(message)
-    if not calls:
+    following = _step(agent, AgentStep(turn=turn + 1))
+    wrong: str | None = None
+    if typed is not None:
+        answer = _typed_answer(message, calls, typed)
+        if not isinstance(answer, WrongAnswer):
+            return Next(output=answer, steps=[])
+        wrong = _told(agent, answer, typed)
+        if not calls:
+            done = Turn(message=message, run=[], wrong_answer=wrong)
+            return Next(output=to_builtins(done), steps=[following])
+    elif not calls:
         return Next(output=message.get("content") or "", steps=[])
     branches: dict[str, StepSpec] = {}
     results: dict[str, str] = {}
     for call in calls:
-        branch = _branch(call, tools)
+        branch = wrong if call.name == FINAL_ANSWER_TOOL and wrong else _branch(call, tools)
         if isinstance(branch, str):
             results[call.id] = branch
         else:
             branches[call.id] = branch
-    done = Turn(message=message, run=list(branches), results=results)
-    following = _step(agent, AgentStep(turn=turn + 1))
+    done = Turn(message=message, run=list(branches), results=results, wrong_answer=wrong)
     gated = [call.id for call in calls if call.id in branches and tools[call.name].approval]
     if gated:
         gate = [_step(agent, AgentStep(approve=gated)), _step(agent, AgentStep(dispatch=turn))]
@@ -87,6 +119,41 @@ def after_approval(
     branches = [_branch(calls[call_id], tools) for call_id in run]
     steps = [_group([b for b in branches if isinstance(b, StepSpec)])] if run else []
     return Next(output=to_builtins(decided), steps=steps)
+
+
+def _typed_answer(
+    message: dict[str, Any], calls: Sequence[ToolCall], typed: Typed
+) -> Any | WrongAnswer:
+    """The answer as plain JSON if the reply gives one that fits, else WrongAnswer: with
+    the reason, or empty when the reply only asks for tools (no answer yet)."""
+    if typed.tool:
+        final = [call for call in calls if call.name == FINAL_ANSWER_TOOL]
+        if not final:
+            if calls:
+                return WrongAnswer("")  # tools to run first: not an answer yet
+            return WrongAnswer(f"no answer was given: call {FINAL_ANSWER_TOOL}")
+        text = final[-1].arguments or "{}"
+    elif calls:
+        return WrongAnswer("")
+    else:
+        text = message.get("content") or ""
+    try:
+        return typed.output.check(text)
+    except WrongAnswer as wrong:
+        return wrong
+
+
+def _told(agent: str, wrong: WrongAnswer, typed: Typed) -> str | None:
+    """What the model is told of a wrong answer (None: it asked for tools, no answer yet);
+    raises InvalidOutput once it has been told `typed.retries` times."""
+    if not str(wrong):
+        return None
+    if typed.wrong_so_far >= typed.retries:
+        raise InvalidOutput(
+            f"agent {agent!r} answered with a {typed.output.name} that does not fit, "
+            f"{typed.wrong_so_far + 1} times; the last: {wrong}"
+        )
+    return correction(str(wrong), tool=typed.tool)
 
 
 def approval_prompt(turn: Turn, gated: Sequence[str]) -> str:

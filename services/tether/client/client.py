@@ -36,6 +36,7 @@ from tether.tasks.plans import to_step, validate_submit
 from tether.tasks.service import TaskService
 
 if TYPE_CHECKING:
+    from tether.agents.agent import Agent
     from tether.metrics import Metrics
 
 StepLike = StepSpec | dict[str, Any] | str
@@ -177,7 +178,7 @@ class Client(Reads, Service):
 
     async def submit_agent(
         self,
-        agent: str,
+        agent: str | Agent,
         input: str | list[dict[str, Any]],
         *,
         token_budget: int | None = None,
@@ -186,16 +187,21 @@ class Client(Reads, Service):
         deadline: timedelta | None = None,
         strict: bool = False,
     ) -> TaskHandle:
-        """Start agent `agent` (see `App.agent`) on `input`: a question, or a list of chat
-        messages. `await handle.wait()` is its final answer; `handle.stream()` its text
-        as the model writes it."""
+        """Start agent `agent` (see `App.agent`; its name, or the agent itself) on `input`:
+        a question, or a list of chat messages. `await handle.wait()` is its final answer
+        (given the agent, decoded as its `output_type`); `handle.stream()` its text as the
+        model writes it."""
         start: dict[str, Any] = {"input": input}
         if token_budget is not None:
             start["token_budget"] = token_budget
-        step = StepSpec(tool=agent, input=start)
-        return await self.submit(
+        name = agent if isinstance(agent, str) else agent.name
+        step = StepSpec(tool=name, input=start)
+        handle = await self.submit(
             [step], task_id=task_id, metadata=metadata, deadline=deadline, strict=strict
         )
+        if not isinstance(agent, str) and agent.output is not None:
+            handle.result_type = agent.output.type
+        return handle
 
     async def _by_reference(self, spec: StepSpec) -> StepSpec:
         """The step with a large input stored once as a blob; the tool gets the value."""

@@ -32,9 +32,11 @@ RECHECK_INTERVAL = 5.0
 
 
 class TaskHandle:
-    def __init__(self, store: Store, task_id: str) -> None:
+    def __init__(self, store: Store, task_id: str, result_type: Any = None) -> None:
         self._store = store
         self.task_id = task_id
+        self.result_type = result_type
+        """What `wait()` decodes the result into (an agent's `output_type`); None: as is."""
 
     def __repr__(self) -> str:
         return f"TaskHandle({self.task_id!r})"
@@ -64,7 +66,10 @@ class TaskHandle:
         """
         record = await self.wait_until_done(timeout)
         if record.status is TaskStatus.COMPLETED:
-            return await self._store.blobs.resolve(record.result)  # a large result by reference
+            result = await self._store.blobs.resolve(record.result)  # large: by reference
+            if self.result_type is None:
+                return result
+            return msgspec.convert(result, self.result_type)
         if record.status is TaskStatus.CANCELLED:
             raise TaskCancelledError(self.task_id)
         raise TaskFailedError(self.task_id, record.error)

@@ -93,6 +93,7 @@ def mcp_tool(info: ToolInfo, *, legacy: bool) -> types.Tool:
         name=info.name,
         description=info.description or None,
         input_schema=schema,
+        output_schema=info.output_schema,
         execution=types.ToolExecution(task_support=task_support(info.name)) if legacy else None,
     )
 

@@ -347,6 +347,8 @@ class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     description: str = ""
     input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+    """What the tool returns, when it says (an agent with an `output_type`): an object."""
     max_concurrency: int | None = None
     approval: bool = False
     """An agent asks a person before it runs this tool."""

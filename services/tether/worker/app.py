@@ -51,6 +51,8 @@ class Tool:
     """An agent asks a person before it calls this tool."""
     schema: dict[str, Any] | None = None
     """The input schema to advertise, when the input type does not say it (an agent's)."""
+    output_schema: dict[str, Any] | None = None
+    """The schema of what the tool returns, when it says (an agent's `output_type`)."""
     agent: bool = False
     """The tool runs an agent's turns (`App.agent`)."""
     calls: tuple[str, ...] = ()
@@ -148,6 +150,8 @@ class App:
         token_budget: int | None = None,
         approval: Sequence[str | ToolFunction] = (),
         approval_timeout: timedelta | float | None = None,
+        output_type: Any = None,
+        output_retries: int = 2,
         description: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> Agent:
@@ -170,10 +174,14 @@ class App:
         from tether.agents.agent import AGENT_INPUT_SCHEMA, LLM_RETRY
         from tether.agents.agent import Agent as AgentType
         from tether.agents.models import OpenAIModel as Model
+        from tether.agents.output import output_type as typed_output
 
         if max_turns < 1:
             raise ValueError(f"agent {name!r}: max_turns must be at least 1")
+        if output_retries < 0:
+            raise ValueError(f"agent {name!r}: output_retries must be 0 or more")
         chosen = Model(model) if isinstance(model, str) else model
+        output = None if output_type is None else typed_output(output_type)
         agent = AgentType(
             name=validate_tool_name(name),
             model=chosen,
@@ -183,6 +191,8 @@ class App:
             token_budget=token_budget,
             approval=frozenset(_names(approval)),
             approval_timeout=_seconds(approval_timeout),
+            output=output,
+            output_retries=output_retries,
         )
         self.add_tool(
             Tool(
@@ -192,6 +202,7 @@ class App:
                 retry=retry or LLM_RETRY,
                 max_concurrency=chosen.max_concurrency,
                 schema=AGENT_INPUT_SCHEMA,
+                output_schema=None if output is None else output.schema,
                 agent=True,
                 calls=agent.tools,
                 close=agent.aclose,

@@ -167,6 +167,7 @@ class Worker(Service):
                 name=tool.name,
                 description=tool.description,
                 input_schema=tool.input_schema(),
+                output_schema=tool.output_schema,
                 max_concurrency=tool.max_concurrency,
                 approval=tool.approval,
                 updated_at=utcnow(),

@@ -34,6 +34,8 @@ the script (JSON):
                                           first user message (one without "match": the
                                           default)
   "chunk_delay": 0.01                     seconds between streamed chunks (optional)
+  "refuse_json_schema": true              answer 400 to response_format json_schema, as
+                                          endpoints without structured outputs do
 
   TURN: {"content": "text", "tool_calls": [CALL, ...], "usage": {...},
          "finish_reason": "length", "faults": [FAULT, ...]}    (all optional)

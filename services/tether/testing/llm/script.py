@@ -86,6 +86,9 @@ class Script(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     conversations: list[Conversation] = []
     turns: list[Turn] | None = None
     chunk_delay: float = 0.0
+    refuse_json_schema: bool = False
+    """Answer 400 to `response_format` `json_schema`, as endpoints without structured
+    outputs do."""
 
     def __post_init__(self) -> None:
         if self.turns is not None and self.conversations:

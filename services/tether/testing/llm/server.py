@@ -26,6 +26,7 @@ from tether.testing.llm.script import (
     Turn,
     decode_script,
     first_user_text,
+    message_text,
     select_conversation,
     select_turn,
     turn_number,
@@ -40,6 +41,8 @@ class ChatRequest(msgspec.Struct, frozen=True):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None
+    tool_choice: Any = None
 
     @property
     def tool_results(self) -> list[str | None]:
@@ -108,6 +111,11 @@ class ScriptedServer:
             return _error(400, f"invalid chat request: {exc}")
         conversation = first_user_text(body.messages)
         k = turn_number(body.messages)
+        if self.script.refuse_json_schema and (body.response_format or {}).get("type") == (
+            "json_schema"
+        ):
+            self.record(body, conversation, k, -1, None)
+            return _error(400, "response_format 'json_schema' is not supported by this server")
         attempt = self.attempts[(conversation, k)]
         self.attempts[(conversation, k)] += 1
         try:
@@ -175,6 +183,12 @@ class ScriptedServer:
             "messages": len(body.messages),
             "tool_results": body.tool_results,
             "tools": body.tool_names,
+            "tool_choice": body.tool_choice,
+            "response_format": body.response_format,
+            "last": {
+                "role": body.messages[-1].get("role") if body.messages else None,
+                "text": message_text(body.messages[-1])[:2000] if body.messages else "",
+            },
             "fault": msgspec.to_builtins(fault) if fault else None,
         }
         self.log.append(entry)
