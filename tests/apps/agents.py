@@ -116,3 +116,13 @@ terse_reporter = app.agent(
     output_type=Report,  # its endpoint may refuse json_schema: then a final_answer call
     retry=QUICK,
 )
+
+
+chatty = app.agent(
+    "chatty",
+    model=MODEL,
+    instructions="Talk at length.",
+    tools=["shout"],
+    max_turns=30,
+    retry=QUICK,
+)

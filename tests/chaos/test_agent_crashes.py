@@ -76,6 +76,39 @@ async def test_a_crash_in_an_agent_reruns_only_what_was_in_flight(
     assert 1 <= branches[(task_id, 1, 1)] <= 2  # slow_search: may have been in flight
 
 
+@pytest.mark.parametrize("point", ["checkpointed:0", "checkpointed:1.b0"])
+async def test_a_crash_in_a_follow_up_reruns_only_what_was_in_flight(
+    point: str,
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    model: ScriptedModel,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    where, _, step = point.partition(":")
+    task_id = f"follow-{where}-{step.replace('.', '-')}"
+    question = f"thread of {task_id}"
+    first = {"content": "A first answer."}
+    model.load({"conversations": [{"match": question, "turns": [first, FAN_OUT, ANSWER]}]})
+    earlier = await client.submit_agent("researcher", question)
+    assert await survive(config, earlier, tmp_path, AGENTS) == first["content"]
+
+    handle = await client.continue_agent(earlier.task_id, "Search both.", new_task_id=task_id)
+    await crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch, AGENTS)
+    result = await survive(config, handle, tmp_path, AGENTS)
+
+    assert result == ANSWER["content"]
+    assert _turns(model, question) == {0: 1, 1: 1, 2: 1}  # no LLM call sent twice
+    branches = read_branch_executions(executions)
+    assert branches[(task_id, 1, 0)] == 1
+    assert 1 <= branches[(task_id, 1, 1)] <= 2  # slow_search: may have been in flight
+    calls = [r for r in model.requests() if r["conversation"] == question]
+    assert calls[2]["messages"] == 7  # system, both questions, the first answer, the fan-out
+
+
 async def test_a_crash_mid_stream_marks_the_cut_off_attempt_and_the_next_one_completes(
     config: NatsConfig,
     client: Client,

@@ -157,6 +157,8 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     asked = outputs["ask.py"]
     assert asked.startswith(f"Two searches at once.\n{answer}\nanswer: {answer}\n"), asked
     assert "requests=2" in asked, asked  # usage: two LLM calls
+    followed = next(out for line, out in outputs.items() if line.startswith("first=$("))
+    assert "In one line: every step is a checkpoint." in followed, followed
     brief = outputs["brief.py"]
     assert brief == "Checkpoints make agents durable ['a crash costs one step']\n", brief
     assert "{'report': '# Report" in outputs["follow.py"]

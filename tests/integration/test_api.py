@@ -449,6 +449,7 @@ async def test_deeply_nested_json_is_invalid_not_an_internal_error(
         "input": '{"task_id": "x", "data": %s}',
         "retry": '{"task_id": "x", "extra": %s}',
         "fork": '{"task_id": "x", "input": %s}',
+        "continue": '{"task_id": "x", "input": %s}',
     }
     codes = {}
     for verb, body in bodies.items():
@@ -608,7 +609,7 @@ async def test_discovery_ping_info_and_stats(
     info = json.loads((await nc.request("$SRV.INFO.tether-api", b"", timeout=2)).data)
     assert info["type"] == "io.nats.micro.v1.info_response" and info["name"] == "tether-api"
     endpoints = {e["name"]: (e["subject"], e["queue_group"]) for e in info["endpoints"]}
-    every = [*VERBS, "blob"]  # `blob` takes a reference, not a task: see test_blobs.py
+    every = [*VERBS, "blob", "continue"]  # see test_blobs.py and test_follow_ups.py
     assert endpoints == {verb: (config.names.api_subject(verb), "tether-api") for verb in every}
 
     before = (await stats(nc, api))["get"]
@@ -722,6 +723,7 @@ FUZZED = {
     "input": TaskRecord,
     "retry": TaskRecord,
     "fork": TaskRecord,
+    "continue": SubmitReply,
 }
 """Every verb but `result`, whose timeout_ms would make the fuzzer wait, with its reply."""
 

@@ -35,7 +35,7 @@ from tether.agents.turns import (
     approval_prompt,
 )
 from tether.errors import RetryableError, TerminalError
-from tether.schemas.tasks import Checkpoint, ToolInfo
+from tether.schemas.tasks import Checkpoint, TaskRecord, TaskStatus, ToolInfo
 from tether.worker.context import StepContext
 from tether.worker.results import NeedsInput, NextSteps
 from tether.worker.retry import RetryPolicy
@@ -45,6 +45,11 @@ AGENT_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "input": {"type": "string", "description": "The question or task for the agent."},
+        "after": {
+            "type": "string",
+            "description": "A follow-up: the id of a completed task of this agent, whose "
+            "conversation comes first.",
+        },
         "token_budget": {"type": "integer", "minimum": 1, "description": "Stop past this."},
     },
     "required": ["input"],
@@ -54,6 +59,8 @@ LLM_RETRY = RetryPolicy(max_attempts=8, initial_backoff=1, max_backoff=60)
 HISTORY_CACHE = 256
 """Conversations a worker process keeps, so its next turn reads only new checkpoints."""
 TOOL_INFO_AGE = 10.0
+MAX_THREAD = 10_000
+"""Follow-ups one conversation may chain (a guard against a cycle of reused task ids)."""
 
 
 class MaxTurnsExceeded(TerminalError):
@@ -194,7 +201,8 @@ class Agent:
     async def _journal(self, ctx: StepContext, role: AgentStep) -> tuple[Journal, list[Entry]]:
         """The conversation so far, and the steps before this one."""
         if role.input is not None:  # the first turn: nothing before it is the agent's
-            return rebuild(self.instructions, role, []), []
+            earlier = await self._runtime.thread(ctx, role.after)
+            return rebuild(self.instructions, role, [], earlier), []
         entries = await self._runtime.history(ctx)
         start = self._start_of(entries)
         if start is None:
@@ -202,7 +210,9 @@ class Agent:
         first = entries[start].spec.input
         if first is None and start > 0:  # the question was the previous step's output
             first = entries[start - 1].output
-        journal = rebuild(self.instructions, as_step(first), entries[start:])
+        opening = as_step(first)
+        earlier = await self._runtime.thread(ctx, opening.after)
+        journal = rebuild(self.instructions, opening, entries[start:], earlier)
         return journal, entries
 
     def _start_of(self, entries: list[Entry]) -> int | None:
@@ -243,6 +253,8 @@ class _Runtime:
         """By task id and creation time: a task removed by `gc` and a new one under its
         id never share a history."""
         self._tools: dict[str, tuple[ToolInfo, float]] = {}
+        self._threads: OrderedDict[tuple[str, datetime], list[dict[str, Any]]] = OrderedDict()
+        """Finished conversations follow-ups continue, by task id and creation time."""
         self.no_json_schema: set[OpenAIModel] = set()
         """Models whose endpoint refused `response_format` `json_schema`."""
 
@@ -287,6 +299,38 @@ class _Runtime:
                 self._histories.popitem(last=False)
         return entries
 
+    async def thread(self, ctx: StepContext, task_id: str | None) -> list[dict[str, Any]]:
+        """The messages of the finished conversation `task_id` and of those it continues,
+        without their system messages ([] for None). A finished task does not change, so
+        each is read once per process; only the newest record is read again (a task
+        removed by `gc` and one made under its id never share a thread)."""
+        unread: list[tuple[tuple[str, datetime], AgentStep, list[Entry]]] = []
+        messages: list[dict[str, Any]] = []
+        while task_id is not None:
+            record = await ctx.other_task(task_id)
+            if record is None:
+                raise TerminalError(
+                    f"the conversation a follow-up continues, task {task_id!r}, does not "
+                    "exist (or was removed by 'tether gc'): start a new conversation"
+                )
+            key = (task_id, record.created_at)
+            if key in self._threads:
+                self._threads.move_to_end(key)
+                messages = self._threads[key]
+                break
+            opening, entries = finished_conversation(record, await ctx.checkpoints_of(record))
+            unread.append((key, opening, entries))
+            task_id = opening.after
+            if len(unread) > MAX_THREAD:
+                raise TerminalError(f"a follow-up continues more than {MAX_THREAD} tasks")
+        for key, opening, entries in reversed(unread):
+            rebuilt = rebuild("", opening, entries, messages).messages
+            messages = [m for m in rebuilt if m.get("role") != "system"]
+            self._threads[key] = messages
+        while len(self._threads) > HISTORY_CACHE:
+            self._threads.popitem(last=False)
+        return messages
+
     async def tool_info(self, ctx: StepContext, name: str) -> ToolInfo | None:
         """A tool's registration, read again after `TOOL_INFO_AGE` (a schema may change)."""
         cached = self._tools.get(name)
@@ -296,6 +340,26 @@ class _Runtime:
         if info is not None:
             self._tools[name] = (info, time.monotonic())
         return info
+
+
+def finished_conversation(
+    record: TaskRecord, checkpoints: list[Checkpoint | None]
+) -> tuple[AgentStep, list[Entry]]:
+    """A completed agent task as a conversation: its opening and every step, the last
+    (not checkpointed) with the task's result as its output."""
+    if record.status is not TaskStatus.COMPLETED:
+        raise TerminalError(
+            f"task {record.task_id!r} is {record.status.value}: only a completed "
+            "conversation can be continued (wait for its answer, then ask again)"
+        )
+    if any(c is None for c in checkpoints):
+        raise TerminalError(f"task {record.task_id!r} is missing checkpoints of its steps")
+    entries = [_entry(c) for c in checkpoints if c is not None]
+    entries.append(Entry(record.steps[-1], record.result, None))
+    opening = as_step(entries[0].spec.input)
+    if entries[0].spec.parallel is not None or opening.continues or opening.input is None:
+        raise TerminalError(f"task {record.task_id!r} is not an agent's conversation")
+    return opening, entries
 
 
 def _entry(checkpoint: Checkpoint) -> Entry:

@@ -3,7 +3,9 @@
 Pure, no I/O. An agent task's steps are all steps of the agent's own tool, told apart
 by their input, plus one parallel group per batch of tool calls:
 
-- `{"input": "..."}`: the first LLM turn (the question);
+- `{"input": "..."}`: the first LLM turn (the question); with `"after": "<task id>"`, a
+  follow-up: the conversation of that finished task comes first, read from its
+  checkpoints (by reference: nothing of it is copied into this task);
 - `{"turn": k}`: LLM turn k, after the tool results of turn k-1;
 - `{"approve": [call ids]}`: an approval gate (the task waits for a person);
 - `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved.
@@ -28,6 +30,8 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The input of an agent's step (see the module docstring)."""
 
     input: str | list[dict[str, Any]] | None = None
+    after: str | None = None
+    """The finished agent task whose conversation this one continues (a follow-up)."""
     token_budget: int | None = None
     """Overrides the agent's budget for this task."""
     turn: int | None = None
@@ -89,10 +93,13 @@ def as_step(value: Any) -> AgentStep:
         raise TerminalError(f"not an agent step's input: {exc}") from exc
 
 
-def first_messages(instructions: str, start: AgentStep) -> list[dict[str, Any]]:
+def first_messages(
+    instructions: str, start: AgentStep, earlier: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    messages.extend(earlier)
     if isinstance(start.input, list):
         messages.extend(start.input)
     else:
@@ -100,10 +107,16 @@ def first_messages(instructions: str, start: AgentStep) -> list[dict[str, Any]]:
     return messages
 
 
-def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Journal:
+def rebuild(
+    instructions: str,
+    start: AgentStep,
+    history: Sequence[Entry],
+    earlier: Sequence[dict[str, Any]] = (),
+) -> Journal:
     """The conversation after `history` (every step before the current one; the first
-    is the task's first turn, whose input is `start`)."""
-    messages = first_messages(instructions, start)
+    is the task's first turn, whose input is `start`), after the `earlier` messages of
+    the conversation a follow-up continues."""
+    messages = first_messages(instructions, start, earlier)
     usage = Usage()
     turns = 0
     pending: Turn | None = None
@@ -113,7 +126,9 @@ def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Jo
         role = as_step(entry.spec.input) if entry.spec.parallel is None else None
         if role is not None and role.approve is None and role.dispatch is None:
             turns += 1
-            if isinstance(entry.output, dict) and "message" in entry.output:
+            if not _is_turn(entry.output):
+                messages.append(answer_message(entry.output))  # the answer: nothing follows
+            else:
                 pending = msgspec.convert(entry.output, Turn)
                 messages.append(pending.message)
                 if pending.wrong_answer is not None:
@@ -140,6 +155,17 @@ def rebuild(instructions: str, start: AgentStep, history: Sequence[Entry]) -> Jo
         last_turn=pending,
         wrong_answers=wrong,
     )
+
+
+def _is_turn(output: Any) -> bool:
+    """Whether a turn's output is a `Turn` (it asked for tools) rather than the answer."""
+    return isinstance(output, dict) and "message" in output and "run" in output
+
+
+def answer_message(answer: Any) -> dict[str, Any]:
+    """The assistant message an answer was (a typed answer's as its JSON)."""
+    content = answer if isinstance(answer, str) else msgspec.json.encode(answer).decode()
+    return {"role": "assistant", "content": content}
 
 
 def _tool_messages(turn: Turn, outputs: Sequence[Any]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from tether.schemas.api import (
     MAX_LIST,
     BlobReply,
     BlobRequest,
+    ContinueRequest,
     ErrorReply,
     ForkRequest,
     InputAnswer,
@@ -184,6 +185,19 @@ def _control_routes(
             new_task_id=request.new_task_id,
         )
         return _fits(client(), await handle.get())
+
+    @route("continue")
+    async def follow_up(request: ContinueRequest) -> SubmitReply:
+        handle = await client().continue_agent(
+            request.task_id,
+            request.input,
+            agent=request.agent,
+            token_budget=request.token_budget,
+            new_task_id=request.new_task_id,
+            metadata=request.metadata,
+            deadline=None if request.deadline_ms is None else _ms(request.deadline_ms),
+        )
+        return SubmitReply(task_id=handle.task_id)
 
 
 def _ms(value: int) -> timedelta:

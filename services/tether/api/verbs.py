@@ -8,6 +8,7 @@ from typing import Any
 from tether.schemas.api import (
     BlobReply,
     BlobRequest,
+    ContinueRequest,
     ForkRequest,
     InputAnswer,
     ListReply,
@@ -40,6 +41,7 @@ VERBS = {
         Verb("input", InputAnswer, TaskRecord, "Answer a task that is waiting for input."),
         Verb("retry", TaskRequest, TaskRecord, "Run a failed task again from its failed step."),
         Verb("fork", ForkRequest, TaskRecord, "A new task that runs a task again from a step."),
+        Verb("continue", ContinueRequest, SubmitReply, "Ask a finished agent task a follow-up."),
         Verb("blob", BlobRequest, BlobReply, "The value a blob reference names, if it fits."),
     ]
 }

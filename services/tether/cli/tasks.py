@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
+from tether.agents.conversation import as_step
 from tether.cli import render
 from tether.cli.common import (
     DEFAULT_NATS,
@@ -133,19 +134,36 @@ def build_request(
 
 
 async def _submit(
-    nats: str, prefix: str, request: SubmitRequest, wait: bool, as_json: bool
+    nats: str,
+    prefix: str,
+    request: SubmitRequest,
+    wait: bool,
+    as_json: bool,
+    follow_up: str | None = None,
 ) -> ExitCode:
     async with connected(nats, prefix) as client:
         deadline = request.deadline_ms
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", UnservedToolWarning)
-            handle = await client.submit(
-                request.steps,
-                task_id=request.task_id,
-                metadata=request.metadata,
-                deadline=None if deadline is None else timedelta(milliseconds=deadline),
-                strict=request.strict,
-            )
+            if follow_up is not None:
+                start = as_step(request.steps[0].input)
+                handle = await client.continue_agent(
+                    follow_up,
+                    start.input or "",
+                    agent=request.steps[0].tool or None,
+                    token_budget=start.token_budget,
+                    new_task_id=request.task_id,
+                    metadata=request.metadata,
+                    deadline=None if deadline is None else timedelta(milliseconds=deadline),
+                )
+            else:
+                handle = await client.submit(
+                    request.steps,
+                    task_id=request.task_id,
+                    metadata=request.metadata,
+                    deadline=None if deadline is None else timedelta(milliseconds=deadline),
+                    strict=request.strict,
+                )
         for warning in said:
             render.warn(str(warning.message))
         if as_json:
@@ -177,6 +195,15 @@ def submit(
     budget: Annotated[
         int | None,
         typer.Option("--budget", min=1, metavar="TOKENS", help="The agent's token budget."),
+    ] = None,
+    follow_up: Annotated[
+        str | None,
+        typer.Option(
+            "--continue",
+            metavar="ID",
+            help="Ask a follow-up of the finished agent task ID (its conversation comes "
+            "first; the agent is its own unless --agent names another).",
+        ),
     ] = None,
     file: Annotated[
         str | None,
@@ -212,8 +239,13 @@ def submit(
     as_json: JsonOption = False,
 ) -> None:
     """Submit a task (or a question to an agent) and print its id."""
-    request = build_request(steps or [], file, task_id, meta or [], deadline, agent, budget, strict)
-    run(_submit(nats, prefix, request, wait, as_json), as_json)
+    if follow_up is not None and (file is not None or not steps):
+        fail(f"--continue asks a follow-up: write e.g. tether submit --continue {follow_up} 'Why?'")
+    asking = agent if follow_up is None else agent or ""  # "": the earlier task's agent
+    request = build_request(
+        steps or [], file, task_id, meta or [], deadline, asking, budget, strict
+    )
+    run(_submit(nats, prefix, request, wait, as_json, follow_up), as_json)
 
 
 # -- one task -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from tether.client.reads import Reads
 from tether.client.remote import RemoteActions
 from tether.errors import (
     InvalidTaskError,
+    TaskConflictError,
     TaskExistsError,
     TaskTimeoutError,
     UnservedToolWarning,
@@ -194,14 +195,49 @@ class Client(Reads, Service):
         start: dict[str, Any] = {"input": input}
         if token_budget is not None:
             start["token_budget"] = token_budget
-        name = agent if isinstance(agent, str) else agent.name
-        step = StepSpec(tool=name, input=start)
-        handle = await self.submit(
-            [step], task_id=task_id, metadata=metadata, deadline=deadline, strict=strict
+        return await self._ask(
+            agent, start, task_id=task_id, metadata=metadata, deadline=deadline, strict=strict
         )
+
+    async def _ask(self, agent: str | Agent, start: dict[str, Any], **options: Any) -> TaskHandle:
+        """Submit an agent's first turn; the handle decodes an `output_type`'s answer."""
+        name = agent if isinstance(agent, str) else agent.name
+        handle = await self.submit([StepSpec(tool=name, input=start)], **options)
         if not isinstance(agent, str) and agent.output is not None:
             handle.result_type = agent.output.type
         return handle
+
+    async def continue_agent(
+        self,
+        task_id: str,
+        input: str | list[dict[str, Any]],
+        *,
+        agent: str | Agent | None = None,
+        token_budget: int | None = None,
+        new_task_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        deadline: timedelta | None = None,
+    ) -> TaskHandle:
+        """Ask the finished agent task `task_id` a follow-up: a new task whose conversation
+        starts with that one's, by reference (nothing of it is copied, so a turn costs the
+        same however long the thread). `agent`: the agent that answers (default: the one
+        that answered `task_id`)."""
+        record = await self.get(task_id)
+        if record.status is not TaskStatus.COMPLETED:
+            raise TaskConflictError(
+                task_id,
+                f"task {task_id!r} is {record.status.value}: only a completed conversation "
+                "can be continued (wait for its answer, or send_message to steer it)",
+            )
+        agent = agent or record.steps[-1].tool
+        if not agent:
+            raise InvalidTaskError(f"task {task_id!r} did not end with an agent's turn")
+        start: dict[str, Any] = {"input": input, "after": task_id}
+        if token_budget is not None:
+            start["token_budget"] = token_budget
+        return await self._ask(
+            agent, start, task_id=new_task_id, metadata=metadata, deadline=deadline
+        )
 
     async def _by_reference(self, spec: StepSpec) -> StepSpec:
         """The step with a large input stored once as a blob; the tool gets the value."""

@@ -65,6 +65,20 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
     new_task_id: TaskId | None = None
 
 
+class ContinueRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`continue`: ask the completed agent task `task_id` a follow-up. A new task whose
+    conversation starts with that one's, by reference; `agent` answers (default: the
+    agent that answered `task_id`)."""
+
+    task_id: str
+    input: str | list[dict[str, Any]]
+    agent: str | None = None
+    new_task_id: TaskId | None = None
+    token_budget: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    deadline_ms: DurationMs | None = None
+
+
 class BlobRequest(msgspec.Struct, frozen=True, kw_only=True):
     """`blob`: the value a reference names (`ref` is its `"$blob"`, `sha256:<hex>`)."""
 

@@ -81,9 +81,27 @@ class StepContext:
         past reads. Checkpoints never change, so a caller may keep what it read."""
         return list(await asyncio.gather(*(self._checkpoint(i) for i in range(since, self.step))))
 
-    async def _checkpoint(self, step: int) -> Checkpoint | None:
+    async def other_task(self, task_id: str) -> TaskRecord | None:
+        """Another task's record, its result resolved; None if there is no such task (an
+        agent's follow-up reads the conversation it continues this way)."""
+        found = await self._store.records.get(task_id)
+        if found is None:
+            return None
+        result = await self._store.blobs.resolve(found.record.result)
+        if result is found.record.result:
+            return found.record
+        return msgspec.structs.replace(found.record, result=result)
+
+    async def checkpoints_of(self, record: TaskRecord) -> list[Checkpoint | None]:
+        """The checkpoints of a task's steps before its current one (before the last, for
+        a completed task, whose output is its result), outputs resolved."""
+        last = min(record.current_step, record.plan_length - 1)
+        read = (self._checkpoint(step, record.task_id) for step in range(last))
+        return list(await asyncio.gather(*read))
+
+    async def _checkpoint(self, step: int, task_id: str | None = None) -> Checkpoint | None:
         """A step's checkpoint with its output resolved (a blob reference read)."""
-        found = await self._store.checkpoints.get(self.task_id, step)
+        found = await self._store.checkpoints.get(task_id or self.task_id, step)
         if found is None:
             return None
         output = await self._store.blobs.resolve(found.output)
