@@ -4,6 +4,7 @@ runs again: a finished LLM call is never sent again, a finished tool call never 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections import Counter
@@ -17,6 +18,7 @@ from tests.apps.tools import read_branch_executions
 from tests.chaos.crashes import crash, survive
 from tests.conftest import start_worker
 from tether import Client, NatsConfig, TokenChunk, Worker
+from tether.schemas import StepStarted
 from tether.testing.llm import ScriptedModel
 
 pytestmark = pytest.mark.slow
@@ -107,6 +109,42 @@ async def test_a_crash_in_a_follow_up_reruns_only_what_was_in_flight(
     assert 1 <= branches[(task_id, 1, 1)] <= 2  # slow_search: may have been in flight
     calls = [r for r in model.requests() if r["conversation"] == question]
     assert calls[2]["messages"] == 7  # system, both questions, the first answer, the fan-out
+
+
+@pytest.mark.parametrize("point", ["checkpointed:2", "handed-off:2", "checkpointed:1.b0"])
+async def test_a_message_sent_before_a_crash_reaches_the_model_once(
+    point: str,
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    model: ScriptedModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Killed after the turn that took the message was stored (or handed on), or in the
+    middle of the tool call before it: the model hears the message once."""
+    where, _, step = point.partition(":")
+    task_id = f"steer-{where}-{step.replace('.', '-')}"
+    slow = {"tool_calls": [{"name": "slow_search", "arguments": {"query": "slow"}}]}
+    model.load({"conversations": [{"match": task_id, "turns": [slow, ANSWER]}]})
+    handle = await client.submit_agent("researcher", task_id, task_id=task_id)
+    crashed = asyncio.create_task(
+        crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch, AGENTS)
+    )
+    async for event in handle.events(timeout=20):  # the slow tool call is running
+        if isinstance(event, StepStarted) and event.step == 1:
+            break
+    await client.send_message(task_id, "Prefer primary sources.")
+    await crashed
+
+    result = await survive(config, handle, tmp_path, AGENTS)
+
+    assert result == ANSWER["content"]
+    calls = [r for r in model.requests() if r["conversation"] == task_id]
+    assert [c["turn"] for c in calls] == [0, 1]  # no LLM call sent twice
+    assert calls[1]["messages"] == 5  # system, question, call, result, the message once
+    assert calls[1]["last"] == {"role": "user", "text": "Prefer primary sources."}
 
 
 async def test_a_crash_mid_stream_marks_the_cut_off_attempt_and_the_next_one_completes(

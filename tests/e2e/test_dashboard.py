@@ -158,6 +158,33 @@ async def test_an_agents_task_page_shows_its_parallel_calls_and_streams_its_answ
         shutil.copy(shot, SCREENSHOT)
 
 
+async def test_a_running_agent_is_told_something_from_its_page(
+    client: Client,
+    dispatcher: object,
+    worker: Worker,
+    ui: str,
+    browser: Browser,
+    model: ScriptedModel,
+) -> None:
+    question = f"question {uuid.uuid4().hex[:8]}"
+    email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ops"}}]}
+    model.load({"conversations": [{"match": question, "turns": [email, {"content": "Done."}]}]})
+    handle = await client.submit_agent("researcher", question)
+    await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)  # its approval
+
+    await browser.open(f"{ui}/tasks/{handle.task_id}")
+    await browser.type("#message textarea", "Copy the security team.")
+    await browser.click("#send-message")
+    await browser.has_text("#note", "message sent")
+    await client.send_input(handle.task_id, {"approved": True})
+
+    assert await handle.wait(timeout=20) == "Done."
+    second = [r for r in model.requests() if r["conversation"] == question][1]
+    assert second["last"] == {"role": "user", "text": "Copy the security team."}
+    await browser.open(f"{ui}/tasks/{handle.task_id}")
+    assert await browser.count("#steer") == 0  # a finished agent reads nothing more
+
+
 def _script(question: str, answer: str) -> dict[str, Any]:
     searches = {
         "tool_calls": [

@@ -609,7 +609,8 @@ async def test_discovery_ping_info_and_stats(
     info = json.loads((await nc.request("$SRV.INFO.tether-api", b"", timeout=2)).data)
     assert info["type"] == "io.nats.micro.v1.info_response" and info["name"] == "tether-api"
     endpoints = {e["name"]: (e["subject"], e["queue_group"]) for e in info["endpoints"]}
-    every = [*VERBS, "blob", "continue"]  # see test_blobs.py and test_follow_ups.py
+    # `blob` takes a reference, not a task (test_blobs.py); the agent verbs need an agent
+    every = [*VERBS, "blob", "continue", "message", "update_agent"]
     assert endpoints == {verb: (config.names.api_subject(verb), "tether-api") for verb in every}
 
     before = (await stats(nc, api))["get"]

@@ -23,27 +23,20 @@ SEARCH = {
 }
 
 
+UNFINISHED = [{"tool": "slow_search", "input": {"query": "q"}}] * 10
+"""A task that runs for 20 s: unfinished while a test asks of it."""
+
+
 @pytest.fixture
 async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
     async with Worker(agents, config) as w:
         yield w
 
 
-def _load(model: ScriptedModel, *turns: dict[str, Any]) -> str:
-    question = f"question {uuid.uuid4().hex[:8]}"
-    model.load({"conversations": [{"match": question, "turns": list(turns)}]})
-    return question
-
-
-def _calls(model: ScriptedModel, question: str) -> list[dict[str, Any]]:
-    return [r for r in model.requests() if r["conversation"] == question]
-
-
 async def test_a_follow_up_sees_the_whole_earlier_conversation_and_chains(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _load(
-        model,
+    question = model.conversation(
         SEARCH,
         {"content": "Checkpoints."},
         {"content": "Because every step is stored."},
@@ -57,7 +50,7 @@ async def test_a_follow_up_sees_the_whole_earlier_conversation_and_chains(
     third = await client.continue_agent(second.task_id, "And a third time?")
     assert await third.wait(timeout=30) == "Yes: by reference."
 
-    calls = _calls(model, question)
+    calls = model.requests(question)
     assert [(c["turn"], c["attempt"]) for c in calls] == [(0, 0), (1, 0), (2, 0), (3, 0)]
     # system, question, the search call, its result, the answer, then each follow-up
     assert [c["messages"] for c in calls] == [2, 4, 6, 8]
@@ -76,7 +69,7 @@ async def test_a_follow_up_after_20_turns_writes_per_turn_what_turn_5_wrote(
         "usage": {"prompt_tokens": 100, "completion_tokens": 10},
     }
     answer = {"content": "Done.", "usage": {"prompt_tokens": 100, "completion_tokens": 10}}
-    question = _load(model, *[shout] * 19, answer, shout, shout, answer)
+    question = model.conversation(*[shout] * 19, answer, shout, shout, answer)
     earlier = await client.submit_agent("chatty", question, task_id=f"t{uuid.uuid4().hex[:9]}")
     assert await earlier.wait(timeout=60) == "Done."
 
@@ -85,7 +78,7 @@ async def test_a_follow_up_after_20_turns_writes_per_turn_what_turn_5_wrote(
     )
     assert await later.wait(timeout=30) == "Done."
 
-    calls = _calls(model, question)
+    calls = model.requests(question)
     assert [c["turn"] for c in calls] == list(range(23))  # each call once, the thread whole
     assert calls[20]["messages"] == 42  # 1 + 1 + 19 × 2 + 1, then the follow-up
     checkpoints = client._store.checkpoints
@@ -106,8 +99,8 @@ async def test_a_follow_up_after_20_turns_writes_per_turn_what_turn_5_wrote(
 async def test_only_a_completed_conversation_can_be_continued(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _load(model, {"content": "Fine."})
-    running = await client.submit([{"tool": "slow_search", "input": {"query": "q"}}])
+    question = model.conversation({"content": "Fine."})
+    running = await client.submit(UNFINISHED)
     with pytest.raises(TaskConflictError, match="only a completed conversation"):
         await client.continue_agent(running.task_id, "and?")
 
@@ -127,7 +120,7 @@ async def test_only_a_completed_conversation_can_be_continued(
 async def test_the_cli_asks_a_follow_up_and_refuses_an_unfinished_task(
     config: NatsConfig, client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _load(model, {"content": "First."}, {"content": "Second."})
+    question = model.conversation({"content": "First."}, {"content": "Second."})
     first = await client.submit_agent("researcher", question)
     await first.wait(timeout=30)
 
@@ -137,7 +130,7 @@ async def test_the_cli_asks_a_follow_up_and_refuses_an_unfinished_task(
     later = asked.out.splitlines()[0]
     assert await client.handle(later).wait(timeout=5) == "Second."
     assert (await client.get(later)).steps[-1].tool == "researcher"  # the earlier's agent
-    running = await client.submit([{"tool": "slow_search", "input": {"query": "q"}}])
+    running = await client.submit(UNFINISHED)
     refused = await tether(config, "submit", "--continue", running.task_id, "And?")
     assert refused.code != 0 and "only a completed conversation" in refused.err
 
@@ -150,7 +143,7 @@ async def test_the_api_verb_continue_asks_a_follow_up_and_answers_errors_typed(
     worker: Worker,
     model: ScriptedModel,
 ) -> None:
-    question = _load(model, {"content": "First."}, {"content": "Second."})
+    question = model.conversation({"content": "First."}, {"content": "Second."})
     first = await client.submit_agent("researcher", question)
     await first.wait(timeout=30)
     subject = client._store.names.api_subject("continue")
@@ -164,7 +157,7 @@ async def test_the_api_verb_continue_asks_a_follow_up_and_answers_errors_typed(
     assert later == {"task_id": "api-follow"}
     assert await client.handle("api-follow").wait(timeout=30) == "Second."
     assert (await ask({"task_id": "ghost", "input": "?"}))["error"]["code"] == "not_found"
-    unfinished = await client.submit([{"tool": "slow_search", "input": {"query": "q"}}])
+    unfinished = await client.submit(UNFINISHED)
     refused = await ask({"task_id": unfinished.task_id, "input": "?"})
     assert refused["error"]["code"] == "conflict"
     invalid = await ask({"task_id": first.task_id})

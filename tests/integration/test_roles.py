@@ -26,6 +26,7 @@ from mcp import Client as McpClient
 from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
+from tests.apps.agents import app as agents
 from tests.apps.tools import app
 from tests.conftest import APP, ROOT, start_worker
 from tests.servers import free_port, running_server
@@ -39,6 +40,7 @@ from tether.nats.provision import provision
 from tether.nats.store import Store
 from tether.schemas.names import DEFAULT_NAMES
 from tether.testing import eventually
+from tether.testing.llm import ScriptedModel
 from tether.ui import Dashboard
 
 ROLES_CONF = ROOT / "deploy" / "nats" / "roles.conf"
@@ -339,6 +341,40 @@ async def test_a_client_controls_its_tasks_through_the_api(running: RolesServer)
         await api("input", task_id=asks["task_id"], data={"approved": True})
         done = await api("result", task_id=asks["task_id"], timeout_ms=20_000)
     assert done["status"] == "completed"
+    assert running.violations(since) == []
+
+
+async def test_a_client_steers_an_agent_through_the_api_and_its_worker_reads_it(
+    running: RolesServer, model: ScriptedModel
+) -> None:
+    """The API (dispatcher role) stores what the agent is told; the worker role reads it."""
+    since = running.mark()
+    question = f"roles {uuid.uuid4().hex[:8]}"
+    email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ops"}}]}
+    turns = [email, {"content": "Told, and answered."}]
+    model.load({"conversations": [{"match": question, "turns": turns}]})
+    async with Worker(agents, running.config("worker")), raw(running, "client") as client:
+
+        async def api(verb: str, **body: object) -> dict[str, object]:
+            reply = await client.nc.request(f"tether.api.{verb}", json.dumps(body).encode(), 10)
+            answer: dict[str, object] = json.loads(reply.data)
+            assert set(answer) != {"error"}, answer
+            return answer
+
+        step = {"tool": "researcher", "input": {"input": question}}
+        task_id = (await api("submit", steps=[step]))["task_id"]
+
+        async def waiting() -> None:
+            assert (await api("get", task_id=task_id))["status"] == "waiting"
+
+        await eventually(waiting, timeout=20)  # for the email's approval
+        await api("message", task_id=task_id, text="Cite the spec.")
+        await api("update_agent", task_id=task_id, instructions="Be brief.")
+        await api("input", task_id=task_id, data={"approved": True})
+        done = await api("result", task_id=task_id, timeout_ms=20_000)
+    assert done["result"] == "Told, and answered."
+    second = [r for r in model.requests() if r["conversation"] == question][1]
+    assert second["last"]["text"] == "Cite the spec." and second["system"] == "Be brief."
     assert running.violations(since) == []
 
 

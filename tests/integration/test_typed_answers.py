@@ -6,9 +6,7 @@ endpoint that refuses `json_schema`."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -27,28 +25,18 @@ async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Work
         yield w
 
 
-def _load(model: ScriptedModel, *turns: dict[str, Any], **script: Any) -> str:
-    question = f"report on {uuid.uuid4().hex[:8]}"
-    model.load({**script, "conversations": [{"match": question, "turns": list(turns)}]})
-    return question
-
-
-def _calls(model: ScriptedModel, question: str) -> list[dict[str, Any]]:
-    return [r for r in model.requests() if r["conversation"] == question]
-
-
 async def test_a_typed_answer_right_first_time_is_the_decoded_result(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
     search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "agents"}}]}
-    question = _load(model, search, {"content": json.dumps(GOOD)})
+    question = model.conversation(search, {"content": json.dumps(GOOD)})
 
     handle = await client.submit_agent(reporter, question)
 
     assert await handle.wait(timeout=30) == Report(**GOOD)  # type: ignore[arg-type]
     record = await handle.get()
     assert record.result == GOOD  # stored as plain JSON: any language reads it
-    calls = _calls(model, question)
+    calls = model.requests(question)
     assert len(calls) == 2
     asked = calls[0]["response_format"]
     assert asked["type"] == "json_schema"
@@ -63,12 +51,12 @@ async def test_a_typed_answer_right_first_time_is_the_decoded_result(
 async def test_a_wrong_answer_is_told_to_the_model_with_the_field_and_asked_again(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _load(model, {"content": json.dumps(WRONG)}, {"content": json.dumps(GOOD)})
+    question = model.conversation({"content": json.dumps(WRONG)}, {"content": json.dumps(GOOD)})
 
     handle = await client.submit_agent(reporter, question)
 
     assert await handle.wait(timeout=30) == Report(**GOOD)  # type: ignore[arg-type]
-    calls = _calls(model, question)
+    calls = model.requests(question)
     assert [(c["turn"], c["attempt"]) for c in calls] == [(0, 0), (1, 0)]  # no call twice
     told = calls[1]["last"]
     assert told["role"] == "user"
@@ -81,7 +69,7 @@ async def test_answers_that_never_fit_fail_the_task_naming_the_field(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
     wrong = {"content": json.dumps(WRONG)}
-    question = _load(model, wrong, wrong, wrong)
+    question = model.conversation(wrong, wrong, wrong)
 
     handle = await client.submit_agent(reporter, question)
 
@@ -90,18 +78,18 @@ async def test_answers_that_never_fit_fail_the_task_naming_the_field(
     error = failed.value.error
     assert error is not None and error.type == "InvalidOutput"
     assert "`$.score`" in error.message and "3 times" in error.message
-    assert len(_calls(model, question)) == 3  # the first answer and output_retries=2 more
+    assert len(model.requests(question)) == 3  # the first answer and output_retries=2 more
 
 
 async def test_text_that_is_not_json_is_a_wrong_answer_too(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = _load(model, {"content": "Here is my report!"}, {"content": json.dumps(GOOD)})
+    question = model.conversation({"content": "Here is my report!"}, {"content": json.dumps(GOOD)})
 
     handle = await client.submit_agent(reporter, question)
 
     assert await handle.wait(timeout=30) == Report(**GOOD)  # type: ignore[arg-type]
-    assert "not JSON" in _calls(model, question)[1]["last"]["text"]
+    assert "not JSON" in model.requests(question)[1]["last"]["text"]
 
 
 async def test_an_endpoint_that_refuses_json_schema_is_asked_for_a_final_answer_call(
@@ -109,12 +97,12 @@ async def test_an_endpoint_that_refuses_json_schema_is_asked_for_a_final_answer_
 ) -> None:
     bad = {"tool_calls": [{"name": "final_answer", "arguments": WRONG}]}
     good = {"tool_calls": [{"name": "final_answer", "arguments": GOOD}]}
-    question = _load(model, bad, good, refuse_json_schema=True)
+    question = model.conversation(bad, good, refuse_json_schema=True)
 
     handle = await client.submit_agent(terse_reporter, question)
 
     assert await handle.wait(timeout=30) == Report(**GOOD)  # type: ignore[arg-type]
-    calls = _calls(model, question)
+    calls = model.requests(question)
     refused, *asked = calls
     assert refused["attempt"] == -1 and refused["response_format"]["type"] == "json_schema"
     assert [c["response_format"] for c in asked] == [None, None]

@@ -11,10 +11,12 @@ import pytest
 
 from tether.schemas import codec
 from tether.schemas.events import (
+    AgentUpdated,
     AnyStatusEvent,
     Cancelled,
     Completed,
     Failed,
+    MessageSent,
     StatusEvent,
     StepCompleted,
     StepRetrying,
@@ -49,10 +51,14 @@ EVENT_KINDS: dict[str, type[StatusEvent]] = {
     "step_completed": StepCompleted,
     "step_retrying": StepRetrying,
     "waiting": Waiting,
+    "message_sent": MessageSent,
+    "agent_updated": AgentUpdated,
     "completed": Completed,
     "failed": Failed,
     "cancelled": Cancelled,
 }
+REQUIRED = {"message_sent": {"text": "Cite the spec."}}
+"""Fields a kind cannot do without."""
 
 
 def _event_json(event: str, status: str) -> bytes:
@@ -133,6 +139,8 @@ def test_every_design_event_kind_has_a_class() -> None:
         "step_completed",
         "step_retrying",
         "waiting",
+        "message_sent",
+        "agent_updated",
         "completed",
         "failed",
         "cancelled",
@@ -151,6 +159,7 @@ def test_event_encodes_its_kind_and_decodes_to_its_class(kind: str, cls: type[St
         time=NOW,
         output={"text": "hi"},
         error=ErrorInfo(type="ValueError", message="boom"),
+        **REQUIRED.get(kind, {}),
     )
     data = codec.encode(event)
     doc = json.loads(data)

@@ -14,7 +14,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,7 +35,8 @@ from tether.agents.turns import (
     approval_prompt,
 )
 from tether.errors import RetryableError, TerminalError
-from tether.schemas.tasks import Checkpoint, TaskRecord, TaskStatus, ToolInfo
+from tether.schemas.codec import to_builtins
+from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord, TaskStatus, ToolInfo
 from tether.worker.context import StepContext
 from tether.worker.results import NeedsInput, NextSteps
 from tether.worker.retry import RetryPolicy
@@ -111,18 +112,11 @@ class Agent:
         return await self._turn(ctx, journal)
 
     async def _turn(self, ctx: StepContext, journal: Journal) -> Any:
-        if journal.turns >= self.max_turns:
-            raise MaxTurnsExceeded(
-                f"agent {self.name!r} did not answer within {self.max_turns} turns: raise "
-                "max_turns (app.agent(..., max_turns=N)), restart its workers, then retry "
-                "the task ('tether dlq retry ID'): its turns so far are kept, none is sent again"
-            )
-        budget = journal.token_budget or self.token_budget
-        if budget is not None and journal.usage.total_tokens >= budget:
-            raise TokenBudgetExceeded(
-                f"agent {self.name!r} spent {journal.usage.total_tokens:,} tokens of its "
-                f"budget of {budget:,} before answering"
-            )
+        steering = await ctx.inbox(journal.inbox_seq)
+        if steering:  # told something since the last call: take it first (see conversation)
+            taken = [{"seq": seq, "entry": to_builtins(entry)} for seq, entry in steering]
+            return NextSteps(steps=[self._turn_step(journal.turns + 1)], output={"inbox": taken})
+        budget = self._check_limits(journal)
         shapes, specs = await self._tools(ctx)
 
         async def waiting(message: str) -> None:
@@ -153,7 +147,31 @@ class Agent:
             log.warning("task %s: %s", ctx.task_id, message)
             await ctx.progress(message=message)
         next_ = after_reply(self.name, journal.turns + 1, reply.message, shapes, typed)
+        if not next_.steps and await ctx.inbox(journal.inbox_seq):
+            # Told something while it answered: the answer stays in the conversation, and
+            # the next turn reads what it was told and answers again.
+            told = Turn(message=reply.message, run=[])
+            next_ = Next(output=to_builtins(told), steps=[self._turn_step(journal.turns + 2)])
         return _result(next_)
+
+    def _turn_step(self, turn: int) -> StepSpec:
+        return StepSpec(tool=self.name, input=to_builtins(AgentStep(turn=turn)))
+
+    def _check_limits(self, journal: Journal) -> int | None:
+        """Stop before a call past `max_turns` or the token budget; the budget."""
+        if journal.turns >= self.max_turns:
+            raise MaxTurnsExceeded(
+                f"agent {self.name!r} did not answer within {self.max_turns} turns: raise "
+                "max_turns (app.agent(..., max_turns=N)), restart its workers, then retry "
+                "the task ('tether dlq retry ID'): its turns so far are kept, none is sent again"
+            )
+        budget = journal.token_budget or self.token_budget
+        if budget is not None and journal.usage.total_tokens >= budget:
+            raise TokenBudgetExceeded(
+                f"agent {self.name!r} spent {journal.usage.total_tokens:,} tokens of its "
+                f"budget of {budget:,} before answering"
+            )
+        return budget
 
     def _typed(self, journal: Journal) -> Typed | None:
         if self.output is None:
@@ -175,12 +193,12 @@ class Agent:
             options["tool_choice"] = "required"
         elif typed is not None:
             options["response_format"] = typed.output.response_format()
-        with tracing.chat_span(self.model.name, ctx.task_id) as span:
+        # An update may name another model on the same endpoint (and client).
+        model = self.model if journal.model is None else replace(self.model, name=journal.model)
+        with tracing.chat_span(model.name, ctx.task_id) as span:
             async with self._runtime.using(self.model) as client:
                 messages = journal.messages
-                reply = await complete(
-                    client, self.model, messages, specs, ctx.stream, waiting, options
-                )
+                reply = await complete(client, model, messages, specs, ctx.stream, waiting, options)
             tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
         return reply
 
@@ -324,7 +342,7 @@ class _Runtime:
             if len(unread) > MAX_THREAD:
                 raise TerminalError(f"a follow-up continues more than {MAX_THREAD} tasks")
         for key, opening, entries in reversed(unread):
-            rebuilt = rebuild("", opening, entries, messages).messages
+            rebuilt = rebuild("", opening, entries, messages, finished=True).messages
             messages = [m for m in rebuilt if m.get("role") != "system"]
             self._threads[key] = messages
         while len(self._threads) > HISTORY_CACHE:

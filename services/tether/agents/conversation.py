@@ -10,6 +10,10 @@ by their input, plus one parallel group per batch of tool calls:
 - `{"approve": [call ids]}`: an approval gate (the task waits for a person);
 - `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved.
 
+A turn that finds messages sent to the task (or new settings) does not call the model:
+it outputs `{"inbox": [{"seq": n, "entry": <message_sent or agent_updated>}, ...]}` and
+adds the turn again, which sees them; so each is read once, in order, and stored once.
+
 Each message is stored once, as the output of the step that produced it (a turn's
 assistant message, a branch's tool result), so a turn writes as many bytes at turn
 500 as at turn 1; the messages sent to the model are rebuilt from those outputs.
@@ -81,6 +85,10 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     """The latest turn that asked for tools, while its results are not all in."""
     wrong_answers: int = 0
     """Typed answers that did not fit, so far."""
+    inbox_seq: int = 0
+    """The stream sequence of the last message or update this conversation took."""
+    model: str | None = None
+    """The model an update named (None: the agent's)."""
 
 
 def as_step(value: Any) -> AgentStep:
@@ -112,21 +120,26 @@ def rebuild(
     start: AgentStep,
     history: Sequence[Entry],
     earlier: Sequence[dict[str, Any]] = (),
+    finished: bool = False,
 ) -> Journal:
     """The conversation after `history` (every step before the current one; the first
     is the task's first turn, whose input is `start`), after the `earlier` messages of
-    the conversation a follow-up continues."""
+    the conversation a follow-up continues. `finished`: the last entry is the answer."""
     messages = first_messages(instructions, start, earlier)
     usage = Usage()
     turns = 0
     pending: Turn | None = None
     wrong = 0
-    for entry in history:
+    steered = _Steered(start.token_budget)
+    for index, entry in enumerate(history):
         usage = usage if entry.usage is None else usage + entry.usage
         role = as_step(entry.spec.input) if entry.spec.parallel is None else None
         if role is not None and role.approve is None and role.dispatch is None:
+            if _is_inbox(entry.output) and not (finished and index == len(history) - 1):
+                steered.take(entry.output["inbox"], messages)
+                continue
             turns += 1
-            if not _is_turn(entry.output):
+            if (finished and index == len(history) - 1) or not _is_turn(entry.output):
                 messages.append(answer_message(entry.output))  # the answer: nothing follows
             else:
                 pending = msgspec.convert(entry.output, Turn)
@@ -151,10 +164,43 @@ def rebuild(
         messages=messages,
         turns=turns,
         usage=usage,
-        token_budget=start.token_budget,
+        token_budget=steered.token_budget,
         last_turn=pending,
         wrong_answers=wrong,
+        inbox_seq=steered.seq,
+        model=steered.model,
     )
+
+
+class _Steered:
+    """What the messages and updates a conversation took add up to."""
+
+    def __init__(self, token_budget: int | None) -> None:
+        self.token_budget = token_budget
+        self.model: str | None = None
+        self.seq = 0
+
+    def take(self, taken: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
+        for item in taken:
+            self.seq = max(self.seq, int(item.get("seq") or 0))
+            entry = item.get("entry") or {}
+            if entry.get("event") == "message_sent":
+                messages.append({"role": "user", "content": str(entry.get("text") or "")})
+                continue
+            if entry.get("model"):
+                self.model = str(entry["model"])
+            if entry.get("token_budget"):
+                self.token_budget = int(entry["token_budget"])
+            if entry.get("instructions") is not None:
+                system = {"role": "system", "content": str(entry["instructions"])}
+                if messages and messages[0].get("role") == "system":
+                    messages[0] = system
+                else:
+                    messages.insert(0, system)
+
+
+def _is_inbox(output: Any) -> bool:
+    return isinstance(output, dict) and set(output) == {"inbox"}
 
 
 def _is_turn(output: Any) -> bool:

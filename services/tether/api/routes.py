@@ -34,11 +34,13 @@ from tether.schemas.api import (
     InputAnswer,
     ListReply,
     ListRequest,
+    MessageRequest,
     ResultReply,
     ResultRequest,
     SubmitReply,
     SubmitRequest,
     TaskRequest,
+    UpdateAgentRequest,
 )
 from tether.schemas.codec import encode
 from tether.schemas.ids import validate_task_id
@@ -198,6 +200,22 @@ def _control_routes(
             deadline=None if request.deadline_ms is None else _ms(request.deadline_ms),
         )
         return SubmitReply(task_id=handle.task_id)
+
+    @route("message")
+    async def message(request: MessageRequest) -> TaskRecord:
+        await client().send_message(request.task_id, request.text, message_id=request.message_id)
+        return _fits(client(), await client().get(request.task_id))
+
+    @route("update_agent")
+    async def update_agent(request: UpdateAgentRequest) -> TaskRecord:
+        await client().update_agent(
+            request.task_id,
+            model=request.model,
+            instructions=request.instructions,
+            token_budget=request.token_budget,
+            update_id=request.update_id,
+        )
+        return _fits(client(), await client().get(request.task_id))
 
 
 def _ms(value: int) -> timedelta:

@@ -13,11 +13,13 @@ from tether.schemas.api import (
     InputAnswer,
     ListReply,
     ListRequest,
+    MessageRequest,
     ResultReply,
     ResultRequest,
     SubmitReply,
     SubmitRequest,
     TaskRequest,
+    UpdateAgentRequest,
 )
 from tether.schemas.tasks import TaskRecord
 
@@ -42,6 +44,8 @@ VERBS = {
         Verb("retry", TaskRequest, TaskRecord, "Run a failed task again from its failed step."),
         Verb("fork", ForkRequest, TaskRecord, "A new task that runs a task again from a step."),
         Verb("continue", ContinueRequest, SubmitReply, "Ask a finished agent task a follow-up."),
+        Verb("message", MessageRequest, TaskRecord, "Tell a running agent task something."),
+        Verb("update_agent", UpdateAgentRequest, TaskRecord, "Change a running agent's settings."),
         Verb("blob", BlobRequest, BlobReply, "The value a blob reference names, if it fits."),
     ]
 }

@@ -17,7 +17,9 @@ from tether.clock import utcnow
 from tether.schemas.codec import encode
 from tether.schemas.events import (
     TERMINAL_EVENTS,
+    AgentUpdated,
     AnyStatusEvent,
+    MessageSent,
     StepCompleted,
     StepRetrying,
     StepStarted,
@@ -70,6 +72,13 @@ def _detail(event: AnyStatusEvent) -> Text:
             f"  {event.input_request.prompt}  (answer: tether input {event.task_id} JSON)",
             style="yellow",
         )
+    if isinstance(event, MessageSent):
+        return Text(f"  {event.text!r}", style="cyan")
+    if isinstance(event, AgentUpdated):
+        changed = {"model": event.model, "token_budget": event.token_budget}
+        said = [f"{name} {value}" for name, value in changed.items() if value is not None]
+        said += ["new instructions"] if event.instructions is not None else []
+        return Text("  " + ", ".join(said), style="cyan")
     return Text()
 
 

@@ -16,6 +16,7 @@ from tether.cli import (
     gc,
     processes,
     provision,
+    steer,
     tasks,
     ui,
 )
@@ -51,6 +52,7 @@ def _options(
 processes.register(app)
 dev.register(app)
 tasks.register(app)
+steer.register(app)
 dlq.register(app)
 fork.register(app)
 gc.register(app)

@@ -28,6 +28,7 @@ from tether.nats.connection import Connection, NatsConfig, Refused, close, conne
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import encode
+from tether.schemas.events import AgentUpdated, MessageSent
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
@@ -387,6 +388,45 @@ class Client(Reads, Service):
             await self._remote().send_input(self.handle(task_id).task_id, data)
         else:
             await self.handle(task_id).send_input(data)
+
+    async def send_message(self, task_id: str, text: str, *, message_id: str | None = None) -> None:
+        """Tell a running agent task something: it reads `text` as a user message before
+        its next LLM call, exactly once, in the order sent (recorded as a `message_sent`
+        event). `message_id` makes a repeat of the same send a no-op. A message sent as
+        the agent gives its final answer may come too late: it then reads nothing more."""
+        task_id = self.handle(task_id).task_id
+        message_id = message_id or uuid.uuid4().hex
+        if self.act_through_api:
+            await self._remote().send_message(task_id, text, message_id)
+        else:
+            await self._tasks.steer(task_id, MessageSent, message_id, text=text)
+
+    async def runs_an_agent(self, record: TaskRecord) -> bool:
+        """Whether a step still to run is an agent's: a task `send_message` can reach."""
+        return not record.status.is_terminal and await self._tasks.runs_an_agent(record)
+
+    async def update_agent(
+        self,
+        task_id: str,
+        *,
+        model: str | None = None,
+        instructions: str | None = None,
+        token_budget: int | None = None,
+        update_id: str | None = None,
+    ) -> None:
+        """Change a running agent task's model (a name on the same endpoint), instructions
+        or token budget, from its next LLM call on (an `agent_updated` event)."""
+        if model is None and instructions is None and token_budget is None:
+            raise InvalidTaskError("update_agent: give model, instructions or token_budget")
+        if token_budget is not None and token_budget < 1:
+            raise InvalidTaskError(f"token_budget must be at least 1, not {token_budget}")
+        task_id = self.handle(task_id).task_id
+        update_id = update_id or uuid.uuid4().hex
+        changes = {"model": model, "instructions": instructions, "token_budget": token_budget}
+        if self.act_through_api:
+            await self._remote().update_agent(task_id, update_id, **changes)
+        else:
+            await self._tasks.steer(task_id, AgentUpdated, update_id, **changes)
 
     def _remote(self) -> RemoteActions:
         return RemoteActions(self._connected())

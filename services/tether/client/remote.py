@@ -1,4 +1,4 @@
-"""The task actions (cancel, retry, answer, fork) asked of the API service rather than done
+"""The task actions (cancel, retry, answer, fork, steer) asked of the API service rather than done
 here: for a process whose NATS user may read tasks but not write them (the MCP gateway
 and the dashboard under `deploy/nats/roles.conf`), so a compromised one cannot rewrite a
 task's record, checkpoints or work."""
@@ -14,7 +14,14 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from tether.api.errors import raised
 from tether.errors import NatsUnavailableError
 from tether.nats.store import Store
-from tether.schemas.api import ErrorReply, ForkRequest, InputAnswer, TaskRequest
+from tether.schemas.api import (
+    ErrorReply,
+    ForkRequest,
+    InputAnswer,
+    MessageRequest,
+    TaskRequest,
+    UpdateAgentRequest,
+)
 from tether.schemas.codec import encode
 from tether.schemas.tasks import TaskRecord
 
@@ -44,6 +51,14 @@ class RemoteActions:
             task_id=task_id, from_step=from_step, input=input, new_task_id=new_task_id
         )
         return await self._call("fork", request, new_task_id)
+
+    async def send_message(self, task_id: str, text: str, message_id: str) -> TaskRecord:
+        request = MessageRequest(task_id=task_id, text=text, message_id=message_id)
+        return await self._call("message", request, task_id)
+
+    async def update_agent(self, task_id: str, update_id: str, **changes: Any) -> TaskRecord:
+        request = UpdateAgentRequest(task_id=task_id, update_id=update_id, **changes)
+        return await self._call("update_agent", request, task_id)
 
     async def _call(self, verb: str, request: msgspec.Struct, task_id: str) -> TaskRecord:
         subject = self._store.names.api_subject(verb)

@@ -34,6 +34,7 @@ class Cleanup:
             subject=names.kv_subject(names.checkpoints_bucket, task_id + ".>"),
         )
         await js.purge_stream(names.status_stream, subject=names.status_subject(task_id))
+        await js.purge_stream(names.status_stream, subject=names.inbox_subject(task_id))
         await js.purge_stream(names.index_stream, subject=names.index_rows_of(task_id))
         # The record goes last: a sweep cut off half-way finds the task again next time.
         await js.purge_stream(

@@ -170,7 +170,9 @@ class AllEvents:
             self._on_event(msg.data)
 
         names = self._store.names
-        self._subscription = await self._store.nc.subscribe(names.status_subjects, cb=received)
+        # every task's events, not what its agent is told (`<prefix>.status.<id>.inbox`)
+        events = names.status_subject("*")
+        self._subscription = await self._store.nc.subscribe(events, cb=received)
 
     async def stop(self) -> None:
         if self._subscription is not None:

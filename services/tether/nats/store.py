@@ -32,6 +32,7 @@ from tether.nats.consumers import (
     ensure_tool_consumer,
 )
 from tether.nats.delivery import Consumer
+from tether.nats.inbox import Inbox
 from tether.nats.jetstream import Headers, JetStream
 from tether.nats.kv import Bucket
 from tether.nats.layout import Layout
@@ -83,6 +84,7 @@ class Store:
         self.tools: Tools
         self.blobs: Blobs
         self.submissions: Submissions
+        self.inbox: Inbox
         self.observer: Observer | None = None
 
     @classmethod
@@ -115,6 +117,7 @@ class Store:
         store.heartbeats = Heartbeats(await bucket(names.heartbeats_bucket), store.workers)
         store.tools = Tools(await bucket(names.tools_bucket), names, js)
         store.submissions = Submissions(js, names)
+        store.inbox = Inbox(js, jetstream, names)
         blobs = names.blobs_bucket
         store.blobs = Blobs(js, await js.object_store(blobs), blobs, layout.blob_threshold)
         return store
@@ -205,14 +208,16 @@ class Store:
         sent = {**(extra or {}), **schedule_headers(at, target)}
         await self._jetstream.publish(subject, data, sent)
 
-    async def publish_event(self, event: AnyStatusEvent, n: int = 0) -> None:
+    async def publish_event(
+        self, event: AnyStatusEvent, n: int = 0, msg_id: str | None = None
+    ) -> None:
         """Publish a status event; its `Nats-Msg-Id` makes a replayed step's events no-ops.
 
         Events that end or pause a task wait for JetStream's acknowledgement. Progress
         events are published without waiting: the stream still stores them, in order,
         and the task record, not the event log, is what the protocol relies on.
         """
-        msg_id = self.names.event_msg_id(
+        msg_id = msg_id or self.names.event_msg_id(
             event.task_id, event.kind, event.step, event.generation, n, event.branch
         )
         subject = self.names.status_subject(event.task_id)

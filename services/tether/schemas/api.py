@@ -79,6 +79,26 @@ class ContinueRequest(msgspec.Struct, frozen=True, kw_only=True):
     deadline_ms: DurationMs | None = None
 
 
+class MessageRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`message`: tell the running agent task `task_id` something; it reads it before its
+    next LLM call, once. `message_id` makes a repeat of the same request a no-op."""
+
+    task_id: str
+    text: str
+    message_id: TaskId | None = None
+
+
+class UpdateAgentRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`update_agent`: change a running agent task's model, instructions or token budget
+    from its next LLM call on (a field left out keeps its value)."""
+
+    task_id: str
+    model: str | None = None
+    instructions: str | None = None
+    token_budget: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    update_id: TaskId | None = None
+
+
 class BlobRequest(msgspec.Struct, frozen=True, kw_only=True):
     """`blob`: the value a reference names (`ref` is its `"$blob"`, `sha256:<hex>`)."""
 

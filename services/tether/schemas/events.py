@@ -59,6 +59,22 @@ class Waiting(StatusEvent, frozen=True, kw_only=True, tag="waiting"):
     input_request: InputRequest | None = None
 
 
+class MessageSent(StatusEvent, frozen=True, kw_only=True, tag="message_sent"):
+    """A person (or a program) told a running agent something: the agent reads it before
+    its next LLM call, once (`client.send_message`)."""
+
+    text: str
+
+
+class AgentUpdated(StatusEvent, frozen=True, kw_only=True, tag="agent_updated"):
+    """A running agent's settings changed from its next LLM call on (`client.update_agent`);
+    a field left null keeps its value."""
+
+    model: str | None = None
+    instructions: str | None = None
+    token_budget: int | None = None
+
+
 class Completed(StatusEvent, frozen=True, kw_only=True, tag="completed"):
     pass
 
@@ -77,12 +93,17 @@ AnyStatusEvent = (
     | StepCompleted
     | StepRetrying
     | Waiting
+    | MessageSent
+    | AgentUpdated
     | Completed
     | Failed
     | Cancelled
 )
 
 TERMINAL_EVENTS = (Completed, Failed, Cancelled)
+Steering = MessageSent | AgentUpdated
+"""What a running agent is told: also stored on `<prefix>.status.<task_id>.inbox`, where
+the agent reads it."""
 
 
 def ends_feed(event: StatusEvent, generation: int) -> bool:

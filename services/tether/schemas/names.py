@@ -106,6 +106,11 @@ class Names(msgspec.Struct, frozen=True):
     def status_subject(self, task_id: str) -> str:
         return f"{self.prefix}.status.{task_id}"
 
+    def inbox_subject(self, task_id: str) -> str:
+        """`<prefix>.status.<task_id>.inbox`: what a running agent is told, in order (stored
+        with the status events, on a subject of its own so the agent reads only these)."""
+        return f"{self.prefix}.status.{task_id}.inbox"
+
     @property
     def status_subjects(self) -> str:
         return f"{self.prefix}.status.>"

@@ -349,6 +349,8 @@ class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
     input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
     """What the tool returns, when it says (an agent with an `output_type`): an object."""
+    agent: bool = False
+    """The tool runs an agent's turns: it reads the messages sent to its tasks."""
     max_concurrency: int | None = None
     approval: bool = False
     """An agent asks a person before it runs this tool."""

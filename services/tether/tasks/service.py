@@ -32,6 +32,7 @@ from tether.schemas.events import (
     Cancelled,
     Completed,
     Failed,
+    Steering,
     StepCompleted,
     StepRetrying,
     Submitted,
@@ -368,6 +369,34 @@ class TaskService:
         msg_id = self.store.names.resume_msg_id(task_id, step, record.generation)
         await self.store.publish_work(work, msg_id)
         return record
+
+    async def steer(
+        self, task_id: str, kind: type[Steering], msg_id: str, **fields: Any
+    ) -> TaskRecord:
+        """Tell a running agent something (`MessageSent`, `AgentUpdated`): it reads it
+        before its next LLM call, once, in the order told (see `nats.inbox`)."""
+        record = (await self.store.records.require(task_id)).record
+        if record.status.is_terminal:
+            raise TaskConflictError(
+                task_id,
+                f"task {task_id!r} is {record.status.value}: a finished agent reads no more "
+                "messages; ask it a follow-up instead (continue_agent)",
+            )
+        if not await self.runs_an_agent(record):
+            raise TaskConflictError(
+                task_id, f"task {task_id!r} runs no agent: only an agent reads messages"
+            )
+        fields.setdefault("status", record.status)
+        entry = kind(task_id=task_id, time=utcnow(), generation=record.generation, **fields)
+        await self.store.inbox.put(entry, msg_id)
+        await self.store.publish_event(entry, msg_id=f"{msg_id}.event")
+        return record
+
+    async def runs_an_agent(self, record: TaskRecord) -> bool:
+        """Whether a step still to run is an agent's (its tool registered as one)."""
+        names = {spec.tool for spec in record.steps[record.current_step - record.done_steps :]}
+        infos = await asyncio.gather(*(self.store.tools.get(n) for n in names if n))
+        return any(info is not None and info.agent for info in infos)
 
     async def retry(self, task_id: str) -> TaskRecord:
         """Run a failed task again from the step that failed; earlier checkpoints are reused."""

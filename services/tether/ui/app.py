@@ -258,6 +258,7 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
         "stall": await client.stall(record),
         "no_dispatcher": None if dispatcher_running else NO_DISPATCHER,
         "tool": views.current_tool(record),
+        "steerable": await client.runs_an_agent(record),
         "fields": views.form_fields(record.input_request.schema) if record.input_request else None,
         "now": now,
     }
@@ -276,10 +277,16 @@ async def _act(client: Client, task_id: str, verb: str, form: dict[str, str]) ->
         schema = record.input_request.schema if record.input_request else {}
         await client.send_input(task_id, views.answer_from_form(schema, form))
         return "answer sent", task_id
+    if verb == "message":
+        text = form.get("text", "").strip()
+        if not text:
+            raise views.FormError("write a message to send")
+        await client.send_message(task_id, text)
+        return "message sent: the agent reads it before its next call", task_id
     if verb == "fork":
         step = int(form.get("step", "0"))
         raw = form.get("input", "").strip()
         new_input = views.answer_from_form({}, {"json": raw}) if raw else None
         handle = await client.fork(task_id, step, input=new_input)
         return f"forked from {task_id} at step {step}", handle.task_id
-    raise ValueError(f"no action {verb!r}: cancel, retry, input or fork")
+    raise ValueError(f"no action {verb!r}: cancel, retry, input, message or fork")

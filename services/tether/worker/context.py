@@ -14,6 +14,7 @@ from tether.clock import utcnow
 from tether.nats.store import Store
 from tether.nats.tokens import TokenWriter
 from tether.schemas.codec import encode
+from tether.schemas.events import Steering
 from tether.schemas.ids import validate_tool_name
 from tether.schemas.tasks import Checkpoint, Heartbeat, TaskRecord, ToolInfo, Usage
 
@@ -80,6 +81,11 @@ class StepContext:
         resolved, its usage), in order: what a tool that rebuilds state from the task's
         past reads. Checkpoints never change, so a caller may keep what it read."""
         return list(await asyncio.gather(*(self._checkpoint(i) for i in range(since, self.step))))
+
+    async def inbox(self, after: int) -> list[tuple[int, Steering]]:
+        """What the task was told (messages, new agent settings) after stream sequence
+        `after`, in order, with each one's sequence."""
+        return await self._store.inbox.after(self.task_id, after)
 
     async def other_task(self, task_id: str) -> TaskRecord | None:
         """Another task's record, its result resolved; None if there is no such task (an

@@ -168,6 +168,7 @@ class Worker(Service):
                 description=tool.description,
                 input_schema=tool.input_schema(),
                 output_schema=tool.output_schema,
+                agent=tool.agent,
                 max_concurrency=tool.max_concurrency,
                 approval=tool.approval,
                 updated_at=utcnow(),

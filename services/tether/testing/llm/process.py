@@ -10,6 +10,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -62,11 +63,21 @@ class ScriptedModel:
             raise RuntimeError("the scripted model is not running: use `with ScriptedModel(...)`")
         return self._process.pid
 
-    def requests(self) -> list[dict[str, Any]]:
-        """The request log so far, oldest first (every chat request, faulted ones too)."""
+    def requests(self, conversation: str | None = None) -> list[dict[str, Any]]:
+        """The request log so far, oldest first (every chat request, faulted ones too);
+        given a `conversation` (its first user message), only its requests."""
         with urllib.request.urlopen(self._root() + "/log", timeout=10) as response:
             entries: list[dict[str, Any]] = msgspec.json.decode(response.read())
-        return entries
+        if conversation is None:
+            return entries
+        return [entry for entry in entries if entry["conversation"] == conversation]
+
+    def conversation(self, *turns: dict[str, Any], **script: Any) -> str:
+        """Load a script of one conversation with these turns (and `script`'s other
+        fields); returns a new question that starts it."""
+        question = f"question {uuid.uuid4().hex[:8]}"
+        self.load({**script, "conversations": [{"match": question, "turns": list(turns)}]})
+        return question
 
     def load(self, script: dict[str, Any]) -> None:
         """Replace the script and reset the fault counters (the request log is kept)."""

@@ -185,6 +185,9 @@ class ScriptedServer:
             "tools": body.tool_names,
             "tool_choice": body.tool_choice,
             "response_format": body.response_format,
+            "system": next(
+                (message_text(m) for m in body.messages if m.get("role") == "system"), None
+            ),
             "last": {
                 "role": body.messages[-1].get("role") if body.messages else None,
                 "text": message_text(body.messages[-1])[:2000] if body.messages else "",
