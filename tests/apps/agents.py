@@ -126,3 +126,21 @@ chatty = app.agent(
     max_turns=30,
     retry=QUICK,
 )
+
+
+analyst = app.agent(
+    "analyst",
+    model=MODEL,
+    instructions="Analyse with the help of a researcher.",
+    tools=["researcher", "guarded"],  # sub-agents: each call runs as a child task
+    retry=QUICK,
+)
+
+
+lead = app.agent(
+    "lead",
+    model=MODEL,
+    instructions="Delegate to the analyst.",
+    tools=["analyst"],
+    retry=QUICK,
+)

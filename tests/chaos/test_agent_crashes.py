@@ -147,6 +147,52 @@ async def test_a_message_sent_before_a_crash_reaches_the_model_once(
     assert calls[1]["last"] == {"role": "user", "text": "Prefer primary sources."}
 
 
+@pytest.mark.parametrize(
+    "point",
+    [
+        "checkpointed:{lead}-s1b0:0",  # the sub-agent's first turn stored, not handed on
+        "checkpointed:{lead}-s1b0-s1b0:1.b0",  # mid fan-out in the sub-sub-agent
+    ],
+)
+async def test_a_crash_inside_a_sub_agent_tree_reruns_only_what_was_in_flight(
+    point: str,
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    model: ScriptedModel,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lead = f"tree-{point.count('s1b0')}"
+    middle, inner = f"analyse {lead}", f"research {lead}"
+    conversations = [  # the most specific match first: each question holds the lead's
+        {"match": inner, "turns": [FAN_OUT, ANSWER]},
+        {"match": middle, "turns": [_ask("researcher", inner), {"content": "Analysis."}]},
+        {"match": lead, "turns": [_ask("analyst", middle), {"content": "Lead."}]},
+    ]
+    model.load({"conversations": conversations})
+    handle = await client.submit_agent("lead", lead, task_id=lead)
+    await crash(config, point.format(lead=lead), tmp_path, monkeypatch, AGENTS)
+
+    result = await survive(config, handle, tmp_path, AGENTS)
+
+    assert result == "Lead."
+    for question in (lead, middle, inner):
+        assert _turns(model, question) == {0: 1, 1: 1}, question  # no LLM call twice
+    researcher = f"{lead}-s1b0-s1b0"
+    branches = read_branch_executions(executions)
+    assert branches[(researcher, 1, 0)] == 1
+    assert 1 <= branches[(researcher, 1, 1)] <= 2  # slow_search: may have been in flight
+    record = await handle.get()
+    assert record.usage is not None and record.usage.requests == 6  # the tree's calls
+
+
+def _ask(agent: str, question: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": agent, "arguments": {"input": question}}]}
+
+
 async def test_a_crash_mid_stream_marks_the_cut_off_attempt_and_the_next_one_completes(
     config: NatsConfig,
     client: Client,

@@ -159,6 +159,9 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     assert "requests=2" in asked, asked  # usage: two LLM calls
     followed = next(out for line, out in outputs.items() if line.startswith("first=$("))
     assert "In one line: every step is a checkpoint." in followed, followed
+    delegated = "Edited: a checkpoint is a step's stored result.\n"
+    delegated += "1 child task, 3 LLM calls in all\n"
+    assert outputs["delegate.py"] == delegated, outputs["delegate.py"]
     assert outputs["steer.py"] == "Published, in one paragraph.\n", outputs["steer.py"]
     brief = outputs["brief.py"]
     assert brief == "Checkpoints make agents durable ['a crash costs one step']\n", brief

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
 import openai
 
 from tether import tracing
@@ -38,7 +39,7 @@ from tether.errors import RetryableError, TerminalError
 from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord, TaskStatus, ToolInfo
 from tether.worker.context import StepContext
-from tether.worker.results import NeedsInput, NextSteps
+from tether.worker.results import Child, NeedsInput, NextSteps
 from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.agents")
@@ -55,6 +56,12 @@ AGENT_INPUT_SCHEMA: dict[str, Any] = {
     },
     "required": ["input"],
 }
+SUB_AGENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"input": AGENT_INPUT_SCHEMA["properties"]["input"]},
+    "required": ["input"],
+}
+"""What a model sees of an agent it may call: a question (it runs as a child task)."""
 LLM_RETRY = RetryPolicy(max_attempts=8, initial_backoff=1, max_backoff=60)
 """Rate limits and overloaded providers pass; eight attempts over about two minutes."""
 HISTORY_CACHE = 256
@@ -104,6 +111,10 @@ class Agent:
     async def run_step(self, ctx: StepContext, data: Any) -> Any:
         """The tool function: one LLM turn, or an approval gate, of this agent's task."""
         role = as_step(data)
+        if ctx.branch is not None and role.input is not None:
+            # Called by another agent (or in a plan's parallel step): run as a task of its
+            # own, whose turns and tool calls are steps like any other, linked as a child.
+            return Child([StepSpec(tool=self.name, input=data)])
         journal, before = await self._journal(ctx, role)
         if role.approve is not None:
             return self._gate(journal, role.approve)
@@ -251,6 +262,8 @@ class Agent:
                     f"agent {self.name!r}: tool {name!r} is not registered yet; start a "
                     "worker that serves it"
                 )
+            if info.agent:  # a sub-agent: the model gives it a question, nothing else
+                info = msgspec.structs.replace(info, input_schema=SUB_AGENT_SCHEMA)
             spec, wrapped = function_tool(info)
             shapes[name] = ToolShape(
                 wrapped=wrapped, approval=info.approval or name in self.approval

@@ -131,6 +131,8 @@ class ParentStep(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     step: int
     generation: int = 1
+    branch: int | None = None
+    """Set when one branch of a parallel step started it (an agent's call of a sub-agent)."""
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -35,8 +35,10 @@ class ChildTasks:
         *,
         task_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        branch: int | None = None,
     ) -> TaskRecord | None:
-        """Start a child task that runs `steps`; its result will complete `step`.
+        """Start a child task that runs `steps`; its result will complete `step` (or one
+        `branch` of it, a parallel step: an agent's call of a sub-agent).
 
         Raises InvalidTaskError (or InvalidNameError) for a plan that cannot run. The
         child is created first, then the parent's record names it (`awaiting`): a
@@ -50,8 +52,8 @@ class ChildTasks:
             validate_task_id(task_id)
         await KnownTools(self.store).check(steps)
         parent = current.record
-        child_id = task_id or rules.child_id(parent.task_id, step, parent.generation)
-        child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow())
+        child_id = task_id or rules.child_id(parent.task_id, step, parent.generation, branch)
+        child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow(), branch)
         created = await self.store.records.create(child)
         if created is not None:
             await self.tasks.hand_off_first(child)
@@ -62,11 +64,15 @@ class ChildTasks:
             child = existing
             if child.status is TaskStatus.PENDING and child.current_step == 0:
                 await self.tasks.hand_off_first(child)
-        stored, _ = await self.store.records.update(
-            parent.task_id,
-            lambda record: rules.await_child(record, step, child_id, utcnow()),
-            current,
-        )
+
+        # A step waits for its child by name; a branch's child is only listed (the other
+        # branches run on, and the child's end resumes the branch by its checkpoint).
+        def linked(record: TaskRecord) -> TaskRecord | None:
+            if branch is not None:
+                return rules.list_child(record, child_id, utcnow())
+            return rules.await_child(record, step, child_id, utcnow())
+
+        stored, _ = await self.store.records.update(parent.task_id, linked, current)
         if child.status.is_terminal:
             await self.resume_parent(child)
         return stored.record
@@ -85,15 +91,38 @@ class ChildTasks:
             link.task_id, lambda record: rules.list_child(record, child.task_id, utcnow()), found
         )
         failure = rules.child_failure(child)
+        parent = found.record
+        if link.branch is not None:
+            await self._resume_branch(found, link, child, failure)
+            return
         if failure is not None:
             await self._fail_step_if_waiting(link, failure)
             return
-        parent = found.record
-        done = Checkpoint(output=child.result, time=utcnow(), spec=parent.spec(link.step))
+        spec = parent.spec(link.step)
+        done = Checkpoint(output=child.result, time=utcnow(), spec=spec, usage=child.usage)
         await self.store.checkpoints.create(parent.task_id, link.step, done)
         (work,) = rules.current_work(parent)
         msg_id = self.store.names.resume_msg_id(parent.task_id, link.step, parent.generation)
         await self.store.publish_work(work, msg_id)
+
+    async def _resume_branch(
+        self, found: Versioned, link: ParentStep, child: TaskRecord, failure: ErrorInfo | None
+    ) -> None:
+        """A branch's child ended: its result (or, in a group that collects its branches'
+        errors, its failure) is the branch's checkpoint, counted at once as a branch that
+        ran is; in another group its failure fails the step. A crash in between is
+        mended by the replay of the child's end, which comes here again."""
+        assert link.branch is not None
+        parent = found.record
+        group = parent.spec(link.step)
+        if failure is not None and not group.collect_errors:
+            await self._fail_step_if_waiting(link, failure)
+            return
+        output = child.result if failure is None else rules.branch_error(failure)
+        spec = group.branch(link.branch)
+        done = Checkpoint(output=output, time=utcnow(), spec=spec, usage=child.usage)
+        stored = await self.store.checkpoints.create(parent.task_id, link.step, done, link.branch)
+        await self.tasks.branches.count(found, link.step, link.branch, stored)
 
     async def _fail_step_if_waiting(self, link: ParentStep, error: ErrorInfo) -> None:
         now = utcnow()

@@ -83,9 +83,10 @@ def plan_before(plan: list[StepSpec], added: dict[int, int]) -> list[StepSpec]:
     return steps
 
 
-def child_id(parent: str, step: int, generation: int) -> str:
-    """The id of the child task a step starts: the same on every attempt of the step."""
-    task_id = f"{parent}-s{step}" if generation <= 1 else f"{parent}-s{step}-g{generation}"
+def child_id(parent: str, step: int, generation: int, branch: int | None = None) -> str:
+    """The id of the child task a step (or a branch) starts: the same on every attempt."""
+    task_id = f"{parent}-s{step}" if branch is None else f"{parent}-s{step}b{branch}"
+    task_id = task_id if generation <= 1 else f"{task_id}-g{generation}"
     if len(task_id) <= MAX_TASK_ID_LENGTH:
         return task_id
     return "child-" + hashlib.sha256(task_id.encode()).hexdigest()[:40]
@@ -98,7 +99,11 @@ def new_child(
     steps: list[StepSpec],
     metadata: dict[str, Any],
     now: datetime,
+    branch: int | None = None,
 ) -> TaskRecord:
+    link = ParentStep(
+        task_id=parent.task_id, step=step, generation=parent.generation, branch=branch
+    )
     return TaskRecord(
         task_id=task_id,
         status=TaskStatus.PENDING,
@@ -107,7 +112,7 @@ def new_child(
         created_at=now,
         updated_at=now,
         deadline_at=parent.deadline_at,  # a child cannot outlive its parent's deadline
-        parent=ParentStep(task_id=parent.task_id, step=step, generation=parent.generation),
+        parent=link,
     )
 
 
@@ -136,6 +141,7 @@ def awaits(record: TaskRecord, parent: ParentStep) -> bool:
         not record.status.is_terminal
         and record.current_step == parent.step
         and record.generation == parent.generation
+        and (parent.branch is None or parent.branch not in record.done_branches)
     )
 
 

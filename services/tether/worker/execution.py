@@ -235,7 +235,10 @@ class Execution:
     ) -> Outcome:
         """Store what the tool returned and hand the task on; what became of the attempt."""
         if work.branch is not None:
-            if isinstance(result, NeedsInput | NextSteps | Sleep | Child):
+            if isinstance(result, Child):
+                await self._start_child(found, work, result)
+                return Outcome.CHILD
+            if isinstance(result, NeedsInput | NextSteps | Sleep):
                 raise _give_up(_NOT_IN_A_BRANCH)
             checkpoint = await self._by_reference(_stored(result, attempt, usage))
             await self.tasks.branches.record(
@@ -261,7 +264,12 @@ class Execution:
     async def _start_child(self, found: Versioned, work: WorkMessage, child: Child) -> None:
         try:
             await self.tasks.children.start(
-                found, work.step, child.steps, task_id=child.task_id, metadata=child.metadata
+                found,
+                work.step,
+                child.steps,
+                task_id=child.task_id,
+                metadata=child.metadata,
+                branch=work.branch,
             )
         except (InvalidTaskError, InvalidNameError, TaskExistsError) as exc:
             raise _give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
@@ -339,8 +347,8 @@ def _log_failure(
 
 _NOT_IN_A_BRANCH = ErrorInfo(
     type="InvalidOutput",
-    message="a branch of a parallel step returned NeedsInput, NextSteps, Sleep or Child: "
-    "do that in the step after the group",
+    message="a branch of a parallel step returned NeedsInput, NextSteps or Sleep: "
+    "do that in the step after the group (a branch may return Child)",
 )
 
 
