@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tether.client import Client, TaskHandle
     from tether.dispatcher import Dispatcher
     from tether.errors import (
+        GuardrailTripped,
         InvalidTaskError,
         MessageTooLargeError,
         NatsUnavailableError,
@@ -53,6 +54,7 @@ _HOMES = {
     "tether.client": ["Client", "TaskHandle"],
     "tether.dispatcher": ["Dispatcher"],
     "tether.errors": [
+        "GuardrailTripped",
         "InvalidTaskError",
         "MessageTooLargeError",
         "NatsUnavailableError",
@@ -91,6 +93,7 @@ __all__ = [
     "Child",
     "Client",
     "Dispatcher",
+    "GuardrailTripped",
     "InvalidTaskError",
     "Layout",
     "MessageTooLargeError",

@@ -184,6 +184,11 @@ class TerminalError(StepError):
     """Fail the task now: retrying cannot help (bad input, permission denied, ...)."""
 
 
+class GuardrailTripped(TerminalError):
+    """Raised by a guardrail (`app.agent(input_guardrails=..., output_guardrails=...)`):
+    the agent's task fails with this error and its reason."""
+
+
 class RetryableError(StepError):
     """Retry the step; `retry_after` overrides the policy's backoff for this attempt."""
 

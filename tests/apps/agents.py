@@ -9,7 +9,14 @@ from typing import Any
 import msgspec
 
 from tests.apps.tools import BEAT, record
-from tether import App, OpenAIModel, RetryPolicy, StepContext, TerminalError
+from tether import (
+    App,
+    GuardrailTripped,
+    OpenAIModel,
+    RetryPolicy,
+    StepContext,
+    TerminalError,
+)
 
 app = App("agents")
 MODEL = OpenAIModel("scripted", api_key="test")
@@ -142,5 +149,29 @@ lead = app.agent(
     model=MODEL,
     instructions="Delegate to the analyst.",
     tools=["analyst"],
+    retry=QUICK,
+)
+
+
+def no_secrets(ctx: StepContext, question: str) -> str:
+    """An input guardrail, a plain function (the agent registers it as a tool)."""
+    if "password" in question.lower():
+        raise GuardrailTripped("the question asks for a password")
+    return "ok"
+
+
+@app.tool
+async def polite(ctx: StepContext, answer: str) -> str:
+    """An output guardrail, a tool like any other."""
+    if "stupid" in answer.lower():
+        raise GuardrailTripped("the answer is rude")
+    return "ok"
+
+
+careful = app.agent(
+    "careful",
+    model=MODEL,
+    input_guardrails=[no_secrets],
+    output_guardrails=[polite],
     retry=QUICK,
 )

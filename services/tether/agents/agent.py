@@ -102,6 +102,10 @@ class Agent:
     """The type of the final answer (None: text)."""
     output_retries: int = 2
     """Wrong typed answers told to the model before the task fails (`InvalidOutput`)."""
+    input_guardrails: tuple[str, ...] = ()
+    """Tools that check the question before the first turn (raise GuardrailTripped)."""
+    output_guardrails: tuple[str, ...] = ()
+    """Tools that check the final answer before it is the result."""
     _runtime: _Runtime = field(default_factory=lambda: _Runtime(), compare=False, repr=False)
 
     async def aclose(self) -> None:
@@ -115,7 +119,12 @@ class Agent:
             # Called by another agent (or in a plan's parallel step): run as a task of its
             # own, whose turns and tool calls are steps like any other, linked as a child.
             return Child([StepSpec(tool=self.name, input=data)])
+        if role.input is not None and self.input_guardrails:
+            steps = [self._guards(self.input_guardrails, role.input), self._turn_step(1)]
+            return NextSteps(steps=steps, output={"guarded": "input"})
         journal, before = await self._journal(ctx, role)
+        if role.finish:
+            return _guarded_answer(before)
         if role.approve is not None:
             return self._gate(journal, role.approve)
         if role.dispatch is not None:
@@ -163,7 +172,15 @@ class Agent:
             # the next turn reads what it was told and answers again.
             told = Turn(message=reply.message, run=[])
             next_ = Next(output=to_builtins(told), steps=[self._turn_step(journal.turns + 2)])
+        elif not next_.steps and self.output_guardrails:
+            finish = StepSpec(tool=self.name, input=to_builtins(AgentStep(finish=True)))
+            guards = self._guards(self.output_guardrails, next_.output)
+            next_ = Next(output={"answer": next_.output}, steps=[guards, finish])
         return _result(next_)
+
+    def _guards(self, names: tuple[str, ...], value: Any) -> StepSpec:
+        """The guardrails as one parallel step: any that trips fails the task."""
+        return StepSpec(parallel=[StepSpec(tool=name, input=value) for name in names])
 
     def _turn_step(self, turn: int) -> StepSpec:
         return StepSpec(tool=self.name, input=to_builtins(AgentStep(turn=turn)))
@@ -391,6 +408,14 @@ def finished_conversation(
     if entries[0].spec.parallel is not None or opening.continues or opening.input is None:
         raise TerminalError(f"task {record.task_id!r} is not an agent's conversation")
     return opening, entries
+
+
+def _guarded_answer(before: list[Entry]) -> Any:
+    """The answer the output guardrails passed: the latest `{"answer": ...}` output."""
+    for entry in reversed(before):
+        if isinstance(entry.output, dict) and set(entry.output) == {"answer"}:
+            return entry.output["answer"]
+    raise TerminalError("a finish step found no answer before it")
 
 
 def _entry(checkpoint: Checkpoint) -> Entry:

@@ -8,7 +8,12 @@ by their input, plus one parallel group per batch of tool calls:
   checkpoints (by reference: nothing of it is copied into this task);
 - `{"turn": k}`: LLM turn k, after the tool results of turn k-1;
 - `{"approve": [call ids]}`: an approval gate (the task waits for a person);
-- `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved.
+- `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved;
+- `{"finish": true}`: after the output guardrails passed, the answer as the result.
+
+With guardrails, the first turn outputs `{"guarded": "input"}` and adds a parallel step
+of the input guardrails, then turn 1; an answer is output as `{"answer": ...}` before a
+parallel step of the output guardrails and the `finish` step.
 
 A turn that finds messages sent to the task (or new settings) does not call the model:
 it outputs `{"inbox": [{"seq": n, "entry": <message_sent or agent_updated>}, ...]}` and
@@ -41,11 +46,17 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     turn: int | None = None
     approve: list[str] | None = None
     dispatch: int | None = None
+    finish: bool | None = None
 
     @property
     def continues(self) -> bool:
         """Whether the step continues a conversation (rather than starting one)."""
-        return self.turn is not None or self.approve is not None or self.dispatch is not None
+        return (
+            self.turn is not None
+            or self.approve is not None
+            or self.dispatch is not None
+            or self.finish is not None
+        )
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -125,51 +136,70 @@ def rebuild(
     """The conversation after `history` (every step before the current one; the first
     is the task's first turn, whose input is `start`), after the `earlier` messages of
     the conversation a follow-up continues. `finished`: the last entry is the answer."""
-    messages = first_messages(instructions, start, earlier)
+    told = _Told(first_messages(instructions, start, earlier), _Steered(start.token_budget))
     usage = Usage()
-    turns = 0
-    pending: Turn | None = None
-    wrong = 0
-    steered = _Steered(start.token_budget)
     for index, entry in enumerate(history):
         usage = usage if entry.usage is None else usage + entry.usage
         role = as_step(entry.spec.input) if entry.spec.parallel is None else None
         if role is not None and role.approve is None and role.dispatch is None:
-            if _is_inbox(entry.output) and not (finished and index == len(history) - 1):
-                steered.take(entry.output["inbox"], messages)
-                continue
-            turns += 1
-            if (finished and index == len(history) - 1) or not _is_turn(entry.output):
-                messages.append(answer_message(entry.output))  # the answer: nothing follows
-            else:
-                pending = msgspec.convert(entry.output, Turn)
-                messages.append(pending.message)
-                if pending.wrong_answer is not None:
-                    wrong += 1
-                    if not pending.message.get("tool_calls"):
-                        messages.append({"role": "user", "content": pending.wrong_answer})
-                if not pending.run:
-                    messages.extend(_tool_messages(pending, []))
-                    pending = None
-        elif role is not None and role.dispatch is not None and pending is not None:
-            pending = msgspec.convert(entry.output, Turn)
-            if not pending.run:
-                messages.extend(_tool_messages(pending, []))
-                pending = None
-        elif entry.spec.parallel is not None and pending is not None:
+            told.turn(role, entry.output, last=finished and index == len(history) - 1)
+        elif role is not None and role.dispatch is not None and told.pending is not None:
+            told.decided(msgspec.convert(entry.output, Turn))
+        elif entry.spec.parallel is not None and told.pending is not None:
             outputs = entry.output if isinstance(entry.output, list) else []
-            messages.extend(_tool_messages(pending, outputs))
-            pending = None
+            told.messages.extend(_tool_messages(told.pending, outputs))
+            told.pending = None
+    steered = told.steered
     return Journal(
-        messages=messages,
-        turns=turns,
+        messages=told.messages,
+        turns=told.turns,
         usage=usage,
         token_budget=steered.token_budget,
-        last_turn=pending,
-        wrong_answers=wrong,
+        last_turn=told.pending,
+        wrong_answers=told.wrong,
         inbox_seq=steered.seq,
         model=steered.model,
     )
+
+
+class _Told:
+    """The messages of a conversation as its turns are read, in order."""
+
+    def __init__(self, messages: list[dict[str, Any]], steered: _Steered) -> None:
+        self.messages = messages
+        self.steered = steered
+        self.turns = 0
+        self.wrong = 0
+        self.pending: Turn | None = None
+
+    def turn(self, role: AgentStep, output: Any, *, last: bool) -> None:
+        """A turn's output: a mark, the answer, or a reply that asked for tools."""
+        if role.finish or _marked(output, "guarded"):
+            return  # a guarded answer's last step, a guarded question: nothing said
+        if _marked(output, "inbox") and not last:
+            self.steered.take(output["inbox"], self.messages)
+            return
+        self.turns += 1
+        if _marked(output, "answer"):
+            self.messages.append(answer_message(output["answer"]))
+        elif last or not _is_turn(output):
+            self.messages.append(answer_message(output))  # the answer: nothing follows
+        else:
+            turn = msgspec.convert(output, Turn)
+            self.messages.append(turn.message)
+            if turn.wrong_answer is not None:
+                self.wrong += 1
+                if not turn.message.get("tool_calls"):
+                    self.messages.append({"role": "user", "content": turn.wrong_answer})
+            self.decided(turn)
+
+    def decided(self, turn: Turn) -> None:
+        """A turn whose calls are known (after a reply, or an approval): wait for the
+        results of those that run, or say the others' at once."""
+        self.pending = turn
+        if not turn.run:
+            self.messages.extend(_tool_messages(turn, []))
+            self.pending = None
 
 
 class _Steered:
@@ -199,8 +229,10 @@ class _Steered:
                     messages.insert(0, system)
 
 
-def _is_inbox(output: Any) -> bool:
-    return isinstance(output, dict) and set(output) == {"inbox"}
+def _marked(output: Any, key: str) -> bool:
+    """Whether a turn's output is one of the agent's own marks: `{"inbox": ...}`,
+    `{"guarded": ...}` or `{"answer": ...}`."""
+    return isinstance(output, dict) and set(output) == {key}
 
 
 def _is_turn(output: Any) -> bool:

@@ -134,6 +134,13 @@ class App:
 
         return register(function) if function is not None else register
 
+    def _guardrails(self, checks: Sequence[str | ToolFunction]) -> tuple[str, ...]:
+        """The guardrails' tool names; a plain function not registered yet is, here."""
+        for check in checks:
+            if not isinstance(check, str) and check.__name__ not in self.tools:
+                self.tool(check)
+        return _names(checks)
+
     def add_tool(self, tool: Tool) -> None:
         if tool.name in self.tools:
             raise ValueError(f"tool {tool.name!r} is registered twice in app {self.name!r}")
@@ -152,6 +159,8 @@ class App:
         approval_timeout: timedelta | float | None = None,
         output_type: Any = None,
         output_retries: int = 2,
+        input_guardrails: Sequence[str | ToolFunction] = (),
+        output_guardrails: Sequence[str | ToolFunction] = (),
         description: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> Agent:
@@ -170,6 +179,15 @@ class App:
         a crash re-runs only what was in flight. `tools` name Tether tools, served by any
         worker in any language (their JSON Schemas come from the registry). `approval`:
         tools whose calls wait for a person (as do tools registered `approval=True`).
+        An agent among `tools` is a sub-agent: each call runs as a child task.
+
+        `output_type` (a msgspec Struct, a dataclass or a JSON Schema): the final answer
+        is asked for and checked as that type, and told back to the model up to
+        `output_retries` times when it does not fit (then the task fails, `InvalidOutput`).
+        `input_guardrails` / `output_guardrails` (tools, or plain functions registered as
+        tools here): each gets the question before the first turn, or the final answer
+        before it is the result, as a step of its own; one that raises
+        `GuardrailTripped(reason)` fails the task with it.
         """
         from tether.agents.agent import AGENT_INPUT_SCHEMA, LLM_RETRY
         from tether.agents.agent import Agent as AgentType
@@ -180,6 +198,8 @@ class App:
             raise ValueError(f"agent {name!r}: max_turns must be at least 1")
         if output_retries < 0:
             raise ValueError(f"agent {name!r}: output_retries must be 0 or more")
+        input_checks = self._guardrails(input_guardrails)
+        output_checks = self._guardrails(output_guardrails)
         chosen = Model(model) if isinstance(model, str) else model
         output = None if output_type is None else typed_output(output_type)
         agent = AgentType(
@@ -193,6 +213,8 @@ class App:
             approval_timeout=_seconds(approval_timeout),
             output=output,
             output_retries=output_retries,
+            input_guardrails=input_checks,
+            output_guardrails=output_checks,
         )
         self.add_tool(
             Tool(
@@ -204,7 +226,7 @@ class App:
                 schema=AGENT_INPUT_SCHEMA,
                 output_schema=None if output is None else output.schema,
                 agent=True,
-                calls=agent.tools,
+                calls=(*agent.tools, *input_checks, *output_checks),
                 close=agent.aclose,
             )
         )
