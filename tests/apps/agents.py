@@ -175,3 +175,12 @@ careful = app.agent(
     output_guardrails=[polite],
     retry=QUICK,
 )
+
+
+forced = app.agent(
+    "forced",
+    model=MODEL,
+    tools=["web_search"],
+    tool_choice="required",  # the first call must use a tool; later ones choose
+    retry=QUICK,
+)

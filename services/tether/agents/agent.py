@@ -53,6 +53,8 @@ AGENT_INPUT_SCHEMA: dict[str, Any] = {
             "conversation comes first.",
         },
         "token_budget": {"type": "integer", "minimum": 1, "description": "Stop past this."},
+        "instructions": {"type": "string", "description": "This run's instructions."},
+        "settings": {"type": "object", "description": "This run's model settings."},
     },
     "required": ["input"],
 }
@@ -102,6 +104,10 @@ class Agent:
     """The type of the final answer (None: text)."""
     output_retries: int = 2
     """Wrong typed answers told to the model before the task fails (`InvalidOutput`)."""
+    tool_choice: str | dict[str, Any] | None = None
+    """`tool_choice` of the first LLM call ("required", a function, ...)."""
+    reset_tool_choice: bool = True
+    """After the first call, leave the choice to the model (a forced call would loop)."""
     input_guardrails: tuple[str, ...] = ()
     """Tools that check the question before the first turn (raise GuardrailTripped)."""
     output_guardrails: tuple[str, ...] = ()
@@ -215,7 +221,9 @@ class Agent:
         typed: Typed | None,
         waiting: Callable[[str], Awaitable[None]],
     ) -> Reply:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = dict(journal.settings)
+        if self.tool_choice is not None and (journal.turns == 0 or not self.reset_tool_choice):
+            options["tool_choice"] = self.tool_choice
         if typed is not None and typed.tool:
             specs = [*specs, typed.output.final_tool()]
             options["tool_choice"] = "required"

@@ -43,6 +43,10 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The finished agent task whose conversation this one continues (a follow-up)."""
     token_budget: int | None = None
     """Overrides the agent's budget for this task."""
+    instructions: str | None = None
+    """Overrides the agent's instructions for this task (still one system message)."""
+    settings: dict[str, Any] | None = None
+    """Model settings for this task (`temperature`, ...), over the model's own."""
     turn: int | None = None
     approve: list[str] | None = None
     dispatch: int | None = None
@@ -100,6 +104,8 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     """The stream sequence of the last message or update this conversation took."""
     model: str | None = None
     """The model an update named (None: the agent's)."""
+    settings: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The task's own model settings (its first step's `settings`)."""
 
 
 def as_step(value: Any) -> AgentStep:
@@ -136,6 +142,8 @@ def rebuild(
     """The conversation after `history` (every step before the current one; the first
     is the task's first turn, whose input is `start`), after the `earlier` messages of
     the conversation a follow-up continues. `finished`: the last entry is the answer."""
+    if start.instructions is not None:
+        instructions = start.instructions
     told = _Told(first_messages(instructions, start, earlier), _Steered(start.token_budget))
     usage = Usage()
     for index, entry in enumerate(history):
@@ -159,6 +167,7 @@ def rebuild(
         wrong_answers=told.wrong,
         inbox_seq=steered.seq,
         model=steered.model,
+        settings=start.settings or {},
     )
 
 

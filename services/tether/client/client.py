@@ -184,6 +184,8 @@ class Client(Reads, Service):
         input: str | list[dict[str, Any]],
         *,
         token_budget: int | None = None,
+        instructions: str | None = None,
+        model_settings: dict[str, Any] | None = None,
         task_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         deadline: timedelta | None = None,
@@ -192,10 +194,15 @@ class Client(Reads, Service):
         """Start agent `agent` (see `App.agent`; its name, or the agent itself) on `input`:
         a question, or a list of chat messages. `await handle.wait()` is its final answer
         (given the agent, decoded as its `output_type`); `handle.stream()` its text as the
-        model writes it."""
+        model writes it. `instructions` and `model_settings` (`temperature`, ...) hold for
+        this run only, in place of the agent's (still one system message)."""
         start: dict[str, Any] = {"input": input}
         if token_budget is not None:
             start["token_budget"] = token_budget
+        if instructions is not None:
+            start["instructions"] = instructions
+        if model_settings:
+            start["settings"] = model_settings
         return await self._ask(
             agent, start, task_id=task_id, metadata=metadata, deadline=deadline, strict=strict
         )

@@ -161,6 +161,8 @@ class App:
         output_retries: int = 2,
         input_guardrails: Sequence[str | ToolFunction] = (),
         output_guardrails: Sequence[str | ToolFunction] = (),
+        tool_choice: str | dict[str, Any] | None = None,
+        reset_tool_choice: bool = True,
         description: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> Agent:
@@ -187,7 +189,8 @@ class App:
         `input_guardrails` / `output_guardrails` (tools, or plain functions registered as
         tools here): each gets the question before the first turn, or the final answer
         before it is the result, as a step of its own; one that raises
-        `GuardrailTripped(reason)` fails the task with it.
+        `GuardrailTripped(reason)` fails the task with it. `tool_choice` goes with the
+        first LLM call; after it the model chooses again, unless `reset_tool_choice=False`.
         """
         from tether.agents.agent import AGENT_INPUT_SCHEMA, LLM_RETRY
         from tether.agents.agent import Agent as AgentType
@@ -213,6 +216,8 @@ class App:
             approval_timeout=_seconds(approval_timeout),
             output=output,
             output_retries=output_retries,
+            tool_choice=tool_choice,
+            reset_tool_choice=reset_tool_choice,
             input_guardrails=input_checks,
             output_guardrails=output_checks,
         )

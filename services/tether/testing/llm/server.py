@@ -43,6 +43,7 @@ class ChatRequest(msgspec.Struct, frozen=True):
     tools: list[dict[str, Any]] | None = None
     response_format: dict[str, Any] | None = None
     tool_choice: Any = None
+    temperature: float | None = None
 
     @property
     def tool_results(self) -> list[str | None]:
@@ -184,6 +185,7 @@ class ScriptedServer:
             "tool_results": body.tool_results,
             "tools": body.tool_names,
             "tool_choice": body.tool_choice,
+            "temperature": body.temperature,
             "response_format": body.response_format,
             "system": next(
                 (message_text(m) for m in body.messages if m.get("role") == "system"), None
