@@ -11,6 +11,7 @@ TETHER_ALL = [
     "Child",
     "Client",
     "Dispatcher",
+    "GuardrailTripped",
     "InvalidTaskError",
     "Layout",
     "MessageTooLargeError",

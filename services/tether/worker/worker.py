@@ -128,15 +128,17 @@ class Worker(Service):
             store, self.tools, self.worker_id, random.Random(), self._custody, self.metrics
         )
         await store.remember_records(runner.stop_task)
-        consumers = {}
-        for tool in self.tools.values():
-            consumer = consumers[tool.name] = await self._register(store, tool)
-            self._loops.append(asyncio.create_task(self._serve(consumer, runner, tool)))
+        consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
         if self.metrics is not None:
             self.metrics.attach(store)
         self._started_at = utcnow()
         with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
-            await self._announce(store)  # alive before it holds anything
+            # Alive before it holds anything: a step held by a worker that never beat
+            # would be handed on by no one, should the worker die.
+            await self._announce(store)
+        for tool in self.tools.values():
+            serving = self._serve(consumers[tool.name], runner, tool)
+            self._loops.append(asyncio.create_task(serving))
 
         def taken(by: str) -> None:
             stopped = runner.stop_held()
