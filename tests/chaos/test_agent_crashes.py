@@ -111,7 +111,7 @@ async def test_a_crash_in_a_follow_up_reruns_only_what_was_in_flight(
     assert calls[2]["messages"] == 7  # system, both questions, the first answer, the fan-out
 
 
-@pytest.mark.parametrize("point", ["checkpointed:2", "handed-off:2", "checkpointed:1.b0"])
+@pytest.mark.parametrize("point", ["checkpointed:2", "checkpointed:1.b0"])
 async def test_a_message_sent_before_a_crash_reaches_the_model_once(
     point: str,
     config: NatsConfig,
