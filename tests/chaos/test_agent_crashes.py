@@ -122,7 +122,7 @@ async def test_a_message_sent_before_a_crash_reaches_the_model_once(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Killed after the turn that took the message was stored (or handed on), or in the
+    """Killed after the turn that took the message was stored, or in the
     middle of the tool call before it: the model hears the message once."""
     where, _, step = point.partition(":")
     task_id = f"steer-{where}-{step.replace('.', '-')}"
