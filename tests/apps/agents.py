@@ -12,6 +12,7 @@ from tests.apps.tools import BEAT, record
 from tether import (
     App,
     GuardrailTripped,
+    NeedsInput,
     OpenAIModel,
     RetryPolicy,
     StepContext,
@@ -182,5 +183,21 @@ forced = app.agent(
     model=MODEL,
     tools=["web_search"],
     tool_choice="required",  # the first call must use a tool; later ones choose
+    retry=QUICK,
+)
+
+
+@app.tool(heartbeat=BEAT)
+async def confirm_refund(ctx: StepContext, data: dict[str, Any]) -> NeedsInput:
+    """Refund money, once a person has confirmed it (it asks, whoever calls it)."""
+    record(ctx, "confirm_refund")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    return NeedsInput(prompt=f"Refund {data.get('amount')}?", schema=schema)
+
+
+cashier = app.agent(
+    "cashier",
+    model=MODEL,
+    tools=["confirm_refund", "web_search"],  # a tool that asks a person, and one that runs
     retry=QUICK,
 )

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.apps.agents import app as agents
+from tests.apps.tools import read_branch_executions
 from tether import Client, NatsConfig, TaskStatus, Worker
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
@@ -131,3 +133,34 @@ async def test_a_sub_agent_that_fails_is_told_to_its_parent_which_answers(
     assert analyse_turn_1["last"]["role"] == "tool"
     assert "ChildFailed" in analyse_turn_1["last"]["text"]
     assert "frozen" in analyse_turn_1["last"]["text"]
+
+
+async def test_a_tool_an_agent_calls_may_ask_a_person_while_the_other_calls_run(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+) -> None:
+    calls = {
+        "tool_calls": [
+            {"name": "confirm_refund", "arguments": {"amount": 20}},
+            {"name": "web_search", "arguments": {"query": "refund policy"}},
+        ]
+    }
+    question = model.conversation(calls, _answer("Refunded."))
+    handle = await client.submit_agent("cashier", question)
+
+    async def asking() -> str:
+        children = (await handle.get()).children
+        assert len(children) == 1
+        assert (await client.get(children[0])).status is TaskStatus.WAITING
+        return children[0]
+
+    child = await eventually(asking, timeout=30)
+    assert (await client.get(child)).input_request.prompt == "Refund 20?"  # type: ignore[union-attr]
+    assert (await handle.get()).status is TaskStatus.RUNNING  # the other call ran on
+    await client.send_input(child, {"ok": True})
+
+    assert await handle.wait(timeout=30) == "Refunded."
+    second = model.requests(question)[1]
+    assert second["tool_results"] == ["call_0_0", "call_0_1"]
+    ran = read_branch_executions(executions)
+    assert ran[(handle.task_id, 1, 0)] == 1  # it asked once; the answer completed it
+    assert ran[(handle.task_id, 1, 1)] == 1

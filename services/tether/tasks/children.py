@@ -9,9 +9,17 @@ from typing import TYPE_CHECKING, Any
 from tether.clock import utcnow
 from tether.errors import InvalidTaskError, TaskConflictError, TaskExistsError, TaskNotFoundError
 from tether.nats.recent import Versioned
-from tether.schemas.events import Failed
+from tether.schemas.events import Failed, Submitted
 from tether.schemas.ids import validate_task_id
-from tether.schemas.tasks import Checkpoint, ErrorInfo, ParentStep, StepSpec, TaskRecord, TaskStatus
+from tether.schemas.tasks import (
+    Checkpoint,
+    ErrorInfo,
+    InputRequest,
+    ParentStep,
+    StepSpec,
+    TaskRecord,
+    TaskStatus,
+)
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import validate_steps
@@ -76,6 +84,29 @@ class ChildTasks:
         if child.status.is_terminal:
             await self.resume_parent(child)
         return stored.record
+
+    async def ask(
+        self, current: Versioned, step: int, branch: int, request: InputRequest, attempt: int
+    ) -> None:
+        """A branch asked a person (`NeedsInput`): a child task of the branch's one step
+        waits for the answer, which then completes the child, and so the branch (its tool
+        does not run again). The other branches run on meanwhile."""
+        parent = current.record
+        spec = parent.spec(step).branch(branch)
+        child_id = rules.child_id(parent.task_id, step, parent.generation, branch)
+        child = rules.new_child(parent, step, child_id, [spec], {}, utcnow(), branch)
+        found = await self.store.records.create(child)
+        if found is None:  # an earlier attempt asked already
+            found = await self.store.records.require(child_id)
+            if found.record.parent != child.parent:
+                raise TaskExistsError(child_id)
+        else:
+            await self.tasks.emit(Submitted, child)
+        if found.record.status is TaskStatus.PENDING:
+            await self.tasks.wait_for_input(found, 0, request, attempt)
+        await self.store.records.update(
+            parent.task_id, lambda record: rules.list_child(record, child_id, utcnow()), current
+        )
 
     async def resume_parent(self, child: TaskRecord) -> None:
         """A child task ended: complete its parent's step with the result (as an answer

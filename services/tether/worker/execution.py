@@ -238,7 +238,11 @@ class Execution:
             if isinstance(result, Child):
                 await self._start_child(found, work, result)
                 return Outcome.CHILD
-            if isinstance(result, NeedsInput | NextSteps | Sleep):
+            if isinstance(result, NeedsInput):  # asked in a child task of the branch
+                request = result.request(utcnow())
+                await self.tasks.children.ask(found, work.step, work.branch, request, attempt)
+                return Outcome.WAITING
+            if isinstance(result, NextSteps | Sleep):
                 raise _give_up(_NOT_IN_A_BRANCH)
             checkpoint = await self._by_reference(_stored(result, attempt, usage))
             await self.tasks.branches.record(
@@ -347,8 +351,8 @@ def _log_failure(
 
 _NOT_IN_A_BRANCH = ErrorInfo(
     type="InvalidOutput",
-    message="a branch of a parallel step returned NeedsInput, NextSteps or Sleep: "
-    "do that in the step after the group (a branch may return Child)",
+    message="a branch of a parallel step returned NextSteps or Sleep: do that in the "
+    "step after the group (a branch may return Child or NeedsInput)",
 )
 
 
