@@ -5,6 +5,7 @@ recorded as events, and a crash does not tell it twice."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,16 +39,20 @@ async def _while_the_tool_runs(handle: TaskHandle) -> None:
 async def test_messages_sent_mid_run_reach_the_next_call_once_in_order(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
-    question = model.conversation(SLOW, ANSWER)
-    handle = await client.submit_agent("researcher", question)
+    questions = [f"steer {uuid.uuid4().hex[:8]}" for _ in range(2)]
+    turns = [SLOW, ANSWER]
+    model.load({"conversations": [{"match": q, "turns": turns} for q in questions]})
+    handle, other = [await client.submit_agent("researcher", q) for q in questions]
     await _while_the_tool_runs(handle)
+    await _while_the_tool_runs(other)
 
     await client.send_message(handle.task_id, "Focus on NATS.")
     await client.send_message(handle.task_id, "And keep it short.", message_id="m2")
     await client.send_message(handle.task_id, "And keep it short.", message_id="m2")  # a repeat
+    await client.send_message(other.task_id, "Another task's m2.", message_id="m2")  # its own
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
-    calls = model.requests(question)
+    calls = model.requests(questions[0])
     assert [(c["turn"], c["attempt"]) for c in calls] == [(0, 0), (1, 0)]  # no call twice
     # system, question, the tool call, its result, then the two messages once each
     assert calls[1]["messages"] == 6
@@ -55,6 +60,8 @@ async def test_messages_sent_mid_run_reach_the_next_call_once_in_order(
     events = [e async for e in handle.events(timeout=5)]
     told = [e.text for e in events if isinstance(e, MessageSent)]
     assert told == ["Focus on NATS.", "And keep it short."]
+    assert await other.wait(timeout=30) == ANSWER["content"]
+    assert model.requests(questions[1])[1]["last"]["text"] == "Another task's m2."
 
 
 async def test_an_update_changes_model_instructions_and_budget_from_the_next_call(

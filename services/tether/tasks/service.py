@@ -388,8 +388,9 @@ class TaskService:
             )
         fields.setdefault("status", record.status)
         entry = kind(task_id=task_id, time=utcnow(), generation=record.generation, **fields)
-        await self.store.inbox.put(entry, msg_id)
-        await self.store.publish_event(entry, msg_id=f"{msg_id}.event")
+        sent = f"{task_id}.inbox.{msg_id}"  # a caller's id, unique within its task
+        await self.store.inbox.put(entry, sent)
+        await self.store.publish_event(entry, msg_id=f"{sent}.event")
         return record
 
     async def runs_an_agent(self, record: TaskRecord) -> bool:
