@@ -38,8 +38,13 @@ class StepHeartbeat:
         interval: timedelta,
         custody: Custody | None = None,
         started: Callable[[], None] | None = None,
+        at_once: bool = False,
     ) -> None:
         self._delivery = delivery
+        self._at_once = at_once
+        """Hold the step as soon as it starts: an LLM call is slow and costly, and its
+        step must not come back to another worker while a busy process is late with
+        its first beat (one KV write is nothing beside the call)."""
         self._started = started
         self._store = store
         self._every = interval.total_seconds() / 2
@@ -94,7 +99,8 @@ class StepHeartbeat:
 
     async def __aenter__(self) -> StepHeartbeat:
         # A timer, not a task: most steps end before their first beat.
-        self._timer = asyncio.get_running_loop().call_later(self._every, self._fire)
+        first = 0.0 if self._at_once else self._every
+        self._timer = asyncio.get_running_loop().call_later(first, self._fire)
         return self
 
     async def __aexit__(

@@ -82,7 +82,8 @@ class StepRunner:
         # A held step leaves the consumer's ack-pending count: not for a limited tool.
         custody = self.custody if tool is not None and tool.max_concurrency is None else None
         try:
-            beat = StepHeartbeat(delivery, self.store, interval, custody, started)
+            at_once = tool is not None and tool.agent
+            beat = StepHeartbeat(delivery, self.store, interval, custody, started, at_once)
             async with beat as heartbeat:
                 await self._handle_while_nats_is_away(delivery, heartbeat)
         except asyncio.CancelledError:
