@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import APP, start_worker, stop_worker
-from tether import NatsConfig, TaskHandle
+from tests.conftest import APP, start_worker
+from tether import NatsConfig, TaskHandle, Worker
 from tether.testing import wait_until
 
 
@@ -34,10 +35,9 @@ async def crash(
     monkeypatch.delenv("TETHER_CRASH_AT")
 
 
-async def survive(config: NatsConfig, handle: TaskHandle, tmp_path: Path, app: str = APP) -> Any:
-    """A fresh worker; the task's result once it has finished the task."""
-    survivor = start_worker(config, app, log=tmp_path / "survivor.log")
-    try:
+async def survive(config: NatsConfig, handle: TaskHandle, app: str = APP) -> Any:
+    """A fresh worker; the task's result once it has finished the task. It runs in this
+    process (the crash was a real process's): a new process would only add its start."""
+    module, _, attribute = app.partition(":")
+    async with Worker(getattr(importlib.import_module(module), attribute), config):
         return await handle.wait(timeout=30)
-    finally:
-        stop_worker(survivor)

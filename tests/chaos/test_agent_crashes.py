@@ -69,7 +69,7 @@ async def test_a_crash_in_an_agent_reruns_only_what_was_in_flight(
     handle = await client.submit_agent("researcher", task_id, task_id=task_id)
     await crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch, AGENTS)
 
-    result = await survive(config, handle, tmp_path, AGENTS)
+    result = await survive(config, handle, AGENTS)
 
     assert result == ANSWER["content"]
     assert _turns(model, task_id) == {0: 1, 1: 1}  # no LLM call sent twice
@@ -96,11 +96,11 @@ async def test_a_crash_in_a_follow_up_reruns_only_what_was_in_flight(
     first = {"content": "A first answer."}
     model.load({"conversations": [{"match": question, "turns": [first, FAN_OUT, ANSWER]}]})
     earlier = await client.submit_agent("researcher", question)
-    assert await survive(config, earlier, tmp_path, AGENTS) == first["content"]
+    assert await survive(config, earlier, AGENTS) == first["content"]
 
     handle = await client.continue_agent(earlier.task_id, "Search both.", new_task_id=task_id)
     await crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch, AGENTS)
-    result = await survive(config, handle, tmp_path, AGENTS)
+    result = await survive(config, handle, AGENTS)
 
     assert result == ANSWER["content"]
     assert _turns(model, question) == {0: 1, 1: 1, 2: 1}  # no LLM call sent twice
@@ -138,7 +138,7 @@ async def test_a_message_sent_before_a_crash_reaches_the_model_once(
     await client.send_message(task_id, "Prefer primary sources.")
     await crashed
 
-    result = await survive(config, handle, tmp_path, AGENTS)
+    result = await survive(config, handle, AGENTS)
 
     assert result == ANSWER["content"]
     calls = [r for r in model.requests() if r["conversation"] == task_id]
@@ -176,7 +176,7 @@ async def test_a_crash_inside_a_sub_agent_tree_reruns_only_what_was_in_flight(
     handle = await client.submit_agent("lead", lead, task_id=lead)
     await crash(config, point.format(lead=lead), tmp_path, monkeypatch, AGENTS)
 
-    result = await survive(config, handle, tmp_path, AGENTS)
+    result = await survive(config, handle, AGENTS)
 
     assert result == "Lead."
     for question in (lead, middle, inner):
@@ -215,7 +215,7 @@ async def test_a_crash_mid_stream_marks_the_cut_off_attempt_and_the_next_one_com
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.wait()
 
-    result = await survive(config, handle, tmp_path, AGENTS)
+    result = await survive(config, handle, AGENTS)
     chunks += [c async for c in handle.stream(after=chunks[-1].stream_seq or 0)]
 
     assert result == ANSWER["content"]

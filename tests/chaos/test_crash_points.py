@@ -23,7 +23,7 @@ async def crash_then_survive(
 ) -> Any:
     """A worker killed at `crash_at`, then a fresh one; the task's result."""
     await crash(config, crash_at, tmp_path, monkeypatch)
-    return await survive(config, handle, tmp_path)
+    return await survive(config, handle)
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ async def test_a_crash_in_a_parallel_step_reruns_at_most_the_running_branches(
     await crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch)
     stored_at_crash = await checkpointed_branches(client, task_id)
 
-    result = await survive(config, handle, tmp_path)
+    result = await survive(config, handle)
 
     assert result["step"] == 2
     assert [out["slept"] for out in result["payload"]] == SLEEPS  # branch order, not end order
