@@ -16,11 +16,11 @@ from typing import Any
 
 import msgspec
 
+from tether.agents.schemas import inline_root
 from tether.errors import TerminalError
 
 FINAL_ANSWER_TOOL = "final_answer"
 DEFAULT_OUTPUT_RETRIES = 2
-_DEFS_PREFIX = "#/$defs/"
 
 
 class InvalidOutput(TerminalError):
@@ -92,7 +92,7 @@ def output_type(spec: Any) -> OutputType:
                 "Struct, a dataclass, a TypedDict or a JSON Schema (a dict)"
             ) from exc
         name, kind = getattr(spec, "__name__", "answer"), spec
-    schema = _inline_root(schema)
+    schema = inline_root(schema)
     if schema.get("type") != "object":
         raise TypeError(
             f"output_type {name!r} must describe a JSON object (a Struct or dataclass), "
@@ -105,18 +105,6 @@ def correction(error: str, *, tool: bool) -> str:
     """What the model is told after a wrong answer."""
     again = f"call {FINAL_ANSWER_TOOL} again" if tool else "answer again with JSON only"
     return f"Your answer does not fit the required schema: {error}. Fix it and {again}."
-
-
-def _inline_root(schema: dict[str, Any]) -> dict[str, Any]:
-    """msgspec's schema of a Struct is a root `$ref` into `$defs`: strict mode and MCP
-    want an object at the root, so the referenced definition moves there."""
-    ref, defs = schema.get("$ref"), schema.get("$defs")
-    if not (isinstance(ref, str) and ref.startswith(_DEFS_PREFIX) and isinstance(defs, dict)):
-        return schema
-    target = defs.get(ref[len(_DEFS_PREFIX) :])
-    if not isinstance(target, dict):
-        return schema
-    return {**target, "$defs": defs}
 
 
 def _objects(schema: Any) -> list[dict[str, Any]]:

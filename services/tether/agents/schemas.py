@@ -14,7 +14,7 @@ from tether.schemas.tasks import ToolInfo
 def function_tool(info: ToolInfo) -> tuple[dict[str, Any], bool]:
     """The `tools` entry for `info`, and whether its input is wrapped as `{"input": ...}`
     (function arguments are always an object; a tool may take a string or a list)."""
-    schema = _inlined(info.input_schema)
+    schema = inline_root(info.input_schema)
     wrapped = bool(schema) and schema.get("type") != "object"
     if wrapped:
         parameters: dict[str, Any] = {
@@ -32,7 +32,7 @@ def function_tool(info: ToolInfo) -> tuple[dict[str, Any], bool]:
     return {"type": "function", "function": function}, wrapped
 
 
-def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+def inline_root(schema: dict[str, Any]) -> dict[str, Any]:
     """msgspec puts a Struct's schema under `$defs` with a `$ref` at the top; models want
     the object itself at the top (nested `$ref`s keep working through `$defs`)."""
     ref = schema.get("$ref")
