@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import typer
@@ -16,15 +17,26 @@ from tether.cli.common import (
     fail,
 )
 from tether.cli.running import ExitCode, TaskIdArgument, checked_id, connected, run
+from tether.client import Client
 
 
-async def _message(nats: str, prefix: str, task_id: str, text: str, as_json: bool) -> ExitCode:
+async def _steer(
+    nats: str,
+    prefix: str,
+    task_id: str,
+    act: Callable[[Client], Awaitable[None]],
+    said: tuple[str, str],
+    as_json: bool,
+) -> ExitCode:
+    """Tell the task something with `act`, then say so: a line, or `{"task_id", <key>:
+    true}` (`said` is both)."""
     async with connected(nats, prefix) as client:
-        await client.send_message(task_id, text)
+        await act(client)
+    line, key = said
     if as_json:
-        render.print_json({"task_id": task_id, "sent": True})
+        render.print_json({"task_id": task_id, key: True})
     else:
-        render.print_lines([f"told task {task_id}; its agent reads it before its next call"])
+        render.print_lines([line])
     return ExitCode.OK
 
 
@@ -36,27 +48,13 @@ def message(
     as_json: JsonOption = False,
 ) -> None:
     """Tell a running agent task something: it reads it before its next LLM call, once."""
-    run(_message(nats, prefix, checked_id(task_id), " ".join(words), as_json), as_json)
+    task_id, text = checked_id(task_id), " ".join(words)
+    said = f"told task {task_id}; its agent reads it before its next call"
 
+    def act(client: Client) -> Awaitable[None]:
+        return client.send_message(task_id, text)
 
-async def _update(
-    nats: str,
-    prefix: str,
-    task_id: str,
-    model: str | None,
-    instructions: str | None,
-    budget: int | None,
-    as_json: bool,
-) -> ExitCode:
-    async with connected(nats, prefix) as client:
-        await client.update_agent(
-            task_id, model=model, instructions=instructions, token_budget=budget
-        )
-    if as_json:
-        render.print_json({"task_id": task_id, "updated": True})
-    else:
-        render.print_lines([f"updated task {task_id}'s agent from its next call"])
-    return ExitCode.OK
+    run(_steer(nats, prefix, task_id, act, (said, "sent"), as_json), as_json)
 
 
 def update_agent(
@@ -77,7 +75,15 @@ def update_agent(
     """Change a running agent task's model, instructions or token budget from its next call."""
     if model is None and instructions is None and budget is None:
         fail("nothing to change: give --model, --instructions or --budget")
-    run(_update(nats, prefix, checked_id(task_id), model, instructions, budget, as_json), as_json)
+    task_id = checked_id(task_id)
+    said = f"updated task {task_id}'s agent from its next call"
+
+    def act(client: Client) -> Awaitable[None]:
+        return client.update_agent(
+            task_id, model=model, instructions=instructions, token_budget=budget
+        )
+
+    run(_steer(nats, prefix, task_id, act, (said, "updated"), as_json), as_json)
 
 
 def register(app: typer.Typer) -> None:
