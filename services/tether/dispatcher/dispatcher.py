@@ -127,26 +127,20 @@ class Dispatcher(Service):
         if context is not None:
             record = msgspec.structs.replace(record, trace=context)
         try:
-            created = await store.records.create(record)
+            created, new = await store.records.create_or_find(record)
         except MessageTooLargeError as exc:
             await self._reject(
                 store, delivery, f"task {submit.task_id!r} is too large to record: {exc}"
             )
             return
-        if created is None:
-            existing = await store.records.get(submit.task_id)
-            if existing is None:  # removed by gc within the duplicate window: held back
-                free_at = await store.records.free_at(submit.task_id)
-                reason = str(TaskExistsError(submit.task_id, free_at=free_at))
-                await self._reject(store, delivery, reason, record=False)
-                return
-            if existing.record.submit_seq != seq:
-                log.warning(
-                    "duplicate submit of task %r ignored: it already exists", submit.task_id
-                )
-                await delivery.done()
-                return
-            created = existing  # our own earlier attempt crashed before acking: finish it
+        except TaskExistsError as exc:  # removed by gc within the duplicate window
+            await self._reject(store, delivery, str(exc), record=False)
+            return
+        if not new and created.record.submit_seq != seq:
+            log.warning("duplicate submit of task %r ignored: it already exists", submit.task_id)
+            await delivery.done()
+            return
+        # (not new, same seq: our own earlier attempt crashed before acking: finish it)
         await _hand_off_if_pending(self._tasks, created.record)
         await delivery.done()
 

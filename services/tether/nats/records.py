@@ -59,11 +59,6 @@ class Records:
         if isinstance(found, Removed):
             raise TaskExistsError(task_id, free_at=_free_at(found.note))
 
-    async def free_at(self, task_id: str) -> datetime | None:
-        """When an id `gc` removed lately is free again (None: it is not held back)."""
-        found = await self._bucket.lookup(task_id)
-        return _free_at(found.note) if isinstance(found, Removed) else None
-
     async def mark_removed(self, task_id: str, keep_for: timedelta) -> None:
         """After `gc` removed a task: hold its id back for `keep_for` (the duplicate window),
         with the time it is free again in the marker."""
@@ -85,6 +80,21 @@ class Records:
             return None
         await self.index(record)
         return self._written(record, revision, len(data))
+
+    async def create_or_find(self, record: TaskRecord) -> tuple[Versioned, bool]:
+        """Create the record, or find the one already under its id (and False).
+
+        TaskExistsError, saying when the id is free, when `gc` removed its task lately; a
+        marker that expires between the create and the look is taken as free."""
+        while True:
+            created = await self.create(record)
+            if created is not None:
+                return created, True
+            found = await self._bucket.lookup(record.task_id)
+            if isinstance(found, Entry):
+                return Versioned(record_decoder.decode(found.value), found.revision), False
+            if isinstance(found, Removed):
+                raise TaskExistsError(record.task_id, free_at=_free_at(found.note))
 
     async def update(
         self,

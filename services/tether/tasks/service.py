@@ -87,14 +87,10 @@ class TaskService:
         context = tracing.task_context(trace, submit.task_id)
         if context is not None:
             record = msgspec.structs.replace(record, trace=context)
-        records = self.store.records
-        created = await records.create(record)
-        if created is None:
-            existing = await records.get(submit.task_id)
-            if existing is None:
-                raise TaskExistsError(submit.task_id, free_at=await records.free_at(submit.task_id))
-            if rules.resubmitted(existing.record, record):
-                await self.hand_off_first(existing.record)
+        created, new = await self.store.records.create_or_find(record)
+        if not new:
+            if rules.resubmitted(created.record, record):
+                await self.hand_off_first(created.record)
             raise TaskExistsError(submit.task_id)
         await self.hand_off_first(created.record)
         return created.record
