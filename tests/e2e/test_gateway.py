@@ -31,9 +31,10 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
+from tests.apps.mcp_agents import make_app
 from tests.apps.tools import read_executions
 from tests.conftest import APP, ROOT, start_worker, stop_worker
-from tether import Client, NatsConfig
+from tether import Client, NatsConfig, Worker
 from tether.mcp_tasks import (
     MODERN_PROTOCOL,
     TASKS_EXTENSION,
@@ -774,3 +775,39 @@ async def test_a_callers_tasks_are_hidden_from_another_caller(guarded: str) -> N
         assert "nextCursor" not in mine
         assert (await alice.call("tasks/get", {"taskId": task_id}))["status"] == "working"
         await alice.call("tasks/cancel", {"taskId": task_id})  # its owner may
+
+
+async def test_an_agent_calls_a_gateway_tool_as_a_task_and_a_crash_does_not_call_it_twice(
+    gateways: tuple[str, str],
+    stack: NatsConfig,
+    workers: Workers,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    """Tether's gateway is an MCP server that runs calls as tasks: an agent offered its tools
+    polls the task it started, so a SIGKILL of the agent's worker mid-poll starts no second."""
+    url = gateways[0]
+    call = {"tool_calls": [{"name": "slow", "arguments": {"sleep": 2}}]}
+    question = model.conversation(call, {"content": "Done."})
+    before = {task for task, _ in read_executions(workers.executions)}
+    async with Client(stack) as client:
+        handle = await client.submit_agent("clerk", question)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("TETHER_TEST_MCP_SERVERS", url)
+            doomed = start_worker(stack, "tests.apps.mcp_agents:app", log=tmp_path / "doomed.log")
+        try:
+            await wait_until(
+                lambda: len(set(read_executions(workers.executions)) - before) == 1,
+                timeout=30,
+                message="the gateway's task to start",
+            )
+        finally:
+            doomed.send_signal(signal.SIGKILL)
+            doomed.wait(10)
+        async with Worker(make_app([url]), stack):
+            assert await handle.wait(timeout=30) == "Done."
+
+    started = {task for task, _ in read_executions(workers.executions)} - before
+    assert len(started) == 1 and read_executions(workers.executions)[(started.pop(), 0)] == 1
+    last = model.requests(question)[-1]["last"]
+    assert last == {"role": "tool", "text": '{"step": 0, "slept": 2}'}

@@ -8,14 +8,17 @@ reason is given. The first two commands (install and test) are what `.ci/run` ru
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
 import socket
 import sys
+import urllib.request
 from asyncio.subprocess import PIPE, STDOUT
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,6 +124,13 @@ async def _in_background(
     return process, log
 
 
+def _model_log() -> list[dict[str, Any]]:
+    """What the tour's scripted model was sent."""
+    with urllib.request.urlopen("http://127.0.0.1:8400/log", timeout=10) as response:
+        log: list[dict[str, Any]] = json.loads(response.read())
+        return log
+
+
 async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     busy = [port for port in TOUR_PORTS if not _free(port)]
     assert not busy, f"the README's commands use ports {TOUR_PORTS}; {busy} in use here"
@@ -141,6 +151,7 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
         for block in tour:  # a reader runs a block again: no fixed id is refused the second time
             if block.skip is None and block.file_name in AGAIN:
                 await _run(block, tmp_path, env)
+        model_log = await asyncio.to_thread(_model_log)
     finally:
         for process, _ in reversed(started.values()):
             if process.returncode is None:
@@ -170,6 +181,10 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     brief = outputs["brief.py"]
     assert brief == "Checkpoints make agents durable ['a crash costs one step']\n", brief
     assert "{'report': '# Report" in outputs["follow.py"]
+    librarian = outputs['tether submit --agent librarian "Look up MCP tasks" --wait']
+    assert "Found through MCP" in librarian, librarian
+    told = [entry["last"] for entry in model_log if entry["conversation"] == "Look up MCP tasks"]
+    assert told[-1]["role"] == "tool" and "hit 0 for MCP tasks" in told[-1]["text"], told
     shapes = outputs["shapes.py"]
     assert "hit 0 for durable agents; " in shapes and "hit 0 for MCP tasks" in shapes, shapes
     assert "a shorter summary" in shapes, shapes  # the fork's own report

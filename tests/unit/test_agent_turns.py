@@ -56,11 +56,11 @@ def test_a_call_that_needs_approval_goes_through_a_gate_and_a_denial_is_told() -
     assert [s.input for s in gated.steps] == [{"approve": ["c0"]}, {"dispatch": 1}, {"turn": 2}]
 
     turn = msgspec.convert(gated.output, Turn)
-    denied = after_approval(turn, ["c0"], {"approved": False, "reason": "no"}, TOOLS)
+    denied = after_approval("researcher", turn, ["c0"], {"approved": False, "reason": "no"}, TOOLS)
     assert denied.output["run"] == ["c1"]
     assert denied.output["results"]["c0"] == "The user denied this tool call: no"
     assert denied.steps[0].parallel == [StepSpec(tool="search", input={"query": "q"})]
-    approved = after_approval(turn, ["c0"], {"approved": True}, TOOLS)
+    approved = after_approval("researcher", turn, ["c0"], {"approved": True}, TOOLS)
     assert approved.output["run"] == ["c0", "c1"]
 
 

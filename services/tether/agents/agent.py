@@ -16,13 +16,21 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import openai
 
 from tether import tracing
-from tether.agents.conversation import AgentStep, Entry, Journal, Turn, as_step, rebuild
+from tether.agents.conversation import (
+    AgentStep,
+    Entry,
+    Journal,
+    McpCall,
+    Turn,
+    as_step,
+    rebuild,
+)
 from tether.agents.models import OpenAIModel, Reply, StructuredOutputsRefused, complete
 from tether.agents.output import OutputType
 from tether.agents.schemas import function_tool
@@ -41,6 +49,9 @@ from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord, TaskStatus, T
 from tether.worker.context import StepContext
 from tether.worker.results import Child, NeedsInput, NextSteps
 from tether.worker.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from tether.agents.mcp_tools import McpTool
 
 log = logging.getLogger("tether.agents")
 AGENT_INPUT_SCHEMA: dict[str, Any] = {
@@ -112,6 +123,8 @@ class Agent:
     """Tools that check the question before the first turn (raise GuardrailTripped)."""
     output_guardrails: tuple[str, ...] = ()
     """Tools that check the final answer before it is the result."""
+    mcp_servers: tuple[str, ...] = ()
+    """MCP servers (streamable HTTP URLs) whose tools the model is offered."""
     _runtime: _Runtime = field(default_factory=lambda: _Runtime(), compare=False, repr=False)
 
     async def aclose(self) -> None:
@@ -121,6 +134,8 @@ class Agent:
     async def run_step(self, ctx: StepContext, data: Any) -> Any:
         """The tool function: one LLM turn, or an approval gate, of this agent's task."""
         role = as_step(data)
+        if role.mcp is not None:
+            return await self._call_mcp(ctx, role.mcp)
         if ctx.branch is not None and role.input is not None:
             # Called by another agent (or in a plan's parallel step): run as a task of its
             # own, whose turns and tool calls are steps like any other, linked as a child.
@@ -250,7 +265,17 @@ class Agent:
         """After the gate (the step before this one): run what its answer approved."""
         gated = as_step(gate.spec.input).approve or []
         shapes, _ = await self._tools(ctx)
-        return _result(after_approval(_pending(journal), gated, gate.output, shapes))
+        return _result(after_approval(self.name, _pending(journal), gated, gate.output, shapes))
+
+    async def _call_mcp(self, ctx: StepContext, call: McpCall) -> str:
+        from tether.agents.mcp_tools import call_tool  # the `mcp` client: only when used
+
+        if call.server not in self.mcp_servers:  # a step's input names a server: only ours
+            raise TerminalError(
+                f"agent {self.name!r} has no MCP server {call.server!r} (its servers: "
+                f"{', '.join(self.mcp_servers) or 'none'})"
+            )
+        return await call_tool(ctx, call)
 
     async def _journal(self, ctx: StepContext, role: AgentStep) -> tuple[Journal, list[Entry]]:
         """The conversation so far, and the steps before this one."""
@@ -294,6 +319,16 @@ class Agent:
                 wrapped=wrapped, approval=info.approval or name in self.approval
             )
             specs.append(spec)
+        for tool in await self._runtime.mcp_tools(self.mcp_servers):
+            if tool.name in shapes:
+                raise TerminalError(
+                    f"agent {self.name!r}: two tools are named {tool.name!r} (one from the "
+                    f"MCP server {tool.server}): a model cannot tell them apart; take one "
+                    "out of its tools or mcp_servers"
+                )
+            approval = tool.name in self.approval
+            shapes[tool.name] = ToolShape(approval=approval, mcp_server=tool.server, safe=tool.safe)
+            specs.append(tool.function())
         return shapes, specs
 
 
@@ -313,6 +348,7 @@ class _Runtime:
         """Finished conversations follow-ups continue, by task id and creation time."""
         self.no_json_schema: set[OpenAIModel] = set()
         """Models whose endpoint refused `response_format` `json_schema`."""
+        self._mcp_tools: dict[str, tuple[list[McpTool], float]] = {}
 
     @contextlib.asynccontextmanager
     async def using(self, model: OpenAIModel) -> AsyncIterator[openai.AsyncOpenAI]:
@@ -386,6 +422,19 @@ class _Runtime:
         while len(self._threads) > HISTORY_CACHE:
             self._threads.popitem(last=False)
         return messages
+
+    async def mcp_tools(self, servers: tuple[str, ...]) -> list[McpTool]:
+        """The tools `servers` list, each listed again after `TOOL_INFO_AGE`."""
+        from tether.agents.mcp_tools import list_tools
+
+        tools: list[McpTool] = []
+        for server in servers:
+            cached = self._mcp_tools.get(server)
+            if cached is None or time.monotonic() - cached[1] >= TOOL_INFO_AGE:
+                cached = (await list_tools(server), time.monotonic())
+                self._mcp_tools[server] = cached
+            tools.extend(cached[0])
+        return tools
 
     async def tool_info(self, ctx: StepContext, name: str) -> ToolInfo | None:
         """A tool's registration, read again after `TOOL_INFO_AGE` (a schema may change)."""

@@ -9,7 +9,9 @@ by their input, plus one parallel group per batch of tool calls:
 - `{"turn": k}`: LLM turn k, after the tool results of turn k-1;
 - `{"approve": [call ids]}`: an approval gate (the task waits for a person);
 - `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved;
-- `{"finish": true}`: after the output guardrails passed, the answer as the result.
+- `{"finish": true}`: after the output guardrails passed, the answer as the result;
+- `{"mcp": {"server": url, "tool": name, "arguments": {...}}}`: a branch that calls a
+  tool of an MCP server (see `tether.agents.mcp_tools`).
 
 With guardrails, the first turn outputs `{"guarded": "input"}` and adds a parallel step
 of the input guardrails, then turn 1; an answer is output as `{"answer": ...}` before a
@@ -35,6 +37,16 @@ from tether.errors import TerminalError
 from tether.schemas.tasks import StepSpec, Usage
 
 
+class McpCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A call of a tool of an MCP server, as a branch's input."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    safe: bool = False
+    """The server said calling it again is safe (when the call was decided)."""
+
+
 class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The input of an agent's step (see the module docstring)."""
 
@@ -51,6 +63,7 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     approve: list[str] | None = None
     dispatch: int | None = None
     finish: bool | None = None
+    mcp: McpCall | None = None
 
     @property
     def continues(self) -> bool:
@@ -60,6 +73,7 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             or self.approve is not None
             or self.dispatch is not None
             or self.finish is not None
+            or self.mcp is not None
         )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.agents.conversation import AgentStep, ToolCall, Turn, calls_of
+from tether.agents.conversation import AgentStep, McpCall, ToolCall, Turn, calls_of
 from tether.agents.output import (
     FINAL_ANSWER_TOOL,
     InvalidOutput,
@@ -40,6 +40,10 @@ class ToolShape:
     wrapped: bool = False
     """The tool takes something other than an object: the model passes it as `input`."""
     approval: bool = False
+    mcp_server: str | None = None
+    """A tool of this MCP server: the agent's own step calls it (`McpCall`)."""
+    safe: bool = False
+    """(MCP) Calling it again after a crash is safe."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ def after_reply(
     branches: dict[str, StepSpec] = {}
     results: dict[str, str] = {}
     for call in calls:
-        branch = wrong if call.name == FINAL_ANSWER_TOOL and wrong else _branch(call, tools)
+        branch = wrong if call.name == FINAL_ANSWER_TOOL and wrong else _branch(agent, call, tools)
         if isinstance(branch, str):
             results[call.id] = branch
         else:
@@ -101,7 +105,7 @@ def after_reply(
 
 
 def after_approval(
-    turn: Turn, gated: Sequence[str], answer: Any, tools: Mapping[str, ToolShape]
+    agent: str, turn: Turn, gated: Sequence[str], answer: Any, tools: Mapping[str, ToolShape]
 ) -> Next:
     """Run what was approved; tell the model what was denied, and why."""
     approved = isinstance(answer, dict) and answer.get("approved") is True
@@ -116,7 +120,7 @@ def after_approval(
             run.append(call_id)
     decided = Turn(message=turn.message, run=run, results=results)
     calls = {call.id: call for call in calls_of(turn.message)}
-    branches = [_branch(calls[call_id], tools) for call_id in run]
+    branches = [_branch(agent, calls[call_id], tools) for call_id in run]
     steps = [_group([b for b in branches if isinstance(b, StepSpec)])] if run else []
     return Next(output=to_builtins(decided), steps=steps)
 
@@ -162,7 +166,7 @@ def approval_prompt(turn: Turn, gated: Sequence[str]) -> str:
     return f"Approve {'this tool call' if len(calls) == 1 else 'these tool calls'}: {listed}?"
 
 
-def _branch(call: ToolCall, tools: Mapping[str, ToolShape]) -> StepSpec | str:
+def _branch(agent: str, call: ToolCall, tools: Mapping[str, ToolShape]) -> StepSpec | str:
     """The branch that runs `call`, or the result the model gets instead of running it."""
     shape = tools.get(call.name)
     if shape is None:
@@ -174,6 +178,9 @@ def _branch(call: ToolCall, tools: Mapping[str, ToolShape]) -> StepSpec | str:
         return f"Error: the arguments of {call.name} are not JSON ({exc}); call it again."
     if not isinstance(arguments, dict):
         return f"Error: the arguments of {call.name} must be a JSON object."
+    if shape.mcp_server is not None:
+        mcp = McpCall(server=shape.mcp_server, tool=call.name, arguments=arguments, safe=shape.safe)
+        return _step(agent, AgentStep(mcp=mcp))
     value = arguments.get("input") if shape.wrapped else arguments
     return StepSpec(tool=call.name, input=value if value is not None else arguments)
 

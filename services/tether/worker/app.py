@@ -163,6 +163,7 @@ class App:
         output_guardrails: Sequence[str | ToolFunction] = (),
         tool_choice: str | dict[str, Any] | None = None,
         reset_tool_choice: bool = True,
+        mcp_servers: Sequence[str] = (),
         description: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> Agent:
@@ -191,6 +192,10 @@ class App:
         before it is the result, as a step of its own; one that raises
         `GuardrailTripped(reason)` fails the task with it. `tool_choice` goes with the
         first LLM call; after it the model chooses again, unless `reset_tool_choice=False`.
+        `mcp_servers` (streamable HTTP URLs): the tools each lists are offered too, each
+        call a branch like any other; after a crash mid-call, a call is made again only
+        when the tool says that is safe (`readOnlyHint`, `idempotentHint`), and a server
+        that runs calls as tasks (MCP tasks) is polled instead of called twice.
         """
         from tether.agents.agent import AGENT_INPUT_SCHEMA, LLM_RETRY
         from tether.agents.agent import Agent as AgentType
@@ -220,6 +225,7 @@ class App:
             reset_tool_choice=reset_tool_choice,
             input_guardrails=input_checks,
             output_guardrails=output_checks,
+            mcp_servers=tuple(mcp_servers),
         )
         self.add_tool(
             Tool(

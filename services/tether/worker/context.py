@@ -164,6 +164,13 @@ class StepContext:
             self._tokens.discard()
             self._tokens = None
 
+    async def recall(self, name: str, *, type: type[T]) -> T | None:
+        """What `once(name, ...)` stored for this step, or None when it has not run."""
+        validate_tool_name(name)
+        key = self._store.names.once_key(self.task_id, self.step, name, self.branch)
+        stored = await self._store.checkpoints.get_memo(key)
+        return None if stored is None else msgspec.json.decode(stored, type=type)
+
     async def once(
         self, name: str, fn: Callable[[], Awaitable[T] | T], *, type: type[T] | Any = Any
     ) -> T:

@@ -184,6 +184,7 @@ class ScriptedServer:
             "messages": len(body.messages),
             "tool_results": body.tool_results,
             "tools": body.tool_names,
+            "functions": [t.get("function") for t in body.tools or []],
             "tool_choice": body.tool_choice,
             "temperature": body.temperature,
             "response_format": body.response_format,
