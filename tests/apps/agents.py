@@ -77,6 +77,16 @@ hasty = app.agent(
 )
 
 
+hesitant = app.agent(
+    "hesitant",
+    model=MODEL,
+    tools=["web_search", "send_email"],
+    approval_timeout=0.5,  # nobody answers in time: the calls still waiting are denied
+    approval_timeout_denies=True,
+    retry=QUICK,
+)
+
+
 @app.tool(heartbeat=BEAT)
 async def close_account(ctx: StepContext, data: dict[str, Any]) -> str:
     """Close an account; refuses for good when the account is frozen."""

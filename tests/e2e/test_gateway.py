@@ -789,7 +789,11 @@ async def test_an_agent_calls_a_gateway_tool_as_a_task_and_a_crash_does_not_call
     url = gateways[0]
     call = {"tool_calls": [{"name": "slow", "arguments": {"sleep": 2}}]}
     question = model.conversation(call, {"content": "Done."})
-    before = {task for task, _ in read_executions(workers.executions)}
+
+    def tasks_run() -> set[str]:
+        return {task for task, _ in read_executions(workers.executions)}
+
+    before = tasks_run()
     async with Client(stack) as client:
         handle = await client.submit_agent("clerk", question)
         with pytest.MonkeyPatch.context() as env:
@@ -797,7 +801,7 @@ async def test_an_agent_calls_a_gateway_tool_as_a_task_and_a_crash_does_not_call
             doomed = start_worker(stack, "tests.apps.mcp_agents:app", log=tmp_path / "doomed.log")
         try:
             await wait_until(
-                lambda: len(set(read_executions(workers.executions)) - before) == 1,
+                lambda: len(tasks_run() - before) == 1,
                 timeout=30,
                 message="the gateway's task to start",
             )
@@ -807,7 +811,7 @@ async def test_an_agent_calls_a_gateway_tool_as_a_task_and_a_crash_does_not_call
         async with Worker(make_app([url]), stack):
             assert await handle.wait(timeout=30) == "Done."
 
-    started = {task for task, _ in read_executions(workers.executions)} - before
+    started = tasks_run() - before
     assert len(started) == 1 and read_executions(workers.executions)[(started.pop(), 0)] == 1
     last = model.requests(question)[-1]["last"]
     assert last == {"role": "tool", "text": '{"step": 0, "slept": 2}'}

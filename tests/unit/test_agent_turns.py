@@ -50,18 +50,78 @@ def test_tool_calls_become_one_group_then_the_next_turn_and_bad_calls_are_answer
     assert "not JSON" in next_.output["results"]["c3"]
 
 
-def test_a_call_that_needs_approval_goes_through_a_gate_and_a_denial_is_told() -> None:
-    reply = _reply(_call(0, "mail", '{"to": "x"}'), _call(1, "search", '{"query": "q"}'))
+def test_ungated_calls_run_at_once_and_each_gated_call_is_decided_on_its_own() -> None:
+    reply = _reply(
+        _call(0, "mail", '{"to": "x"}'),
+        _call(1, "search", '{"query": "q"}'),
+        _call(2, "mail", '{"to": "y"}'),
+        _call(3, "mail", '{"to": "z"}'),
+    )
     gated = after_reply("agent", 1, reply, TOOLS)
-    assert [s.input for s in gated.steps] == [{"approve": ["c0"]}, {"dispatch": 1}, {"turn": 2}]
-
+    group, gate, dispatch, following = gated.steps
+    assert group.parallel == [StepSpec(tool="search", input={"query": "q"})]
+    assert (gate.input, dispatch.input, following.input) == (
+        {"approve": ["c0", "c2", "c3"]},
+        {"dispatch": 1},
+        {"turn": 2},
+    )
     turn = msgspec.convert(gated.output, Turn)
-    denied = after_approval("researcher", turn, ["c0"], {"approved": False, "reason": "no"}, TOOLS)
-    assert denied.output["run"] == ["c1"]
-    assert denied.output["results"]["c0"] == "The user denied this tool call: no"
-    assert denied.steps[0].parallel == [StepSpec(tool="search", input={"query": "q"})]
-    approved = after_approval("researcher", turn, ["c0"], {"approved": True}, TOOLS)
-    assert approved.output["run"] == ["c0", "c1"]
+    assert (turn.run, turn.gated) == (["c1"], ["c0", "c2", "c3"])
+
+    # c2 first, then c0: the one still undecided is asked about again
+    first = (["c0", "c2", "c3"], {"call_id": "c2", "approved": False, "reason": "no"})
+    second = (["c0", "c2", "c3"], {"call_id": "c0", "approved": True, "arguments": {"to": "w"}})
+    again = after_approval("agent", 1, turn, [first, second], TOOLS)
+    assert again.output == {"undecided": ["c3"]}
+    assert [s.input for s in again.steps] == [{"approve": ["c3"]}, {"dispatch": 1}]
+
+    third = (["c3"], {"approved": True})
+    done = after_approval("agent", 1, turn, [first, second, third], TOOLS)
+    assert done.output["run"] == ["c0", "c3"]
+    assert done.output["results"] == {"c2": "The user denied this tool call: no"}
+    assert done.output["edited"] == {"c0": '{"to": "w"}'}
+    assert done.steps[0].parallel == [
+        StepSpec(tool="mail", input={"to": "w"}),  # as the person edited it
+        StepSpec(tool="mail", input={"to": "z"}),
+    ]
+
+
+def test_an_answer_for_a_call_its_gate_did_not_ask_about_decides_nothing() -> None:
+    reply = _reply(_call(0, "mail", "{}"), _call(1, "mail", "{}"))
+    turn = msgspec.convert(after_reply("agent", 1, reply, TOOLS).output, Turn)
+    stale = (["c1"], {"call_id": "c0", "approved": False})  # c0 was decided before
+    all_of_them = (["c0", "c1"], {"approved": True})
+    decided = after_approval("agent", 1, turn, [all_of_them, stale], TOOLS)
+    assert decided.output["run"] == ["c0", "c1"]
+
+
+def test_the_conversation_tells_each_result_after_the_approvals_in_call_order() -> None:
+    reply = _reply(_call(0, "mail", '{"to": "x"}'), _call(1, "search", "{}"))
+    turned = after_reply("agent", 1, reply, TOOLS)
+    group, gate, dispatch, _ = turned.steps
+    answer = {"call_id": "c0", "approved": True, "arguments": {"to": "w"}}
+    decided = after_approval(
+        "agent", 1, msgspec.convert(turned.output, Turn), [(["c0"], answer)], TOOLS
+    )
+    history = [
+        Entry(StepSpec(tool="agent", input={"input": "mail?"}), turned.output),
+        Entry(group, ["found"]),
+        Entry(gate, answer),
+        Entry(dispatch, decided.output),
+        Entry(decided.steps[0], ["sent"]),
+    ]
+    journal = rebuild("", AgentStep(input="mail?"), history)
+    assert journal.last_turn is None
+    assert journal.messages[-2:] == [
+        {
+            "role": "tool",
+            "tool_call_id": "c0",
+            "content": '(The user changed the arguments to {"to": "w"}.) sent',
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "found"},
+    ]
+    waiting = rebuild("", AgentStep(input="mail?"), history[:3])
+    assert waiting.last_turn is not None and waiting.answers == [(["c0"], answer)]
 
 
 def test_the_conversation_is_rebuilt_from_the_steps_outputs() -> None:

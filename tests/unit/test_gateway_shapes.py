@@ -104,6 +104,14 @@ def test_task_shapes_of_both_generations() -> None:
         ({"type": "object", "properties": {"n": {"type": "integer"}}}, {"n": 3}, {"n": 3}),
         ({"type": "string"}, {"answer": "yes"}, "yes"),
         ({"type": "array", "items": {"type": "string"}}, {"answer": '["a","b"]'}, ["a", "b"]),
+        (  # an object's field that is not primitive is asked as JSON text
+            {
+                "type": "object",
+                "properties": {"ok": {"type": "boolean"}, "args": {"type": "object"}},
+            },
+            {"ok": True, "args": '{"to": "w"}'},
+            {"ok": True, "args": {"to": "w"}},
+        ),
     ],
 )
 def test_input_requests_become_forms_and_answers_come_back(

@@ -35,13 +35,13 @@ from tether.agents.models import OpenAIModel, Reply, StructuredOutputsRefused, c
 from tether.agents.output import OutputType
 from tether.agents.schemas import function_tool
 from tether.agents.turns import (
-    APPROVAL_SCHEMA,
     Next,
     ToolShape,
     Typed,
     after_approval,
     after_reply,
     approval_prompt,
+    approval_schema,
 )
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.codec import to_builtins
@@ -110,7 +110,9 @@ class Agent:
     """Tools whose calls wait for a person's approval (besides those registered with
     `approval=True`)."""
     approval_timeout: timedelta | None = None
-    """Unanswered this long, an approval fails the task (`InputExpired`)."""
+    """Unanswered this long, an approval fails the task (`InputExpired`), or denies the
+    calls it asked for (`approval_timeout_denies`)."""
+    approval_timeout_denies: bool = False
     output: OutputType | None = None
     """The type of the final answer (None: text)."""
     output_retries: int = 2
@@ -149,7 +151,7 @@ class Agent:
         if role.approve is not None:
             return self._gate(journal, role.approve)
         if role.dispatch is not None:
-            return await self._dispatch(ctx, journal, before[-1])
+            return await self._dispatch(ctx, journal, role.dispatch)
         return await self._turn(ctx, journal)
 
     async def _turn(self, ctx: StepContext, journal: Journal) -> Any:
@@ -253,19 +255,21 @@ class Agent:
             tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
         return reply
 
-    def _gate(self, journal: Journal, gated: list[str]) -> NeedsInput:
-        turn = _pending(journal)
+    def _gate(self, journal: Journal, pending: list[str]) -> NeedsInput:
+        """Ask a person about the calls in `pending` (each on its own, or all at once)."""
+        denial = {"approved": False, "reason": "no answer came in time"}
         return NeedsInput(
-            prompt=approval_prompt(turn, gated),
-            schema=APPROVAL_SCHEMA,
+            prompt=approval_prompt(_pending(journal), pending),
+            schema=approval_schema(pending),
             timeout=self.approval_timeout,
+            default=denial if self.approval_timeout_denies else msgspec.UNSET,
         )
 
-    async def _dispatch(self, ctx: StepContext, journal: Journal, gate: Entry) -> Any:
-        """After the gate (the step before this one): run what its answer approved."""
-        gated = as_step(gate.spec.input).approve or []
+    async def _dispatch(self, ctx: StepContext, journal: Journal, turn: int) -> Any:
+        """After approval gates: ask again about undecided calls, or run the approved."""
         shapes, _ = await self._tools(ctx)
-        return _result(after_approval(self.name, _pending(journal), gated, gate.output, shapes))
+        answers = journal.answers
+        return _result(after_approval(self.name, turn, _pending(journal), answers, shapes))
 
     async def _call_mcp(self, ctx: StepContext, call: McpCall) -> str:
         from tether.agents.mcp_tools import call_tool  # the `mcp` client: only when used

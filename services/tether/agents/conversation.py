@@ -84,7 +84,7 @@ class ToolCall(msgspec.Struct, frozen=True):
     """JSON text, as the model wrote it."""
 
 
-class Turn(msgspec.Struct, frozen=True, kw_only=True):
+class Turn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A turn that asked for tools: the assistant message, the calls that run (in branch
     order), and the results known without running anything (errors, denials)."""
 
@@ -94,6 +94,10 @@ class Turn(msgspec.Struct, frozen=True, kw_only=True):
     wrong_answer: str | None = None
     """The reply was a typed answer that did not fit: what the model is told (as a user
     message, or as its final-answer call's result)."""
+    gated: list[str] = msgspec.field(default_factory=list)
+    """Calls that wait for a person's approval (the others run at once)."""
+    edited: dict[str, str] = msgspec.field(default_factory=dict)
+    """Approved calls a person gave other arguments: the arguments they ran with."""
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -112,6 +116,8 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     token_budget: int | None
     last_turn: Turn | None
     """The latest turn that asked for tools, while its results are not all in."""
+    answers: list[tuple[list[str], Any]] = msgspec.field(default_factory=list)
+    """The approval gates since `last_turn`: the calls each asked for, and its answer."""
     wrong_answers: int = 0
     """Typed answers that did not fit, so far."""
     inbox_seq: int = 0
@@ -165,12 +171,17 @@ def rebuild(
         role = as_step(entry.spec.input) if entry.spec.parallel is None else None
         if role is not None and role.approve is None and role.dispatch is None:
             told.turn(role, entry.output, last=finished and index == len(history) - 1)
-        elif role is not None and role.dispatch is not None and told.pending is not None:
-            told.decided(msgspec.convert(entry.output, Turn))
-        elif entry.spec.parallel is not None and told.pending is not None:
+        elif told.pending is None:
+            continue
+        elif role is not None and role.approve is not None:
+            told.answers.append((role.approve, entry.output))
+        elif role is not None and not _marked(entry.output, "undecided"):
+            told.decided(msgspec.convert(entry.output, Turn))  # a dispatch: all decided
+        elif entry.spec.parallel is not None:
             outputs = entry.output if isinstance(entry.output, list) else []
-            told.messages.extend(_tool_messages(told.pending, outputs))
-            told.pending = None
+            told.ran.update(zip(told.pending.run, outputs, strict=False))
+            if not told.pending.gated:  # else the approved calls are still to run
+                told.said(told.pending)
     steered = told.steered
     return Journal(
         messages=told.messages,
@@ -178,6 +189,7 @@ def rebuild(
         usage=usage,
         token_budget=steered.token_budget,
         last_turn=told.pending,
+        answers=told.answers,
         wrong_answers=told.wrong,
         inbox_seq=steered.seq,
         model=steered.model,
@@ -194,6 +206,9 @@ class _Told:
         self.turns = 0
         self.wrong = 0
         self.pending: Turn | None = None
+        self.ran: dict[str, Any] = {}
+        """Outputs of the pending turn's calls that ran."""
+        self.answers: list[tuple[list[str], Any]] = []
 
     def turn(self, role: AgentStep, output: Any, *, last: bool) -> None:
         """A turn's output: a mark, the answer, or a reply that asked for tools."""
@@ -217,12 +232,17 @@ class _Told:
             self.decided(turn)
 
     def decided(self, turn: Turn) -> None:
-        """A turn whose calls are known (after a reply, or an approval): wait for the
-        results of those that run, or say the others' at once."""
+        """A turn whose calls are known (after a reply, or after its approvals): wait for
+        the results of those that run (and for approvals), or say them all at once."""
         self.pending = turn
-        if not turn.run:
-            self.messages.extend(_tool_messages(turn, []))
-            self.pending = None
+        self.answers = []
+        if not turn.run and not turn.gated:
+            self.said(turn)
+
+    def said(self, turn: Turn) -> None:
+        """Every call of `turn` has its result: one tool message each."""
+        self.messages.extend(_tool_messages(turn, self.ran))
+        self.pending, self.ran = None, {}
 
 
 class _Steered:
@@ -269,9 +289,8 @@ def answer_message(answer: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": content}
 
 
-def _tool_messages(turn: Turn, outputs: Sequence[Any]) -> list[dict[str, Any]]:
+def _tool_messages(turn: Turn, ran: dict[str, Any]) -> list[dict[str, Any]]:
     """One `tool` message per call of the turn, in the order the model asked for them."""
-    ran = dict(zip(turn.run, outputs, strict=False))
     messages = []
     for call in turn.message.get("tool_calls") or []:
         call_id = call["id"]
@@ -279,6 +298,8 @@ def _tool_messages(turn: Turn, outputs: Sequence[Any]) -> list[dict[str, Any]]:
             content = turn.results[call_id]
         else:
             content = tool_content(ran.get(call_id))
+        if call_id in turn.edited:
+            content = f"(The user changed the arguments to {turn.edited[call_id]}.) {content}"
         messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
     return messages
 

@@ -23,14 +23,27 @@ from tether.agents.output import (
 from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import StepSpec
 
-APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "approved": {"type": "boolean", "description": "Run the tool call(s)?"},
-        "reason": {"type": "string", "description": "Told to the model on a denial."},
-    },
-    "required": ["approved"],
-}
+
+def approval_schema(pending: Sequence[str]) -> dict[str, Any]:
+    """The answer to an approval gate: for one call (`call_id`) or every call listed."""
+    return {
+        "type": "object",
+        "properties": {
+            "approved": {"type": "boolean", "description": "Run the tool call(s)?"},
+            "reason": {"type": "string", "description": "Told to the model on a denial."},
+            "call_id": {
+                "type": "string",
+                "enum": list(pending),
+                "description": "The one call this answer is for; without it, every call listed.",
+            },
+            "arguments": {
+                "type": "object",
+                "description": "With call_id: run that call with these arguments instead.",
+            },
+        },
+        "required": ["approved"],
+        "dependentRequired": {"arguments": ["call_id"]},
+    }
 
 
 @dataclass(frozen=True)
@@ -95,34 +108,75 @@ def after_reply(
             results[call.id] = branch
         else:
             branches[call.id] = branch
-    done = Turn(message=message, run=list(branches), results=results, wrong_answer=wrong)
     gated = [call.id for call in calls if call.id in branches and tools[call.name].approval]
-    if gated:
+    run = [call_id for call_id in branches if call_id not in gated]
+    done = Turn(message=message, run=run, results=results, wrong_answer=wrong, gated=gated)
+    group = [_group([branches[call_id] for call_id in run])] if run else []
+    if gated:  # the others run at once; these wait for a person, each on its own
         gate = [_step(agent, AgentStep(approve=gated)), _step(agent, AgentStep(dispatch=turn))]
-        return Next(output=to_builtins(done), steps=[*gate, following])
-    group = [_group(list(branches.values()))] if branches else []
+        return Next(output=to_builtins(done), steps=[*group, *gate, following])
     return Next(output=to_builtins(done), steps=[*group, following])
 
 
 def after_approval(
-    agent: str, turn: Turn, gated: Sequence[str], answer: Any, tools: Mapping[str, ToolShape]
+    agent: str,
+    turn: int,
+    pending: Turn,
+    answers: Sequence[tuple[Sequence[str], Any]],
+    tools: Mapping[str, ToolShape],
 ) -> Next:
-    """Run what was approved; tell the model what was denied, and why."""
-    approved = isinstance(answer, dict) and answer.get("approved") is True
-    reason = answer.get("reason") if isinstance(answer, dict) else None
-    denial = "The user denied this tool call" + (f": {reason}" if reason else ".")
-    results = dict(turn.results)
-    run = []
-    for call_id in turn.run:
-        if call_id in gated and not approved:
-            results[call_id] = denial
+    """After the approval gates since turn `turn`'s reply (each with the calls it asked
+    for, and its answer): ask again for calls still undecided, else run the approved
+    ones (with the arguments a person gave) and tell the model which were denied."""
+    decided: dict[str, Any] = {}
+    for asked, answer in answers:
+        for call_id in _answered(asked, answer):
+            decided.setdefault(call_id, answer)
+    # A turn checkpointed before per-call gates lists its gated calls in `run`.
+    gated = list(pending.gated) or [c for c in pending.run if c in _only(answers)]
+    undecided = [call_id for call_id in gated if call_id not in decided]
+    if undecided:
+        steps = [_step(agent, AgentStep(approve=undecided)), _step(agent, AgentStep(dispatch=turn))]
+        return Next(output={"undecided": undecided}, steps=steps)
+    # A turn checkpointed before gates were per call ran no call before its gate.
+    carried = [] if pending.gated else [c for c in pending.run if c not in gated]
+    calls = {call.id: call for call in calls_of(pending.message)}
+    results = dict(pending.results)
+    edited: dict[str, str] = {}
+    run: list[str] = []
+    branches: list[StepSpec] = []
+    for call_id in [*carried, *gated]:
+        answer = decided.get(call_id, {"approved": True})
+        if not answer.get("approved"):
+            reason = answer.get("reason")
+            results[call_id] = "The user denied this tool call" + (f": {reason}" if reason else ".")
+            continue
+        call = calls[call_id]
+        if isinstance(answer.get("arguments"), dict):
+            call = ToolCall(call.id, call.name, json.dumps(answer["arguments"]))
+            edited[call_id] = call.arguments
+        branch = _branch(agent, call, tools)
+        if isinstance(branch, str):
+            results[call_id] = branch
         else:
             run.append(call_id)
-    decided = Turn(message=turn.message, run=run, results=results)
-    calls = {call.id: call for call in calls_of(turn.message)}
-    branches = [_branch(agent, calls[call_id], tools) for call_id in run]
-    steps = [_group([b for b in branches if isinstance(b, StepSpec)])] if run else []
-    return Next(output=to_builtins(decided), steps=steps)
+            branches.append(branch)
+    done = Turn(message=pending.message, run=run, results=results, edited=edited)
+    return Next(output=to_builtins(done), steps=[_group(branches)] if branches else [])
+
+
+def _answered(asked: Sequence[str], answer: Any) -> list[str]:
+    """The calls an answer decides: the one it names, or every call its gate asked for."""
+    if not isinstance(answer, dict):
+        return []
+    call_id = answer.get("call_id")
+    if call_id is None:
+        return list(asked)
+    return [call_id] if call_id in asked else []
+
+
+def _only(answers: Sequence[tuple[Sequence[str], Any]]) -> set[str]:
+    return {call_id for asked, _ in answers for call_id in asked}
 
 
 def _typed_answer(
@@ -160,10 +214,12 @@ def _told(agent: str, wrong: WrongAnswer, typed: Typed) -> str | None:
     return correction(str(wrong), tool=typed.tool)
 
 
-def approval_prompt(turn: Turn, gated: Sequence[str]) -> str:
-    calls = [call for call in calls_of(turn.message) if call.id in gated]
-    listed = "; ".join(f"{call.name}({call.arguments})" for call in calls)
-    return f"Approve {'this tool call' if len(calls) == 1 else 'these tool calls'}: {listed}?"
+def approval_prompt(turn: Turn, pending: Sequence[str]) -> str:
+    calls = [call for call in calls_of(turn.message) if call.id in pending]
+    listed = "; ".join(f"{call.id}: {call.name}({call.arguments})" for call in calls)
+    if len(calls) == 1:
+        return f"Approve this tool call? {listed}"
+    return f"Approve these tool calls (each by its call_id, or all at once)? {listed}"
 
 
 def _branch(agent: str, call: ToolCall, tools: Mapping[str, ToolShape]) -> StepSpec | str:

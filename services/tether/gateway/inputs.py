@@ -1,9 +1,11 @@
 """A waiting task's input request as an MCP elicitation, and the answer back (pure).
 
 Elicitation forms are flat objects of primitive fields. A Tether tool may ask for any
-JSON Schema, so a schema that is not such a form is wrapped in a one-field form
-(`answer`) and unwrapped on the way back; both directions derive the shape from the
-task record alone, so any gateway replica can send the form and take the answer.
+JSON Schema: an object's fields that are not primitive are asked as JSON text (an
+approval's edited `arguments`), and a schema that is not an object is wrapped in a
+one-field form (`answer`); both are unwrapped on the way back. Both directions derive
+the shape from the task record alone, so any gateway replica can send the form and take
+the answer.
 """
 
 from __future__ import annotations
@@ -34,12 +36,7 @@ def _is_primitive(schema: Any) -> bool:
 
 
 def _is_form(schema: dict[str, Any]) -> bool:
-    properties = schema.get("properties", {})
-    return (
-        schema.get("type") == "object"
-        and isinstance(properties, dict)
-        and all(_is_primitive(field) for field in properties.values())
-    )
+    return schema.get("type") == "object" and isinstance(schema.get("properties", {}), dict)
 
 
 def _wraps_json(schema: dict[str, Any]) -> bool:
@@ -47,21 +44,28 @@ def _wraps_json(schema: dict[str, Any]) -> bool:
     return not _is_primitive(schema)
 
 
+def _field(schema: dict[str, Any]) -> dict[str, Any]:
+    """A form field: a primitive as it is, anything else as JSON text."""
+    if not _wraps_json(schema):
+        return schema
+    said = f"{schema['description']} " if isinstance(schema.get("description"), str) else ""
+    matching = msgspec.json.encode(schema).decode()
+    return {"type": "string", "description": f"{said}JSON matching {matching}"}
+
+
 def requested_schema(request: InputRequest) -> dict[str, Any]:
     """The elicitation form for `request`."""
     schema = request.schema or {"type": "object"}
     if _is_form(schema):
-        form: dict[str, Any] = {"type": "object", "properties": schema.get("properties", {})}
+        properties = schema.get("properties", {})
+        form: dict[str, Any] = {
+            "type": "object",
+            "properties": {name: _field(field) for name, field in properties.items()},
+        }
         if isinstance(schema.get("required"), list):
             form["required"] = schema["required"]
         return form
-    if _wraps_json(schema):
-        field: dict[str, Any] = {
-            "type": "string",
-            "description": "JSON matching " + msgspec.json.encode(schema).decode(),
-        }
-    else:
-        field = schema
+    field = _field(schema)
     return {"type": "object", "properties": {ANSWER_FIELD: field}, "required": [ANSWER_FIELD]}
 
 
@@ -91,15 +95,24 @@ def answer(request: InputRequest, content: dict[str, Any] | None) -> Any:
     content = content or {}
     schema = request.schema or {"type": "object"}
     if _is_form(schema):
-        return content
+        properties = schema.get("properties", {})
+        return {
+            name: _unwrapped(name, value, properties[name])
+            if isinstance(properties.get(name), dict)
+            else value
+            for name, value in content.items()
+        }
     if ANSWER_FIELD not in content:
         raise AnswerError(f"the answer must carry the field {ANSWER_FIELD!r}")
-    value = content[ANSWER_FIELD]
+    return _unwrapped(ANSWER_FIELD, content[ANSWER_FIELD], schema)
+
+
+def _unwrapped(name: str, value: Any, schema: dict[str, Any]) -> Any:
     if not _wraps_json(schema):
         return value
     if not isinstance(value, str):
-        raise AnswerError(f"{ANSWER_FIELD!r} must be JSON text")
+        raise AnswerError(f"{name!r} must be JSON text")
     try:
         return msgspec.json.decode(value)
     except msgspec.DecodeError as exc:
-        raise AnswerError(f"{ANSWER_FIELD!r} is not valid JSON: {exc}") from exc
+        raise AnswerError(f"{name!r} is not valid JSON: {exc}") from exc

@@ -106,11 +106,13 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 class InputRequest(msgspec.Struct, frozen=True, kw_only=True):
     """What a waiting task asks for: a prompt and a JSON Schema for the answer;
-    `expires_at`: unanswered by then, the task fails with `InputExpired`."""
+    `expires_at`: unanswered by then, the task fails with `InputExpired`, or, with a
+    `default`, goes on with that as the answer."""
 
     prompt: str
     schema: dict[str, Any] = msgspec.field(default_factory=dict)
     expires_at: datetime | None = None
+    default: Any | msgspec.UnsetType = msgspec.UNSET
 
 
 class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -16,6 +16,7 @@ The other flows end or pause a task (fail, cancel, wait for input) or resume it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -324,6 +325,15 @@ class TaskService:
         if found is None:
             return None
         now = utcnow()
+        request = found.record.input_request
+        if (
+            request is not None
+            and request.default is not msgspec.UNSET
+            and rules.expired(found.record, timer, now) is not None
+        ):
+            with contextlib.suppress(TaskConflictError):  # answered meanwhile: that stands
+                await self._answer(found.record, request.default)  # unanswered: the default
+            return None
 
         def fail_if_expired(record: TaskRecord) -> TaskRecord | None:
             error = rules.expired(record, timer, now)
@@ -356,7 +366,12 @@ class TaskService:
             )
         if record.input_request is not None:
             check_answer(task_id, record.input_request, data)
-        step = record.current_step
+        await self._answer(record, data)
+        return record
+
+    async def _answer(self, record: TaskRecord, data: Any) -> None:
+        """Store `data` as the waiting step's output (create-only) and resume the task."""
+        task_id, step = record.task_id, record.current_step
         answer = Checkpoint(output=data, time=utcnow(), spec=record.spec(step))
         stored = await self.store.checkpoints.create(task_id, step, answer)
         if stored != answer and stored.output != data:
@@ -364,7 +379,6 @@ class TaskService:
         (work,) = rules.current_work(record)
         msg_id = self.store.names.resume_msg_id(task_id, step, record.generation)
         await self.store.publish_work(work, msg_id)
-        return record
 
     async def steer(
         self, task_id: str, kind: type[Steering], msg_id: str, **fields: Any

@@ -157,6 +157,7 @@ class App:
         token_budget: int | None = None,
         approval: Sequence[str | ToolFunction] = (),
         approval_timeout: timedelta | float | None = None,
+        approval_timeout_denies: bool = False,
         output_type: Any = None,
         output_retries: int = 2,
         input_guardrails: Sequence[str | ToolFunction] = (),
@@ -182,7 +183,11 @@ class App:
         a crash re-runs only what was in flight. `tools` name Tether tools, served by any
         worker in any language (their JSON Schemas come from the registry). `approval`:
         tools whose calls wait for a person (as do tools registered `approval=True`).
-        An agent among `tools` is a sub-agent: each call runs as a child task.
+        An agent among `tools` is a sub-agent: each call runs as a child task. When a
+        reply asks for several gated calls, the others run at once and the task waits
+        for an answer per call (`{"call_id": ..., "approved": ..., "arguments"?: ...}`)
+        or one for all; unanswered within `approval_timeout`, the task fails, or, with
+        `approval_timeout_denies=True`, the calls still waiting are denied.
 
         `output_type` (a msgspec Struct, a dataclass or a JSON Schema): the final answer
         is asked for and checked as that type, and told back to the model up to
@@ -219,6 +224,7 @@ class App:
             token_budget=token_budget,
             approval=frozenset(_names(approval)),
             approval_timeout=_seconds(approval_timeout),
+            approval_timeout_denies=approval_timeout_denies,
             output=output,
             output_retries=output_retries,
             tool_choice=tool_choice,

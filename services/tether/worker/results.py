@@ -60,13 +60,17 @@ class NeedsInput(msgspec.Struct, frozen=True, kw_only=True):
     """Pause the task until someone answers `prompt`; the answer becomes this step's output.
 
     `timeout` (seconds or a timedelta): unanswered that long, the task fails with
-    `InputExpired` (an approval that expires), by a timer that needs no worker.
+    `InputExpired` (an approval that expires), by a timer that needs no worker; or, given
+    a `default`, goes on with it as the answer.
     """
 
     prompt: str
     schema: dict[str, Any] = msgspec.field(default_factory=dict)
     timeout: timedelta | float | None = None
+    default: Any | msgspec.UnsetType = msgspec.UNSET
 
     def request(self, now: datetime) -> InputRequest:
         expires = None if self.timeout is None else now + as_timedelta(self.timeout)
-        return InputRequest(prompt=self.prompt, schema=self.schema, expires_at=expires)
+        return InputRequest(
+            prompt=self.prompt, schema=self.schema, expires_at=expires, default=self.default
+        )

@@ -183,6 +183,7 @@ class ScriptedServer:
             "model": body.model,
             "messages": len(body.messages),
             "tool_results": body.tool_results,
+            "tool_texts": [message_text(m) for m in body.messages if m.get("role") == "tool"],
             "tools": body.tool_names,
             "functions": [t.get("function") for t in body.tools or []],
             "tool_choice": body.tool_choice,
