@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.agents import Agent, OpenAIModel
+    from tether.agents import Agent, BudgetExceeded, OpenAIModel, Price
     from tether.client import Client, TaskHandle
     from tether.dispatcher import Dispatcher
     from tether.errors import (
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "tether.agents": ["Agent", "OpenAIModel"],
+    "tether.agents": ["Agent", "BudgetExceeded", "OpenAIModel", "Price"],
     "tether.client": ["Client", "TaskHandle"],
     "tether.dispatcher": ["Dispatcher"],
     "tether.errors": [
@@ -90,6 +90,7 @@ _RENAMED = {"Step": ("tether.schemas.tasks", "StepSpec")}
 __all__ = [
     "Agent",
     "App",
+    "BudgetExceeded",
     "Child",
     "Client",
     "Dispatcher",
@@ -104,6 +105,7 @@ __all__ = [
     "NextSteps",
     "OpenAIModel",
     "Parallel",
+    "Price",
     "RetryPolicy",
     "RetryableError",
     "Sleep",

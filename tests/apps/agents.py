@@ -77,6 +77,15 @@ hasty = app.agent(
 )
 
 
+thrifty = app.agent(
+    "thrifty",
+    model=MODEL,
+    tools=["web_search"],
+    on_budget="fail",  # a spent budget fails the task instead of asking
+    retry=QUICK,
+)
+
+
 hesitant = app.agent(
     "hesitant",
     model=MODEL,

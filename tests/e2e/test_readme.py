@@ -181,6 +181,9 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     brief = outputs["brief.py"]
     assert brief == "Checkpoints make agents durable ['a crash costs one step']\n", brief
     assert "{'report': '# Report" in outputs["follow.py"]
+    budget = outputs["budget.py"].splitlines()
+    assert budget[0].startswith("budget of 100 tokens (0 spent, 0 held) reached"), budget
+    assert budget[1] == "A checkpoint is a step's stored result.", budget
     librarian = outputs['tether submit --agent librarian "Look up MCP tasks" --wait']
     assert "Found through MCP" in librarian, librarian
     told = [entry["last"] for entry in model_log if entry["conversation"] == "Look up MCP tasks"]

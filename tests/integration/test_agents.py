@@ -197,18 +197,6 @@ async def test_an_approved_call_runs_once(
     assert group is not None and group.output == ["sent to team@example.com"]
 
 
-async def test_the_token_budget_stops_the_loop_before_the_next_call(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
-) -> None:
-    question, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER], token_budget=100)
-
-    with pytest.raises(TaskFailedError) as failed:
-        await handle.wait(timeout=30)
-    assert failed.value.error.type == "TokenBudgetExceeded"
-    assert "120 tokens of its budget of 100" in failed.value.error.message
-    assert [c["turn"] for c in _calls(model, question)] == [0]  # the second call never went
-
-
 async def test_max_turns_fails_the_task_with_what_to_do(
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from tests.apps.agents import app as agents
@@ -68,7 +69,7 @@ async def test_an_update_changes_model_instructions_and_budget_from_the_next_cal
     client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation(SLOW, ANSWER)
-    handle = await client.submit_agent("researcher", question, token_budget=10)
+    handle = await client.submit_agent("researcher", question, token_budget=5_000)  # one call
     await _while_the_tool_runs(handle)
 
     await client.update_agent(
@@ -83,6 +84,8 @@ async def test_an_update_changes_model_instructions_and_budget_from_the_next_cal
     events = [e async for e in handle.events(timeout=5)]
     (updated,) = [e for e in events if isinstance(e, AgentUpdated)]
     assert (updated.model, updated.token_budget) == ("scripted-large", 100_000)
+    ledger = await client._store.checkpoints.entry(f"{handle.task_id}.budget")
+    assert ledger is not None and msgspec.json.decode(ledger[0])["tokens"] == 100_000
 
 
 async def test_a_message_sent_while_the_agent_answers_gets_an_answer_of_its_own(

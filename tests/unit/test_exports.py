@@ -8,6 +8,7 @@ import tether.schemas as schemas
 TETHER_ALL = [
     "Agent",
     "App",
+    "BudgetExceeded",
     "Child",
     "Client",
     "Dispatcher",
@@ -22,6 +23,7 @@ TETHER_ALL = [
     "NextSteps",
     "OpenAIModel",
     "Parallel",
+    "Price",
     "RetryPolicy",
     "RetryableError",
     "Sleep",

@@ -1,6 +1,7 @@
 """Durable agents: an LLM tool-calling loop on the step engine (`App.agent`)."""
 
 from tether.agents.agent import Agent, MaxTurnsExceeded, TokenBudgetExceeded
+from tether.agents.budget import PRICES, BudgetExceeded, Price
 from tether.agents.models import (
     ContextLengthExceeded,
     ModelAuthError,
@@ -9,11 +10,14 @@ from tether.agents.models import (
 )
 
 __all__ = [
+    "PRICES",
     "Agent",
+    "BudgetExceeded",
     "ContextLengthExceeded",
     "MaxTurnsExceeded",
     "ModelAuthError",
     "ModelRequestError",
     "OpenAIModel",
+    "Price",
     "TokenBudgetExceeded",
 ]

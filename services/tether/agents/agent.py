@@ -8,7 +8,10 @@ the call in flight; a checkpointed turn or tool call never runs again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
+import itertools
 import logging
 import os
 import time
@@ -16,12 +19,24 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import openai
 
 from tether import tracing
+from tether.agents.budget import (
+    BUDGET_ANSWER,
+    BudgetExceeded,
+    Ledger,
+    Price,
+    TreeBudget,
+    cost,
+    output_cap,
+    price_of,
+    tree_root,
+    worst_case,
+)
 from tether.agents.conversation import (
     AgentStep,
     Entry,
@@ -45,6 +60,7 @@ from tether.agents.turns import (
 )
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.codec import to_builtins
+from tether.schemas.events import AgentUpdated
 from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord, TaskStatus, ToolInfo
 from tether.worker.context import StepContext
 from tether.worker.results import Child, NeedsInput, NextSteps
@@ -63,7 +79,16 @@ AGENT_INPUT_SCHEMA: dict[str, Any] = {
             "description": "A follow-up: the id of a completed task of this agent, whose "
             "conversation comes first.",
         },
-        "token_budget": {"type": "integer", "minimum": 1, "description": "Stop past this."},
+        "token_budget": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Tokens the task and the tasks below it may spend.",
+        },
+        "cost_budget": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "Dollars the task and the tasks below it may spend.",
+        },
         "instructions": {"type": "string", "description": "This run's instructions."},
         "settings": {"type": "object", "description": "This run's model settings."},
     },
@@ -80,6 +105,8 @@ LLM_RETRY = RetryPolicy(max_attempts=8, initial_backoff=1, max_backoff=60)
 HISTORY_CACHE = 256
 """Conversations a worker process keeps, so its next turn reads only new checkpoints."""
 TOOL_INFO_AGE = 10.0
+BUDGET_POLL = 2.0
+"""Seconds a call waits, at first, while another task of its tree asks about the budget."""
 MAX_THREAD = 10_000
 """Follow-ups one conversation may chain (a guard against a cycle of reused task ids)."""
 
@@ -88,8 +115,16 @@ class MaxTurnsExceeded(TerminalError):
     """The agent did not answer within `max_turns` LLM turns."""
 
 
-class TokenBudgetExceeded(TerminalError):
-    """The task spent its token budget before the agent answered."""
+class TokenBudgetExceeded(BudgetExceeded):
+    """The tree's token budget is spent (kept for code that catches this name)."""
+
+
+class _Spent(Exception):
+    """The call's reservation did not fit in the tree's budget."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__(ledger.spent())
+        self.ledger = ledger
 
 
 @dataclass(frozen=True)
@@ -105,7 +140,14 @@ class Agent:
     tools: tuple[str, ...] = ()
     max_turns: int = 20
     token_budget: int | None = None
-    """Input plus output tokens one task may spend; the loop stops past it."""
+    """Input plus output tokens the task and every task below it (sub-agents) may spend;
+    each LLM call reserves its worst case first, and none starts that does not fit."""
+    cost_budget: float | None = None
+    """The same in dollars, from the model's price (`agents.budget.PRICES`)."""
+    on_budget: Literal["ask", "fail"] = "ask"
+    """When the budget is spent: ask a person to raise it (the task waits), or fail."""
+    budget_timeout: timedelta | None = None
+    """Unanswered this long, a question about the budget stops the run."""
     approval: frozenset[str] = frozenset()
     """Tools whose calls wait for a person's approval (besides those registered with
     `approval=True`)."""
@@ -146,20 +188,29 @@ class Agent:
             steps = [self._guards(self.input_guardrails, role.input), self._turn_step(1)]
             return NextSteps(steps=steps, output={"guarded": "input"})
         journal, before = await self._journal(ctx, role)
+        if role.budget:
+            return await self._ask_budget(ctx)
         if role.finish:
             return _guarded_answer(before)
         if role.approve is not None:
             return self._gate(journal, role.approve)
         if role.dispatch is not None:
             return await self._dispatch(ctx, journal, role.dispatch)
-        return await self._turn(ctx, journal)
+        answered = before[-1].output if before and as_step(before[-1].spec.input).budget else None
+        return await self._turn(ctx, journal, answered)
 
-    async def _turn(self, ctx: StepContext, journal: Journal) -> Any:
+    async def _turn(self, ctx: StepContext, journal: Journal, answered: Any = None) -> Any:
+        tree = await self._tree(ctx, journal)
         steering = await ctx.inbox(journal.inbox_seq)
         if steering:  # told something since the last call: take it first (see conversation)
+            limits = [e.token_budget for _, e in steering if isinstance(e, AgentUpdated)]
+            for limit in filter(None, limits):  # the latest wins: applied in order
+                await tree.change(functools.partial(Ledger.limited, tokens=limit))
             taken = [{"seq": seq, "entry": to_builtins(entry)} for seq, entry in steering]
             return NextSteps(steps=[self._turn_step(journal.turns + 1)], output={"inbox": taken})
-        budget = self._check_limits(journal)
+        if answered is not None:  # a person answered about the spent budget
+            await tree.change(lambda ledger: ledger.answered(answered, ctx.task_id))
+        self._check_limits(journal)
         shapes, specs = await self._tools(ctx)
 
         async def waiting(message: str) -> None:
@@ -168,7 +219,9 @@ class Agent:
 
         typed = self._typed(journal)
         try:
-            reply = await self._call(ctx, journal, specs, typed, waiting)
+            reply = await self._call(ctx, journal, specs, typed, waiting, tree)
+        except _Spent as spent:
+            return await self._spent(ctx, journal, tree, spent.ledger)
         except StructuredOutputsRefused:
             if typed is None or typed.tool or self.model.structured_outputs is not None:
                 raise
@@ -179,13 +232,13 @@ class Agent:
             )
             self._runtime.no_json_schema.add(self.model)
             typed = self._typed(journal)
-            reply = await self._call(ctx, journal, specs, typed, waiting)
+            reply = await self._call(ctx, journal, specs, typed, waiting, tree)
         ctx.add_usage(reply.usage)
-        if budget is not None and journal.turns == 0 and reply.usage.total_tokens == 0:
+        if tree.held and journal.turns == 0 and reply.usage.total_tokens == 0:
             message = (
                 f"agent {self.name!r}: {self.model.name!r} reports no token usage, so the "
-                f"token budget of {budget:,} cannot stop this task; ask the endpoint for "
-                "usage (stream_options include_usage) or drop the budget"
+                "budget cannot count what it spends; ask the endpoint for usage "
+                "(stream_options include_usage) or drop the budget"
             )
             log.warning("task %s: %s", ctx.task_id, message)
             await ctx.progress(message=message)
@@ -208,21 +261,60 @@ class Agent:
     def _turn_step(self, turn: int) -> StepSpec:
         return StepSpec(tool=self.name, input=to_builtins(AgentStep(turn=turn)))
 
-    def _check_limits(self, journal: Journal) -> int | None:
-        """Stop before a call past `max_turns` or the token budget; the budget."""
+    def _check_limits(self, journal: Journal) -> None:
+        """Stop before a call past `max_turns`."""
         if journal.turns >= self.max_turns:
             raise MaxTurnsExceeded(
                 f"agent {self.name!r} did not answer within {self.max_turns} turns: raise "
                 "max_turns (app.agent(..., max_turns=N)), restart its workers, then retry "
                 "the task ('tether dlq retry ID'): its turns so far are kept, none is sent again"
             )
-        budget = journal.token_budget or self.token_budget
-        if budget is not None and journal.usage.total_tokens >= budget:
-            raise TokenBudgetExceeded(
-                f"agent {self.name!r} spent {journal.usage.total_tokens:,} tokens of its "
-                f"budget of {budget:,} before answering"
+
+    async def _tree(self, ctx: StepContext, journal: Journal) -> TreeBudget:
+        """The budget of this task's tree; its first agent turn with a budget opens it."""
+        tree = TreeBudget(ctx, await self._runtime.root(ctx))
+        tokens = journal.token_budget or self.token_budget
+        usd = journal.cost_budget or self.cost_budget
+        if journal.turns == 0 and (tokens or usd):
+            await tree.open(tokens, usd)
+        return tree
+
+    async def _spent(
+        self, ctx: StepContext, journal: Journal, tree: TreeBudget, ledger: Ledger
+    ) -> Any:
+        """The call did not fit: fail, ask a person, or wait for the task that asks."""
+        said = f"agent {self.name!r}: {ledger.spent()}"
+        if ledger.stopped:
+            raise BudgetExceeded(f"{said}, and a person said to stop")
+        if self.on_budget == "fail":
+            error = TokenBudgetExceeded if ledger.tokens is not None else BudgetExceeded
+            raise error(
+                f"{said}: raise it (update_agent, or the agent's token_budget or cost_budget) "
+                "and retry the task ('tether dlq retry ID'); nothing it did is run again"
             )
-        return budget
+        again = self._turn_step(journal.turns + 1)
+
+        def ask(ledger: Ledger) -> Ledger | None:
+            free = ledger.asking in (None, ctx.task_id)
+            return msgspec.structs.replace(ledger, asking=ctx.task_id) if free else None
+
+        if await tree.change(ask) is not None:
+            gate = StepSpec(tool=self.name, input=to_builtins(AgentStep(budget=True)))
+            return NextSteps(steps=[gate, again], output={"budget": ledger.spent()})
+        wait = min(BUDGET_POLL * 1.5**journal.budget_waits, 60.0)  # another task asks
+        return NextSteps(
+            steps=[again], output={"budget": f"waiting for {ledger.asking}"}, after=wait
+        )
+
+    async def _ask_budget(self, ctx: StepContext) -> NeedsInput:
+        found = await TreeBudget(ctx, await self._runtime.root(ctx)).read()
+        said = found[0].spent() if found is not None else "budget reached"
+        return NeedsInput(
+            prompt=f'{said}: raise it or stop? ({{"tokens": N}}, {{"usd": X}} or {{"stop": true}})',
+            schema=BUDGET_ANSWER,
+            timeout=self.budget_timeout,
+            default={"stop": True},
+        )
 
     def _typed(self, journal: Journal) -> Typed | None:
         if self.output is None:
@@ -237,6 +329,7 @@ class Agent:
         specs: list[dict[str, Any]],
         typed: Typed | None,
         waiting: Callable[[str], Awaitable[None]],
+        tree: TreeBudget,
     ) -> Reply:
         options: dict[str, Any] = dict(journal.settings)
         if self.tool_choice is not None and (journal.turns == 0 or not self.reset_tool_choice):
@@ -248,12 +341,63 @@ class Agent:
             options["response_format"] = typed.output.response_format()
         # An update may name another model on the same endpoint (and client).
         model = self.model if journal.model is None else replace(self.model, name=journal.model)
-        with tracing.chat_span(model.name, ctx.task_id) as span:
-            async with self._runtime.using(self.model) as client:
-                messages = journal.messages
-                reply = await complete(client, model, messages, specs, ctx.stream, waiting, options)
-            tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
+        price = price_of(model.name, self.model.price)
+        key = ctx.idempotency_key
+        await self._reserve(tree, key, price, journal.messages, specs, options)
+        try:
+            with tracing.chat_span(model.name, ctx.task_id) as span:
+                async with self._runtime.using(self.model) as client:
+                    messages = journal.messages
+                    reply = await complete(
+                        client, model, messages, specs, ctx.stream, waiting, options
+                    )
+                tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
+        except Exception:
+            if tree.held:
+                await tree.change(lambda ledger: ledger.release(key))
+            raise
+        if price is not None:
+            usage = msgspec.structs.replace(reply.usage, cost_usd=cost(reply.usage, price))
+            reply = replace(reply, usage=usage)
+        if tree.held:
+            spent = reply.usage
+            await tree.change(lambda ledger: ledger.settle(key, spent.total_tokens, spent.cost_usd))
         return reply
+
+    async def _reserve(
+        self,
+        tree: TreeBudget,
+        key: str,
+        price: Price | None,
+        messages: list[dict[str, Any]],
+        specs: list[dict[str, Any]],
+        options: dict[str, Any],
+    ) -> None:
+        """Hold the call's worst case in the tree's budget (if it has one), or `_Spent`."""
+        found = await tree.read()
+        if found is None:
+            return
+        if found[0].usd is not None and price is None:
+            raise TerminalError(
+                f"agent {self.name!r}: no price for the model {self.model.name!r}, so a "
+                "budget in dollars cannot hold: give it one (OpenAIModel(..., price=Price("
+                "input=..., output=...)), dollars per million tokens) or add it to "
+                "tether.agents.PRICES"
+            )
+        cap = output_cap({**self.model.settings, **options})
+        tokens = worst_case(messages, specs, cap)
+        usd = 0.0 if price is None else ((tokens - cap) * price.input + cap * price.output) / 1e6
+        for attempt in itertools.count():
+            if await tree.change(lambda ledger: ledger.reserve(key, tokens, usd)) is not None:
+                tree.held = True
+                return
+            found = await tree.read()
+            if found is None:
+                return
+            if found[0].spent_for(tokens, usd):
+                raise _Spent(found[0])
+            # It fits once calls in flight elsewhere in the tree settle: wait for them.
+            await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
 
     def _gate(self, journal: Journal, pending: list[str]) -> NeedsInput:
         """Ask a person about the calls in `pending` (each on its own, or all at once)."""
@@ -353,6 +497,7 @@ class _Runtime:
         self.no_json_schema: set[OpenAIModel] = set()
         """Models whose endpoint refused `response_format` `json_schema`."""
         self._mcp_tools: dict[str, tuple[list[McpTool], float]] = {}
+        self._roots: OrderedDict[tuple[str, datetime], str] = OrderedDict()
 
     @contextlib.asynccontextmanager
     async def using(self, model: OpenAIModel) -> AsyncIterator[openai.AsyncOpenAI]:
@@ -426,6 +571,17 @@ class _Runtime:
         while len(self._threads) > HISTORY_CACHE:
             self._threads.popitem(last=False)
         return messages
+
+    async def root(self, ctx: StepContext) -> str:
+        """The root of the task's tree (a task's parent never changes: read once)."""
+        if ctx.parent is None:
+            return ctx.task_id
+        key = (ctx.task_id, ctx.created_at)
+        if key not in self._roots:
+            self._roots[key] = await tree_root(ctx)
+            while len(self._roots) > HISTORY_CACHE:
+                self._roots.popitem(last=False)
+        return self._roots[key]
 
     async def mcp_tools(self, servers: tuple[str, ...]) -> list[McpTool]:
         """The tools `servers` list, each listed again after `TOOL_INFO_AGE`."""

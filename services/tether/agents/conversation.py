@@ -10,6 +10,8 @@ by their input, plus one parallel group per batch of tool calls:
 - `{"approve": [call ids]}`: an approval gate (the task waits for a person);
 - `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved;
 - `{"finish": true}`: after the output guardrails passed, the answer as the result;
+- `{"budget": true}`: the tree's budget is spent: asks a person to raise it or stop (a
+  turn that found it spent outputs `{"budget": ...}` and adds this, then itself again);
 - `{"mcp": {"server": url, "tool": name, "arguments": {...}}}`: a branch that calls a
   tool of an MCP server (see `tether.agents.mcp_tools`).
 
@@ -54,7 +56,9 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     after: str | None = None
     """The finished agent task whose conversation this one continues (a follow-up)."""
     token_budget: int | None = None
-    """Overrides the agent's budget for this task."""
+    """Overrides the agent's token budget for this task (and the tree below it)."""
+    cost_budget: float | None = None
+    """Overrides the agent's budget in dollars for this task (and the tree below it)."""
     instructions: str | None = None
     """Overrides the agent's instructions for this task (still one system message)."""
     settings: dict[str, Any] | None = None
@@ -64,6 +68,8 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     dispatch: int | None = None
     finish: bool | None = None
     mcp: McpCall | None = None
+    budget: bool | None = None
+    """Asks a person to raise the tree's spent budget, or stop."""
 
     @property
     def continues(self) -> bool:
@@ -74,6 +80,7 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             or self.dispatch is not None
             or self.finish is not None
             or self.mcp is not None
+            or self.budget is not None
         )
 
 
@@ -114,6 +121,9 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     """LLM turns so far."""
     usage: Usage
     token_budget: int | None
+    cost_budget: float | None = None
+    budget_waits: int = 0
+    """Turns in a row that waited for another task's question about the budget."""
     last_turn: Turn | None
     """The latest turn that asked for tools, while its results are not all in."""
     answers: list[tuple[list[str], Any]] = msgspec.field(default_factory=list)
@@ -169,6 +179,8 @@ def rebuild(
     for index, entry in enumerate(history):
         usage = usage if entry.usage is None else usage + entry.usage
         role = as_step(entry.spec.input) if entry.spec.parallel is None else None
+        if role is not None and role.budget:
+            continue  # a question about the budget: nothing said to the model
         if role is not None and role.approve is None and role.dispatch is None:
             told.turn(role, entry.output, last=finished and index == len(history) - 1)
         elif told.pending is None:
@@ -188,6 +200,8 @@ def rebuild(
         turns=told.turns,
         usage=usage,
         token_budget=steered.token_budget,
+        cost_budget=start.cost_budget,
+        budget_waits=told.budget_waits,
         last_turn=told.pending,
         answers=told.answers,
         wrong_answers=told.wrong,
@@ -205,6 +219,7 @@ class _Told:
         self.steered = steered
         self.turns = 0
         self.wrong = 0
+        self.budget_waits = 0
         self.pending: Turn | None = None
         self.ran: dict[str, Any] = {}
         """Outputs of the pending turn's calls that ran."""
@@ -212,12 +227,16 @@ class _Told:
 
     def turn(self, role: AgentStep, output: Any, *, last: bool) -> None:
         """A turn's output: a mark, the answer, or a reply that asked for tools."""
+        if _marked(output, "budget"):
+            self.budget_waits += 1
+            return  # a spent budget: asked about, or waited for
         if role.finish or _marked(output, "guarded"):
             return  # a guarded answer's last step, a guarded question: nothing said
         if _marked(output, "inbox") and not last:
             self.steered.take(output["inbox"], self.messages)
             return
         self.turns += 1
+        self.budget_waits = 0
         if _marked(output, "answer"):
             self.messages.append(answer_message(output["answer"]))
         elif last or not _is_turn(output):

@@ -21,6 +21,7 @@ from typing import Any
 
 import openai
 
+from tether.agents.budget import Price
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import Usage
 
@@ -90,6 +91,8 @@ class OpenAIModel:
     """How an agent with an `output_type` asks for its answer: True, `response_format`
     `json_schema`; False, a final-answer tool call; None, the first, and the second from
     the first time the endpoint refuses it."""
+    price: Price | None = None
+    """Dollars per million tokens, for a cost budget (None: `agents.budget.PRICES`)."""
 
     def client(self) -> openai.AsyncOpenAI:
         key = self.api_key or os.environ.get("OPENAI_API_KEY") or "unset"

@@ -86,12 +86,13 @@ def error_origin(error: ErrorInfo | None) -> str:
 
 
 def format_usage(usage: Usage) -> str:
-    """`1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls`."""
+    """`1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls, $0.0012`."""
     cached = f" ({usage.cached_tokens:,} cached)" if usage.cached_tokens else ""
     calls = f", {usage.requests} LLM call{'s' if usage.requests != 1 else ''}"
+    cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd else ""
     return (
         f"{usage.input_tokens:,} in{cached} + {usage.output_tokens:,} out"
-        f" = {usage.total_tokens:,} tokens{calls}"
+        f" = {usage.total_tokens:,} tokens{calls}{cost}"
     )
 
 

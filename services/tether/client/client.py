@@ -184,6 +184,7 @@ class Client(Reads, Service):
         input: str | list[dict[str, Any]],
         *,
         token_budget: int | None = None,
+        cost_budget: float | None = None,
         instructions: str | None = None,
         model_settings: dict[str, Any] | None = None,
         task_id: str | None = None,
@@ -195,10 +196,13 @@ class Client(Reads, Service):
         a question, or a list of chat messages. `await handle.wait()` is its final answer
         (given the agent, decoded as its `output_type`); `handle.stream()` its text as the
         model writes it. `instructions` and `model_settings` (`temperature`, ...) hold for
-        this run only, in place of the agent's (still one system message)."""
+        this run only, in place of the agent's (still one system message). `token_budget`
+        and `cost_budget` (dollars) hold for this run and every task below it."""
         start: dict[str, Any] = {"input": input}
         if token_budget is not None:
             start["token_budget"] = token_budget
+        if cost_budget is not None:
+            start["cost_budget"] = cost_budget
         if instructions is not None:
             start["instructions"] = instructions
         if model_settings:

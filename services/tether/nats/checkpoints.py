@@ -1,5 +1,6 @@
 """Checkpoints and memos in `<prefix>-checkpoints`: written create-only, so the first
-one stored wins and a replay reads it back."""
+one stored wins and a replay reads it back. (An agent tree's budget ledger lives there
+too, changed by compare-and-set: `entry`, `swap`.)"""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ class Checkpoints:
         if await self._bucket.create(key, value) is not None:
             return value
         return await self._winner(key, value)
+
+    async def entry(self, key: str) -> tuple[bytes, int] | None:
+        """A key's value and revision (for `swap`)."""
+        found = await self._bucket.get(key)
+        return None if found is None else (found.value, found.revision)
+
+    async def swap(self, key: str, value: bytes, revision: int) -> int:
+        """Compare-and-set; RevisionConflictError when `key` moved past `revision`."""
+        return await self._bucket.update(key, value, revision)
 
     async def _winner(self, key: str, value: bytes) -> bytes:
         """What a lost create on `key` lost to; ours, stored now, if that was deleted in

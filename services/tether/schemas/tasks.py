@@ -238,6 +238,8 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     requests: int = 0
     model: str | None = None
     """The model that spent them (unset on a sum over several)."""
+    cost_usd: float = 0.0
+    """What they cost, in dollars, where the model's price is known (see agents.budget)."""
 
     @property
     def total_tokens(self) -> int:
@@ -250,6 +252,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             cached_tokens=self.cached_tokens + other.cached_tokens,
             requests=self.requests + other.requests,
             model=self.model if self.model == other.model else None,
+            cost_usd=self.cost_usd + other.cost_usd,
         )
 
 

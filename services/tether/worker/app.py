@@ -11,7 +11,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_type_hints, overload
 
 import msgspec
 
@@ -155,6 +155,9 @@ class App:
         tools: Sequence[str | ToolFunction] = (),
         max_turns: int = 20,
         token_budget: int | None = None,
+        cost_budget: float | None = None,
+        on_budget: Literal["ask", "fail"] = "ask",
+        budget_timeout: timedelta | float | None = None,
         approval: Sequence[str | ToolFunction] = (),
         approval_timeout: timedelta | float | None = None,
         approval_timeout_denies: bool = False,
@@ -197,6 +200,10 @@ class App:
         before it is the result, as a step of its own; one that raises
         `GuardrailTripped(reason)` fails the task with it. `tool_choice` goes with the
         first LLM call; after it the model chooses again, unless `reset_tool_choice=False`.
+        `token_budget` and `cost_budget` (dollars, from the model's price) hold for the
+        task and every task below it (sub-agents): each LLM call reserves its worst case
+        first. When a call does not fit, the task asks a person to raise the budget or
+        stop (`on_budget="fail"`: it fails), for up to `budget_timeout`.
         `mcp_servers` (streamable HTTP URLs): the tools each lists are offered too, each
         call a branch like any other; after a crash mid-call, a call is made again only
         when the tool says that is safe (`readOnlyHint`, `idempotentHint`), and a server
@@ -222,6 +229,9 @@ class App:
             tools=_names(tools),
             max_turns=max_turns,
             token_budget=token_budget,
+            cost_budget=cost_budget,
+            on_budget=on_budget,
+            budget_timeout=_seconds(budget_timeout),
             approval=frozenset(_names(approval)),
             approval_timeout=_seconds(approval_timeout),
             approval_timeout_denies=approval_timeout_denies,

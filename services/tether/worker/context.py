@@ -16,7 +16,7 @@ from tether.nats.tokens import TokenWriter
 from tether.schemas.codec import encode
 from tether.schemas.events import Steering
 from tether.schemas.ids import validate_tool_name
-from tether.schemas.tasks import Checkpoint, Heartbeat, TaskRecord, ToolInfo, Usage
+from tether.schemas.tasks import Checkpoint, Heartbeat, ParentStep, TaskRecord, ToolInfo, Usage
 
 T = TypeVar("T")
 
@@ -54,6 +54,11 @@ class StepContext:
         """`<task_id>.<step>` (`.b<branch>` in a parallel step): the same on every
         attempt; pass it to APIs that dedupe."""
         return self._store.names.step_key(self.task_id, self.step, self.branch)
+
+    @property
+    def parent(self) -> ParentStep | None:
+        """The step of another task that started this one as a child (None: a root)."""
+        return self._record.parent
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from tether.clock import utcnow
+from tether.durations import as_timedelta
 from tether.errors import InvalidTaskError
 from tether.schemas.codec import encode
 from tether.schemas.tasks import Checkpoint, ErrorInfo
@@ -34,6 +35,8 @@ def checkpoint_of(result: Any, attempt: int) -> Checkpoint:
         except InvalidTaskError as exc:
             raise UnstorableResult("InvalidPlan", str(exc)) from exc
         output, next_steps = result.output, list(result.steps)
+        if result.after is not None:
+            wake_at = utcnow() + as_timedelta(result.after)
     try:
         raw = msgspec.Raw(encode(output))
     except (TypeError, msgspec.EncodeError) as exc:

@@ -14,10 +14,12 @@ from tether.tasks.plans import to_step
 
 
 class NextSteps(msgspec.Struct, frozen=True, kw_only=True):
-    """Finish this step with `output` and run `steps` right after it (an agent's next calls)."""
+    """Finish this step with `output` and run `steps` right after it (an agent's next calls),
+    or `after` that long (seconds or a timedelta), parked as a `Sleep` is."""
 
     steps: Sequence[StepSpec]
     output: Any = None
+    after: timedelta | float | None = None
 
 
 class Sleep:
