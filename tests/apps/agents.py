@@ -77,6 +77,33 @@ hasty = app.agent(
 )
 
 
+modern = app.agent(
+    "modern",
+    model=OpenAIModel("scripted", api_key="test", api="responses"),  # OpenAI's newer API
+    instructions="You research with the Responses API.",
+    tools=["web_search"],
+    retry=QUICK,
+)
+
+
+billing = app.agent(
+    "billing",
+    model=MODEL,
+    instructions="You handle billing questions.",
+    tools=["web_search"],
+    retry=QUICK,
+)
+
+
+triage = app.agent(
+    "triage",
+    model=MODEL,
+    instructions="Hand each question to the right agent.",
+    handoffs=["billing"],  # the model may call transfer_to_billing
+    retry=QUICK,
+)
+
+
 thrifty = app.agent(
     "thrifty",
     model=MODEL,

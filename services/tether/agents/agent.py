@@ -169,6 +169,8 @@ class Agent:
     """Tools that check the final answer before it is the result."""
     mcp_servers: tuple[str, ...] = ()
     """MCP servers (streamable HTTP URLs) whose tools the model is offered."""
+    handoffs: tuple[str, ...] = ()
+    """Agents the model may hand the conversation over to (`transfer_to_<agent>`)."""
     _runtime: _Runtime = field(default_factory=lambda: _Runtime(), compare=False, repr=False)
 
     async def aclose(self) -> None:
@@ -242,7 +244,8 @@ class Agent:
             )
             log.warning("task %s: %s", ctx.task_id, message)
             await ctx.progress(message=message)
-        next_ = after_reply(self.name, journal.turns + 1, reply.message, shapes, typed)
+        turn = journal.turns + 1
+        next_ = after_reply(self.name, turn, reply.message, shapes, typed, journal.start)
         if not next_.steps and await ctx.inbox(journal.inbox_seq):
             # Told something while it answered: the answer stays in the conversation, and
             # the next turn reads what it was told and answers again.
@@ -429,10 +432,11 @@ class Agent:
         """The conversation so far, and the steps before this one."""
         if role.input is not None:  # the first turn: nothing before it is the agent's
             earlier = await self._runtime.thread(ctx, role.after)
-            return rebuild(self.instructions, role, [], earlier), []
+            journal = rebuild(self.instructions, role, [], earlier)
+            return msgspec.structs.replace(journal, start=ctx.step), []
         entries = await self._runtime.history(ctx)
-        start = self._start_of(entries)
-        if start is None:
+        start = role.handoff if role.handoff is not None else self._start_of(entries)
+        if start is None or not 0 <= start < len(entries):
             raise TerminalError(f"step {ctx.step} of agent {self.name!r} has no first turn")
         first = entries[start].spec.input
         if first is None and start > 0:  # the question was the previous step's output
@@ -440,13 +444,19 @@ class Agent:
         opening = as_step(first)
         earlier = await self._runtime.thread(ctx, opening.after)
         journal = rebuild(self.instructions, opening, entries[start:], earlier)
-        return journal, entries
+        return msgspec.structs.replace(journal, start=start), entries
 
     def _start_of(self, entries: list[Entry]) -> int | None:
-        """The latest first turn of this agent (a plan may ask the same agent twice)."""
+        """The latest first turn of this agent, or of the conversation handed over to it
+        (a plan may ask the same agent twice)."""
         for index in range(len(entries) - 1, -1, -1):
             spec = entries[index].spec
-            if spec.tool == self.name and not as_step(spec.input).continues:
+            if spec.tool != self.name:
+                continue
+            step = as_step(spec.input)
+            if step.handoff is not None:
+                return step.handoff
+            if not step.continues:
                 return index
         return None
 
@@ -467,6 +477,23 @@ class Agent:
                 wrapped=wrapped, approval=info.approval or name in self.approval
             )
             specs.append(spec)
+        for target in self.handoffs:
+            info = await self._runtime.tool_info(ctx, target)
+            if info is None or not info.agent:
+                raise RetryableError(
+                    f"agent {self.name!r} hands over to {target!r}, which no worker serves "
+                    "as an agent yet: start one that does (or take it out of handoffs)"
+                )
+            name = f"transfer_to_{target}"
+            shapes[name] = ToolShape(handoff=target)
+            about = f"Hand the conversation over to the agent {target!r}: {info.description}"
+            no_arguments = {"type": "object", "properties": {}}
+            specs.append(
+                {
+                    "type": "function",
+                    "function": {"name": name, "description": about, "parameters": no_arguments},
+                }
+            )
         for tool in await self._runtime.mcp_tools(self.mcp_servers):
             if tool.name in shapes:
                 raise TerminalError(
@@ -585,6 +612,10 @@ class _Runtime:
 
     async def mcp_tools(self, servers: tuple[str, ...]) -> list[McpTool]:
         """The tools `servers` list, each listed again after `TOOL_INFO_AGE`."""
+        if not servers:
+            return []
+        # Imported here, not at the top: the `mcp` client takes a second or more to import,
+        # which an agent without MCP servers should not spend (in its event loop, too).
         from tether.agents.mcp_tools import list_tools
 
         tools: list[McpTool] = []

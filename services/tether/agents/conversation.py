@@ -6,7 +6,9 @@ by their input, plus one parallel group per batch of tool calls:
 - `{"input": "..."}`: the first LLM turn (the question); with `"after": "<task id>"`, a
   follow-up: the conversation of that finished task comes first, read from its
   checkpoints (by reference: nothing of it is copied into this task);
-- `{"turn": k}`: LLM turn k, after the tool results of turn k-1;
+- `{"turn": k}`: LLM turn k, after the tool results of turn k-1; with `"handoff": s`,
+  the first turn of an agent another one handed the conversation over to (it began at
+  step s), under this agent's instructions and tools;
 - `{"approve": [call ids]}`: an approval gate (the task waits for a person);
 - `{"dispatch": k}`: after the gate, runs the calls of turn k that were approved;
 - `{"finish": true}`: after the output guardrails passed, the answer as the result;
@@ -68,6 +70,8 @@ class AgentStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     dispatch: int | None = None
     finish: bool | None = None
     mcp: McpCall | None = None
+    handoff: int | None = None
+    """With `turn`: this agent takes over the conversation that began at this step."""
     budget: bool | None = None
     """Asks a person to raise the tree's spent budget, or stop."""
 
@@ -130,6 +134,8 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     """The approval gates since `last_turn`: the calls each asked for, and its answer."""
     wrong_answers: int = 0
     """Typed answers that did not fit, so far."""
+    start: int = 0
+    """The step of the conversation's first turn (a handoff carries it on)."""
     inbox_seq: int = 0
     """The stream sequence of the last message or update this conversation took."""
     model: str | None = None

@@ -17,10 +17,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import openai
 
+from tether.agents import responses
 from tether.agents.budget import Price
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import Usage
@@ -93,6 +94,9 @@ class OpenAIModel:
     the first time the endpoint refuses it."""
     price: Price | None = None
     """Dollars per million tokens, for a cost budget (None: `agents.budget.PRICES`)."""
+    api: Literal["chat", "responses"] = "chat"
+    """`responses`: call OpenAI's Responses API (`client.responses`) instead of Chat
+    Completions, which every other OpenAI-compatible server speaks."""
 
     def client(self) -> openai.AsyncOpenAI:
         key = self.api_key or os.environ.get("OPENAI_API_KEY") or "unset"
@@ -149,6 +153,8 @@ async def _complete_once(
     extra: Mapping[str, Any] | None,
 ) -> Reply:
     options: dict[str, Any] = {**model.settings, **(extra or {})}
+    if model.api == "responses":
+        return await _respond_once(client, model, messages, tools, on_delta, options)
     if tools:
         options["tools"] = list(tools)
     reply = _Accumulated(model.name)
@@ -171,6 +177,29 @@ async def _complete_once(
                 # worker's beat starves behind a few busy streams (taken for dead).
                 await asyncio.sleep(0)
     return checked(reply.result(), model)
+
+
+async def _respond_once(
+    client: openai.AsyncOpenAI,
+    model: OpenAIModel,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]],
+    on_delta: OnDelta,
+    options: dict[str, Any],
+) -> Reply:
+    """One streamed call of the Responses API, as a chat reply (see `agents.responses`)."""
+    body = responses.request(list(messages), list(tools), options)
+    reply = responses.Accumulated(model.name)
+    with model_errors(model):
+        create: Any = client.responses.create
+        stream = await create(model=model.name, stream=True, **body)
+        async with stream:
+            async for event in stream:
+                text = reply.add(event)
+                if text:
+                    await on_delta(text)
+                await asyncio.sleep(0)  # as for a chat stream: let the worker's beat in
+    return checked(Reply(reply.message(), reply.usage, reply.finish_reason), model)
 
 
 def checked(reply: Reply, model: OpenAIModel) -> Reply:

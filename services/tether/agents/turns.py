@@ -57,6 +57,8 @@ class ToolShape:
     """A tool of this MCP server: the agent's own step calls it (`McpCall`)."""
     safe: bool = False
     """(MCP) Calling it again after a crash is safe."""
+    handoff: str | None = None
+    """Not a tool: `transfer_to_<agent>`, handing the conversation over to that agent."""
 
 
 @dataclass(frozen=True)
@@ -85,10 +87,17 @@ def after_reply(
     message: dict[str, Any],
     tools: Mapping[str, ToolShape],
     typed: Typed | None = None,
+    start: int = 0,
 ) -> Next:
-    """What follows the reply of LLM turn `turn` (1-based)."""
+    """What follows the reply of LLM turn `turn` (1-based) of the conversation that
+    began at step `start`."""
     calls = calls_of(message)
     following = _step(agent, AgentStep(turn=turn + 1))
+    handoffs = [c for c in calls if c.name in tools and tools[c.name].handoff is not None]
+    if handoffs:  # the next turn is the other agent's (the other calls still run first)
+        target = tools[handoffs[0].name].handoff
+        assert target is not None
+        following = _step(target, AgentStep(turn=turn + 1, handoff=start))
     wrong: str | None = None
     if typed is not None:
         answer = _typed_answer(message, calls, typed)
@@ -103,6 +112,14 @@ def after_reply(
     branches: dict[str, StepSpec] = {}
     results: dict[str, str] = {}
     for call in calls:
+        if call in handoffs:
+            taken = call is handoffs[0]
+            results[call.id] = (
+                f"Transferred to {tools[call.name].handoff}."
+                if taken
+                else "Error: the conversation was handed over once already in this turn."
+            )
+            continue
         branch = wrong if call.name == FINAL_ANSWER_TOOL and wrong else _branch(agent, call, tools)
         if isinstance(branch, str):
             results[call.id] = branch

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import importlib
 import inspect
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -168,6 +169,7 @@ class App:
         tool_choice: str | dict[str, Any] | None = None,
         reset_tool_choice: bool = True,
         mcp_servers: Sequence[str] = (),
+        handoffs: Sequence[str] = (),
         description: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> Agent:
@@ -204,6 +206,10 @@ class App:
         task and every task below it (sub-agents): each LLM call reserves its worst case
         first. When a call does not fit, the task asks a person to raise the budget or
         stop (`on_budget="fail"`: it fails), for up to `budget_timeout`.
+        `handoffs` (agents): the model may hand the conversation over to one of them
+        (`transfer_to_<agent>`), which takes it from the next turn on, under its own
+        instructions and tools, in the same task (a sub-agent answers one question in a
+        task of its own instead).
         `mcp_servers` (streamable HTTP URLs): the tools each lists are offered too, each
         call a branch like any other; after a crash mid-call, a call is made again only
         when the tool says that is safe (`readOnlyHint`, `idempotentHint`), and a server
@@ -218,6 +224,8 @@ class App:
             raise ValueError(f"agent {name!r}: max_turns must be at least 1")
         if output_retries < 0:
             raise ValueError(f"agent {name!r}: output_retries must be 0 or more")
+        if mcp_servers:  # the `mcp` client takes seconds to import: now, not mid-step
+            importlib.import_module("tether.agents.mcp_tools")
         input_checks = self._guardrails(input_guardrails)
         output_checks = self._guardrails(output_guardrails)
         chosen = Model(model) if isinstance(model, str) else model
@@ -242,6 +250,7 @@ class App:
             input_guardrails=input_checks,
             output_guardrails=output_checks,
             mcp_servers=tuple(mcp_servers),
+            handoffs=tuple(handoffs),
         )
         self.add_tool(
             Tool(
@@ -253,7 +262,7 @@ class App:
                 schema=AGENT_INPUT_SCHEMA,
                 output_schema=None if output is None else output.schema,
                 agent=True,
-                calls=(*agent.tools, *input_checks, *output_checks),
+                calls=(*agent.tools, *input_checks, *output_checks, *agent.handoffs),
                 close=agent.aclose,
             )
         )

@@ -171,3 +171,120 @@ def error_type(status: int) -> str:
     kinds = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error"}
     kinds |= {403: "permission_error", 404: "not_found_error"}
     return kinds.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+# -- the Responses API (`/v1/responses`) ----------------------------------------------------
+def chat_messages(instructions: str | None, items: Any) -> list[dict[str, Any]]:
+    """A Responses request's input as chat messages (what the script and the log read):
+    consecutive function calls make one assistant message."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    if isinstance(items, str):
+        return [*messages, {"role": "user", "content": items}]
+    for item in items or []:
+        kind = item.get("type")
+        if kind == "function_call":
+            call = {"id": item.get("call_id"), "type": "function"}
+            call["function"] = {"name": item.get("name"), "arguments": item.get("arguments")}
+            last = messages[-1] if messages else {}
+            if last.get("role") == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": item.get("output")}
+            )
+        else:
+            content = item.get("content")
+            if isinstance(content, list):
+                content = "".join(part.get("text", "") for part in content)
+            messages.append({"role": item.get("role", "user"), "content": content})
+    return messages
+
+
+def response_stream(reply: Reply) -> Stream:
+    """A reply as the Responses API streams it: text deltas, then each function call's
+    item and argument pieces; `response.completed` (or `incomplete`) with the usage."""
+    n = 0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal n
+        n += 1
+        return (
+            b"event: "
+            + kind.encode()
+            + b"\n"
+            + _event({"type": kind, "sequence_number": n, **fields})
+        )
+
+    message_id = f"msg_{reply.id}"
+    chunks = [
+        event(
+            "response.output_text.delta",
+            item_id=message_id,
+            output_index=0,
+            content_index=0,
+            delta=word,
+            logprobs=[],
+        )
+        for word in reply.words
+    ]
+    output: list[dict[str, Any]] = []
+    if reply.content:
+        text = {"type": "output_text", "text": reply.content, "annotations": []}
+        output.append(
+            {
+                "type": "message",
+                "id": message_id,
+                "role": "assistant",
+                "status": "completed",
+                "content": [text],
+            }
+        )
+    for i, call in enumerate(reply.calls, start=1):
+        item = {
+            "type": "function_call",
+            "id": f"fc_{call.id}",
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": "",
+        }
+        chunks.append(event("response.output_item.added", output_index=i, item=item))
+        for piece in split_arguments(call.arguments):
+            chunks.append(
+                event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=i,
+                    delta=piece,
+                )
+            )
+        done = {**item, "arguments": call.arguments, "status": "completed"}
+        chunks.append(event("response.output_item.done", output_index=i, item=done))
+        output.append(done)
+    usage = reply.usage
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    response = {
+        "id": f"resp_{reply.id}",
+        "object": "response",
+        "created_at": reply.created,
+        "model": reply.model,
+        "output": output,
+        "usage": {
+            "input_tokens": usage["prompt_tokens"],
+            "output_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"],
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+    if reply.finish_reason in ("length", "content_filter"):
+        reason = "max_output_tokens" if reply.finish_reason == "length" else "content_filter"
+        ended = {**response, "status": "incomplete", "incomplete_details": {"reason": reason}}
+        tail = [event("response.incomplete", response=ended)]
+    else:
+        tail = [event("response.completed", response={**response, "status": "completed"})]
+    head = event("response.created", response={**response, "status": "in_progress", "output": []})
+    return Stream(head=head, chunks=chunks, tail=tail)

@@ -44,6 +44,8 @@ class ChatRequest(msgspec.Struct, frozen=True):
     response_format: dict[str, Any] | None = None
     tool_choice: Any = None
     temperature: float | None = None
+    api: str = "chat"
+    """Which API the request came by (`responses`: read from a Responses request)."""
 
     @property
     def tool_results(self) -> list[str | None]:
@@ -61,6 +63,22 @@ class ChatRequest(msgspec.Struct, frozen=True):
 
 
 _request_decoder = msgspec.json.Decoder(ChatRequest)
+
+
+class ResponsesRequest(msgspec.Struct, frozen=True):
+    """The fields of a Responses API request the script needs."""
+
+    input: str | list[dict[str, Any]] = msgspec.field(default_factory=list)
+    instructions: str | None = None
+    model: str = "scripted"
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+    text: dict[str, Any] | None = None
+    tool_choice: Any = None
+    temperature: float | None = None
+
+
+_responses_decoder = msgspec.json.Decoder(ResponsesRequest)
 
 
 class Dropped(Exception):
@@ -99,6 +117,7 @@ class ScriptedServer:
         return Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/responses", self.responses, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/log", self.get_log, methods=["GET"]),
                 Route("/script", self.load_script, methods=["POST"]),
@@ -110,6 +129,30 @@ class ScriptedServer:
             body = _request_decoder.decode(await request.body())
         except msgspec.DecodeError as exc:
             return _error(400, f"invalid chat request: {exc}")
+        return self.answer(body)
+
+    async def responses(self, request: Request) -> Response:
+        """The Responses API, answered from the same script: the request is read as the
+        chat request it stands for, and the reply streamed as Responses events."""
+        try:
+            raw = _responses_decoder.decode(await request.body())
+        except msgspec.DecodeError as exc:
+            return _error(400, f"invalid responses request: {exc}")
+        text_format = (raw.text or {}).get("format") or {}
+        tools = [{"type": "function", "function": t} for t in raw.tools or []]
+        body = ChatRequest(
+            messages=replies.chat_messages(raw.instructions, raw.input),
+            model=raw.model,
+            stream=raw.stream,
+            tools=tools or None,
+            response_format=text_format or None,
+            tool_choice=raw.tool_choice,
+            temperature=raw.temperature,
+            api="responses",
+        )
+        return self.answer(body)
+
+    def answer(self, body: ChatRequest) -> Response:
         conversation = first_user_text(body.messages)
         k = turn_number(body.messages)
         if self.script.refuse_json_schema and (body.response_format or {}).get("type") == (
@@ -143,15 +186,15 @@ class ScriptedServer:
             created=int(time.time()),
             messages=body.messages,
         )
-        if body.stream:
-            events = self.stream(reply, fault, include_usage=body.include_usage)
+        if body.api == "responses":
+            events = self.stream(replies.response_stream(reply), fault)
             return StreamingResponse(events, media_type="text/event-stream")
+        if body.stream:
+            plan = replies.stream(reply, include_usage=body.include_usage)
+            return StreamingResponse(self.stream(plan, fault), media_type="text/event-stream")
         return _whole(reply, fault)
 
-    async def stream(
-        self, reply: Reply, fault: Fault | None, *, include_usage: bool
-    ) -> AsyncIterator[bytes]:
-        plan = replies.stream(reply, include_usage=include_usage)
+    async def stream(self, plan: replies.Stream, fault: Fault | None) -> AsyncIterator[bytes]:
         drop_at = fault.drop_after if fault else None
         end_at = fault.end_after if fault else None
         stall_at = fault.stall_after if fault else None
@@ -184,6 +227,7 @@ class ScriptedServer:
             "messages": len(body.messages),
             "tool_results": body.tool_results,
             "tool_texts": [message_text(m) for m in body.messages if m.get("role") == "tool"],
+            "api": body.api,
             "tools": body.tool_names,
             "functions": [t.get("function") for t in body.tools or []],
             "tool_choice": body.tool_choice,
