@@ -15,6 +15,7 @@ from tether import (
     NeedsInput,
     OpenAIModel,
     RetryPolicy,
+    Sleep,
     StepContext,
     TerminalError,
 )
@@ -84,6 +85,16 @@ modern = app.agent(
     tools=["web_search"],
     retry=QUICK,
 )
+
+
+@app.tool(heartbeat=BEAT)
+async def snooze(ctx: StepContext, data: dict[str, Any]) -> Sleep:
+    """Come back with an answer a moment later (the call sleeps, holding no worker)."""
+    record(ctx, "snooze")
+    return Sleep(0.5, output=f"rested {data.get('for')}")
+
+
+sleepy = app.agent("sleepy", model=MODEL, tools=["snooze", "web_search"], retry=QUICK)
 
 
 billing = app.agent(

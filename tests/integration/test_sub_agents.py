@@ -164,3 +164,22 @@ async def test_a_tool_an_agent_calls_may_ask_a_person_while_the_other_calls_run(
     ran = read_branch_executions(executions)
     assert ran[(handle.task_id, 1, 0)] == 1  # it asked once; the answer completed it
     assert ran[(handle.task_id, 1, 1)] == 1
+
+
+async def test_a_tool_that_sleeps_answers_the_model_when_it_wakes(
+    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+) -> None:
+    """Its branch waits in a child task, holding no worker, while the other calls run; the
+    timer that ends the wait gives the model the sleep's output."""
+    calls = [
+        {"name": "snooze", "arguments": {"for": "a while"}},
+        {"name": "web_search", "arguments": {"query": "naps"}},
+    ]
+    question = model.conversation({"tool_calls": calls}, {"content": "Rested."})
+    handle = await client.submit_agent("sleepy", question)
+    assert await handle.wait(timeout=30) == "Rested."
+    told = model.requests(question)[-1]["tool_texts"]
+    assert told == ["rested a while", '["naps: result 1","naps: result 2"]']
+    assert executions.read_text().count("snooze") == 1  # woke from its checkpoint: not run again
+    (child,) = (await handle.get()).children
+    assert (await client.get(child)).status is TaskStatus.COMPLETED

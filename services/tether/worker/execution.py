@@ -238,11 +238,13 @@ class Execution:
             if isinstance(result, Child):
                 await self._start_child(found, work, result)
                 return Outcome.CHILD
+            if isinstance(result, Sleep):  # a wait that answers itself with the output
+                result = _woken(result)
             if isinstance(result, NeedsInput):  # asked in a child task of the branch
                 request = result.request(utcnow())
                 await self.tasks.children.ask(found, work.step, work.branch, request, attempt)
                 return Outcome.WAITING
-            if isinstance(result, NextSteps | Sleep):
+            if isinstance(result, NextSteps):
                 raise _give_up(_NOT_IN_A_BRANCH)
             checkpoint = await self._by_reference(_stored(result, attempt, usage))
             await self.tasks.branches.record(
@@ -351,9 +353,20 @@ def _log_failure(
 
 _NOT_IN_A_BRANCH = ErrorInfo(
     type="InvalidOutput",
-    message="a branch of a parallel step returned NextSteps or Sleep: do that in the "
-    "step after the group (a branch may return Child or NeedsInput)",
+    message="a branch of a parallel step returned NextSteps: do that in the step after "
+    "the group (a branch may return Child, NeedsInput or Sleep)",
 )
+
+
+def _woken(sleep: Sleep) -> NeedsInput:
+    """A branch's Sleep: its child task waits until then, and the timer that ends the
+    wait answers with the sleep's output (an answer sent earlier wakes it early)."""
+    wake = utcnow() + sleep.duration
+    return NeedsInput(
+        prompt=f"sleeping until {wake:%Y-%m-%d %H:%M:%S} UTC (an answer wakes it now)",
+        timeout=sleep.duration,
+        default=sleep.output,
+    )
 
 
 def _collects(found: Versioned, work: WorkMessage) -> bool:
