@@ -181,6 +181,11 @@ async def test_the_tour_runs_as_pasted(tmp_path: Path) -> None:
     brief = outputs["brief.py"]
     assert brief == "Checkpoints make agents durable ['a crash costs one step']\n", brief
     assert "{'report': '# Report" in outputs["follow.py"]
+    handed = outputs['tether submit --agent concierge "Hand over: what is a checkpoint?" --wait']
+    assert "The researcher here: a checkpoint is a step's stored result." in handed, handed
+    assert outputs["approve.py"] == "Published draft A; draft B was held back.\n"
+    told = [e["tool_texts"] for e in model_log if e["conversation"].startswith("Publish twice")]
+    assert told[-1][0].startswith("published ") and told[-1][1].startswith("The user denied")
     budget = outputs["budget.py"].splitlines()
     assert budget[0].startswith("budget of 100 tokens (0 spent, 0 held) reached"), budget
     assert budget[1] == "A checkpoint is a step's stored result.", budget
