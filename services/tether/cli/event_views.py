@@ -48,6 +48,8 @@ def event_line(event: AnyStatusEvent) -> Text:
         line.append(f" {event.tool}")
     if event.attempt is not None:
         line.append(f"  attempt {event.attempt}")
+    if event.build is not None:
+        line.append(f"  on {event.build}", style="dim")
     line.append(_detail(event))
     line.rstrip()
     return line

@@ -23,7 +23,7 @@ from tether.cli.common import (
     nats_config,
 )
 from tether.cli.loading import AppLoadError, load_apps
-from tether.errors import TetherError
+from tether.errors import DefinitionError, TetherError
 from tether.service import Service
 
 log = logging.getLogger("tether.cli")
@@ -146,25 +146,35 @@ def worker(
     look_every: LookEvery = 30.0,
     step_slack: StepSlack = 1.0,
     grace: Grace = 2.0,
+    build: Annotated[
+        str | None,
+        typer.Option(
+            "--build",
+            envvar="TETHER_BUILD",
+            metavar="NAME",
+            help="The build of the code this worker runs, named on every step it runs "
+            "(default: the apps' versions, else a hash of their tools).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the tools of one or more apps."""
     from tether.worker import Liveness, Worker
 
+    config = nats_config(nats, prefix, "tether-worker", replicas)
     try:
         loaded = load_apps(apps)
         liveness = Liveness(beat_every, dead_after, look_every, step_slack)
-    except (AppLoadError, ValueError) as exc:
+        serving = Worker(
+            loaded,
+            config,
+            concurrency=concurrency,
+            metrics=metrics_on(metrics_port),
+            liveness=liveness,
+            shutdown_grace=timedelta(seconds=grace),
+            build=build,
+        )
+    except (AppLoadError, ValueError, DefinitionError) as exc:
         fail(str(exc))
-    config = nats_config(nats, prefix, "tether-worker", replicas)
-    metrics = metrics_on(metrics_port)
-    serving = Worker(
-        loaded,
-        config,
-        concurrency=concurrency,
-        metrics=metrics,
-        liveness=liveness,
-        shutdown_grace=timedelta(seconds=grace),
-    )
     serve(serving, name=config.name)
 
 

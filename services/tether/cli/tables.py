@@ -105,6 +105,16 @@ def queued_table(stall: Stall) -> Table:
     return _grid([("status", Text("submitted", style="yellow")), ("waiting", stall.message)])
 
 
+def _run_rows(record: TaskRecord) -> list[tuple[str, str | Text]]:
+    """What the task spent, and which build started it."""
+    rows: list[tuple[str, str | Text]] = []
+    if record.usage is not None:
+        rows.append(("usage", format_usage(record.usage)))
+    if record.build is not None:
+        rows.append(("build", f"started on {record.build}"))
+    return rows
+
+
 def record_table(
     record: TaskRecord,
     heartbeat: Heartbeat | None,
@@ -135,8 +145,7 @@ def record_table(
         rows.append(("error", Text(format_error(record.error), style="red")))
         if record.error.traceback:
             rows.append(("traceback", Text(record.error.traceback, style="dim")))
-    if record.usage is not None:
-        rows.append(("usage", format_usage(record.usage)))
+    rows += _run_rows(record)
     rows += _family_rows(record)
     rows += [
         ("created", format_time(record.created_at)),

@@ -26,6 +26,8 @@ class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
     generation: int = 1
     """The run of the task it belongs to: a retry starts a new generation, so an old run's
     `failed` is not the end of the task (events written before this field read as 1)."""
+    build: str | None = None
+    """On a step's events: the build of the worker that ran it (see `tether worker --build`)."""
 
     @property
     def kind(self) -> str:

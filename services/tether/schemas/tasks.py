@@ -179,6 +179,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The task's W3C trace context (`traceparent`, `tracestate`), from its submission."""
     note: str | None = None
     """Why a pending task has not started: "no worker serves 's3' yet"."""
+    build: str | None = None
+    """The build of the worker that started the task (ran its first step)."""
 
     @property
     def plan_length(self) -> int:
@@ -274,6 +276,8 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """The tool asked to sleep: the next step starts at this time."""
     usage: Usage | None = None
     """Model tokens the step reported (`StepContext.add_usage`)."""
+    build: str | None = None
+    """The build of the worker that ran the step."""
 
 
 class Timer(msgspec.Struct, frozen=True, kw_only=True):
@@ -312,6 +316,8 @@ class WorkerBeat(msgspec.Struct, frozen=True, kw_only=True):
     time: datetime
     claimed_by: str | None = None
     """Set by the survivor that is handing this silent worker's steps on."""
+    build: str | None = None
+    """The build of the code the worker runs."""
 
 
 class HeldStep(msgspec.Struct, frozen=True, kw_only=True):

@@ -117,6 +117,7 @@ class ParallelSteps:
             attempt=attempt,
             output=event_output(checkpoint.output),
             skipped=skipped,
+            build=checkpoint.build,
         )
 
     async def fan_in(self, stored: Versioned, step: int) -> TaskRecord | None:

@@ -244,11 +244,16 @@ def expired(record: TaskRecord, timer: Timer, now: datetime) -> ErrorInfo | None
     )
 
 
-def start_step(record: TaskRecord, step: int, now: datetime) -> TaskRecord | None:
-    """pending → running when the first step starts; no write for later steps."""
+def start_step(
+    record: TaskRecord, step: int, now: datetime, build: str | None = None
+) -> TaskRecord | None:
+    """pending → running when the first step starts (on `build`); no write for later steps."""
     if record.status is not TaskStatus.PENDING or record.current_step != step:
         return None
-    return msgspec.structs.replace(record, status=TaskStatus.RUNNING, note=None, updated_at=now)
+    started = record.build or build
+    return msgspec.structs.replace(
+        record, status=TaskStatus.RUNNING, note=None, updated_at=now, build=started
+    )
 
 
 def plan_after(record: TaskRecord, step: int, checkpoint: Checkpoint) -> list[StepSpec]:
@@ -281,6 +286,7 @@ def complete_step(
         wake_at=None if done else checkpoint.wake_at,
         usage=add_usage(record.usage, checkpoint.usage),
         updated_at=now,
+        build=record.build or checkpoint.build,
     )
 
 

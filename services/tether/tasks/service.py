@@ -196,6 +196,7 @@ class TaskService:
             skipped=skipped,
             wake_at=record.wake_at,
             usage=checkpoint.usage,
+            build=checkpoint.build,
         )
         if record.status is TaskStatus.COMPLETED:
             await self.emit(Completed, record, time=now, output=event_output(record.result))

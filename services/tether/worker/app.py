@@ -88,8 +88,10 @@ class App:
     ```
     """
 
-    def __init__(self, name: str = "tether") -> None:
+    def __init__(self, name: str = "tether", *, version: str | None = None) -> None:
         self.name = name
+        self.version = version
+        """The build its workers announce (else a hash of its tools: `worker.builds`)."""
         self.tools: dict[str, Tool] = {}
 
     @overload

@@ -81,6 +81,8 @@ class Execution:
     has_result: Callable[[WorkMessage, StepHeartbeat], None] | None = None
     """Told when an attempt's tool returned, before it is recorded (see
     `StepRunner.supersede`)."""
+    build: str | None = None
+    """The worker's build: named on each step's checkpoint and events."""
 
     async def run(
         self,
@@ -145,6 +147,7 @@ class Execution:
             attempt=attempt,
             time=utcnow(),
             generation=work.generation,
+            build=self.build,
             **fields,
         )
         await self.store.publish_event(event, attempt)
@@ -155,7 +158,7 @@ class Execution:
         await self._running_event(StepStarted, work, attempt)
         if found.record.status is not TaskStatus.PENDING:
             return None
-        return RecordStart(self.store, found, work)
+        return RecordStart(self.store, found, work, self.build)
 
     async def _run_tool(
         self,
@@ -246,7 +249,7 @@ class Execution:
                 return Outcome.WAITING
             if isinstance(result, NextSteps):
                 raise _give_up(_NOT_IN_A_BRANCH)
-            checkpoint = await self._by_reference(_stored(result, attempt, usage))
+            checkpoint = await self._by_reference(_stored(result, attempt, usage, self.build))
             await self.tasks.branches.record(
                 found, work.step, work.branch, checkpoint, attempt=attempt
             )
@@ -257,7 +260,7 @@ class Execution:
         if isinstance(result, Child):
             await self._start_child(found, work, result)
             return Outcome.CHILD
-        checkpoint = await self._by_reference(_stored(result, attempt, usage))
+        checkpoint = await self._by_reference(_stored(result, attempt, usage, self.build))
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
         return Outcome.COMPLETED
 
@@ -373,12 +376,16 @@ def _collects(found: Versioned, work: WorkMessage) -> bool:
     return found.record.spec(work.step).collect_errors
 
 
-def _stored(result: Any, attempt: int, usage: Usage | None = None) -> Checkpoint:
+def _stored(
+    result: Any, attempt: int, usage: Usage | None = None, build: str | None = None
+) -> Checkpoint:
     try:
         checkpoint = checkpoint_of(result, attempt)
     except UnstorableResult as exc:
         raise _give_up(exc.error) from exc
-    return checkpoint if usage is None else msgspec.structs.replace(checkpoint, usage=usage)
+    if usage is None and build is None:
+        return checkpoint
+    return msgspec.structs.replace(checkpoint, usage=usage, build=build)
 
 
 def _too_large(exc: MessageTooLargeError) -> ErrorInfo:

@@ -21,10 +21,13 @@ class RecordStart:
     `START_DELAY` of starting (its `step_started` event goes out at once either way).
     """
 
-    def __init__(self, store: Store, found: Versioned, work: WorkMessage) -> None:
+    def __init__(
+        self, store: Store, found: Versioned, work: WorkMessage, build: str | None = None
+    ) -> None:
         self._store = store
         self._found = found
         self._work = work
+        self._build = build
         self._write: asyncio.Task[Versioned] | None = None
         self._timer = asyncio.get_running_loop().call_later(START_DELAY, self._fire)
 
@@ -34,7 +37,9 @@ class RecordStart:
     async def _record(self) -> Versioned:
         step = self._work.step
         stored, _ = await self._store.records.update(
-            self._work.task_id, lambda r: rules.start_step(r, step, utcnow()), self._found
+            self._work.task_id,
+            lambda r: rules.start_step(r, step, utcnow(), self._build),
+            self._found,
         )
         return stored
 

@@ -58,12 +58,19 @@ class StepRunner:
     """Where steps that run long are held; None: every step keeps its message."""
     observer: AttemptObserver | None = None
     """Told of each attempt's start and end (metrics)."""
+    build: str | None = None
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tasks = TaskService(self.store)
         self.execution = Execution(
-            self.store, self.tasks, self.worker_id, self.rng, self.observer, self.supersede
+            self.store,
+            self.tasks,
+            self.worker_id,
+            self.rng,
+            self.observer,
+            self.supersede,
+            self.build,
         )
 
     def supersede(self, work: WorkMessage, winner: StepHeartbeat) -> None:

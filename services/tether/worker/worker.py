@@ -25,6 +25,7 @@ from tether.nats.workers import worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.worker.app import App, Tool
+from tether.worker.builds import default_build, validate_build
 from tether.worker.custody import Custody
 from tether.worker.liveness import Liveness
 from tether.worker.step import StepRunner
@@ -87,9 +88,11 @@ class Worker(Service):
         shutdown_grace: timedelta = timedelta(seconds=2),
         metrics: Metrics | None = None,
         liveness: Liveness | None = None,
+        build: str | None = None,
     ) -> None:
         self.tools: dict[str, Tool] = {}
-        for app in [apps] if isinstance(apps, App) else apps:
+        listed = [apps] if isinstance(apps, App) else list(apps)
+        for app in listed:
             for name, tool in app.tools.items():
                 if name in self.tools:
                     raise ValueError(f"tool {name!r} is registered by more than one app")
@@ -107,6 +110,14 @@ class Worker(Service):
         self.shutdown_grace = shutdown_grace
         self.metrics = metrics
         self.liveness = liveness or Liveness()
+        named = build or os.environ.get("TETHER_BUILD")
+        self.build = (
+            validate_build(named)
+            if named
+            else default_build([app.version for app in listed], self.tools.values())
+        )
+        """The build of the code this worker runs: `build`, `$TETHER_BUILD`, the apps'
+        versions, or a hash of the tools it serves (see `tether.worker.builds`)."""
         self._nc: Connection | None = None
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -125,7 +136,13 @@ class Worker(Service):
         key = worker_key(self.worker_id)
         self._custody = Custody(store, key)
         runner = StepRunner(
-            store, self.tools, self.worker_id, random.Random(), self._custody, self.metrics
+            store,
+            self.tools,
+            self.worker_id,
+            random.Random(),
+            self._custody,
+            self.metrics,
+            build=self.build,
         )
         await store.remember_records(runner.stop_task)
         consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
@@ -155,7 +172,9 @@ class Worker(Service):
         self._beating = asyncio.create_task(self._announcing(store))
         self._loops.append(asyncio.create_task(self._report(consumers)))
         self._loops.append(asyncio.create_task(self._look(runner)))
-        log.info("worker %s serving %s", self.worker_id, ", ".join(self.tools))
+        log.info(
+            "worker %s (build %s) serving %s", self.worker_id, self.build, ", ".join(self.tools)
+        )
 
     async def _register(self, store: Store, tool: Tool) -> Consumer:
         options = ConsumerOptions(
@@ -252,6 +271,7 @@ class Worker(Service):
                 in_flight=len(self._in_flight),
                 started_at=self._started_at,
                 time=utcnow(),
+                build=self.build,
             )
         )
 
