@@ -42,6 +42,7 @@ EVENT_FIELDS = {
     "time",
     "output",
     "error",
+    "build",
 }
 EVENT_EXTRAS = {
     "step_completed": {"skipped", "wake_at", "usage"},
