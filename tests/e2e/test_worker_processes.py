@@ -11,7 +11,7 @@ import pytest
 
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
-from tether import Client, NatsConfig
+from tether import Client, NatsConfig, TaskStatus
 from tether.testing import wait_until
 
 
@@ -100,6 +100,32 @@ async def test_a_stop_says_what_runs_and_hands_a_long_step_on_within_the_grace(
         )
     finally:
         stop_worker(replacement)
+
+
+async def test_a_draining_worker_finishes_its_steps_before_it_exits(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    executions: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--drain` (here TETHER_DRAIN): SIGTERM mid-step takes no new step, lets the running
+    one finish past the grace, then exits: a rolling deploy re-runs nothing."""
+    monkeypatch.setenv("TETHER_DRAIN", "1")
+    log = tmp_path / "worker.log"
+    worker = start_worker(config, APP, log=log)
+    handle = await client.submit([{"tool": "slow", "input": {"sleep": 4.0}}])
+    await wait_until(lambda: (handle.task_id, 0) in read_executions(executions), timeout=20)
+
+    worker.send_signal(signal.SIGTERM)
+    await wait_until(lambda: worker.poll() is not None, timeout=30, message="the worker to exit")
+
+    assert worker.returncode == 0, log.read_text()
+    assert "draining worker" in log.read_text()
+    assert (await handle.get()).status is TaskStatus.COMPLETED  # before the worker exited
+    assert read_executions(executions)[(handle.task_id, 0)] == 1
 
 
 async def test_otel_variables_make_a_worker_export_its_step_spans(

@@ -146,6 +146,16 @@ def worker(
     look_every: LookEvery = 30.0,
     step_slack: StepSlack = 1.0,
     grace: Grace = 2.0,
+    drain: Annotated[
+        bool,
+        typer.Option(
+            "--drain",
+            envvar="TETHER_DRAIN",
+            help="On a stop (SIGTERM, Ctrl-C), take no new step and exit once every running "
+            "step has finished, however long (a rolling deploy then re-runs nothing); "
+            "without it, steps still running after --grace go back to their queues.",
+        ),
+    ] = False,
     build: Annotated[
         str | None,
         typer.Option(
@@ -170,7 +180,7 @@ def worker(
             concurrency=concurrency,
             metrics=metrics_on(metrics_port),
             liveness=liveness,
-            shutdown_grace=timedelta(seconds=grace),
+            shutdown_grace=None if drain else timedelta(seconds=grace),
             build=build,
         )
     except (AppLoadError, ValueError, DefinitionError) as exc:

@@ -85,7 +85,7 @@ class Worker(Service):
         concurrency: int = 32,
         layout: Layout | None = None,
         worker_id: str | None = None,
-        shutdown_grace: timedelta = timedelta(seconds=2),
+        shutdown_grace: timedelta | None = timedelta(seconds=2),
         metrics: Metrics | None = None,
         liveness: Liveness | None = None,
         build: str | None = None,
@@ -306,18 +306,13 @@ class Worker(Service):
 
     async def stop(self) -> None:
         """Stop fetching, give in-flight steps `shutdown_grace` to finish, release the rest
-        (a held one is published again at once): all within about the grace."""
+        (a held one is published again at once): all within about the grace. With no
+        grace (None), drain: every step it holds finishes, however long that takes, so a
+        rolling deploy re-runs nothing."""
         self._stopping.set()
-        grace = self.shutdown_grace.total_seconds()
-        deadline = asyncio.get_running_loop().time() + grace
-        if self._in_flight:
-            log.info(
-                "stopping worker %s: %d step(s) running get %.1f s to finish, then go back "
-                "to their queues",
-                self.worker_id,
-                len(self._in_flight),
-                grace,
-            )
+        grace = None if self.shutdown_grace is None else self.shutdown_grace.total_seconds()
+        deadline = None if grace is None else asyncio.get_running_loop().time() + grace
+        self._say_stopping(grace)
         if self._loops:
             # A loop ends after its current fetch (at most FETCH_TIMEOUT); one still
             # waiting for a free slot (every slot busy with a long step) is cancelled, or
@@ -328,7 +323,8 @@ class Worker(Service):
             await asyncio.gather(*self._loops, return_exceptions=True)
             self._loops.clear()
         if self._in_flight:  # the grace runs from the stop, while the fetches ended too
-            left = max(0.0, deadline - asyncio.get_running_loop().time())
+            now = asyncio.get_running_loop().time()
+            left = None if deadline is None else max(0.0, deadline - now)
             _, pending = await asyncio.wait(self._in_flight, timeout=left)
             for task in pending:
                 task.cancel()
@@ -337,15 +333,37 @@ class Worker(Service):
                 if stuck:  # their messages are redelivered after ack_wait
                     log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
         await self._leave()
+        await self._close_tools()
+        if self._nc is not None:
+            await close(self._nc)
+            self._nc = None
+
+    def _say_stopping(self, grace: float | None) -> None:
+        if not self._in_flight:
+            return
+        if grace is None:
+            log.info(
+                "draining worker %s: it takes no new step and exits when its %d running "
+                "step(s) finish",
+                self.worker_id,
+                len(self._in_flight),
+            )
+            return
+        log.info(
+            "stopping worker %s: %d step(s) running get %.1f s to finish, then go back "
+            "to their queues",
+            self.worker_id,
+            len(self._in_flight),
+            grace,
+        )
+
+    async def _close_tools(self) -> None:
         for tool in self.tools.values():
             if tool.close is not None:
                 try:
                     await tool.close()
                 except Exception as exc:  # a model client that will not close: noted
                     log.warning("could not close what tool %s holds: %s", tool.name, exc)
-        if self._nc is not None:
-            await close(self._nc)
-            self._nc = None
 
     async def _leave(self) -> None:
         """After the steps: the delayed retries this worker kept go out now, and it stops
