@@ -3,10 +3,14 @@ in its checkpoint and its events; the task's record names the build that started
 
 from __future__ import annotations
 
+import logging
 import uuid
 
+import msgspec
+import pytest
+
 from tests.apps.tools import app as tools
-from tether import Client, NatsConfig, TaskStatus, Worker
+from tether import App, Client, NatsConfig, StepContext, TaskStatus, Worker
 from tether.schemas import StepCompleted, StepStarted
 
 
@@ -30,3 +34,35 @@ async def test_each_step_names_the_build_that_ran_it_across_a_deploy(
     completed = [(e.step, e.build) for e in events if isinstance(e, StepCompleted)]
     assert started == [(0, "v1"), (1, "v1"), (2, "v2")]
     assert completed == [(0, "v1"), (1, None), (2, "v2")]
+
+
+async def test_a_worker_says_at_start_that_a_tool_no_longer_fits_the_build_before(
+    config: NatsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    old, new = App("search"), App("search")
+
+    @old.tool(name="lookup")
+    async def lookup_v1(ctx: StepContext, q: Query) -> str:
+        return q.query
+
+    @new.tool(name="lookup")
+    async def lookup_v2(ctx: StepContext, q: Wider) -> str:
+        return q.query
+
+    async with Worker(old, config, build="v1"):
+        pass
+    with caplog.at_level(logging.WARNING, logger="tether.worker"):
+        async with Worker(new, config, build="v2"):
+            pass
+    (said,) = [r.getMessage() for r in caplog.records if "does not fit" in r.getMessage()]
+    assert "tool 'lookup' of build v2 does not fit build v1" in said
+    assert "input field 'limit' is required now" in said
+
+
+class Query(msgspec.Struct):
+    query: str
+
+
+class Wider(msgspec.Struct):
+    query: str
+    limit: int

@@ -367,4 +367,6 @@ class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
     max_concurrency: int | None = None
     approval: bool = False
     """An agent asks a person before it runs this tool."""
+    build: str | None = None
+    """The build of the worker that registered it last."""
     updated_at: datetime

@@ -26,6 +26,7 @@ from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.worker.app import App, Tool
 from tether.worker.builds import default_build, validate_build
+from tether.worker.compat import input_changes, output_changes
 from tether.worker.custody import Custody
 from tether.worker.liveness import Liveness
 from tether.worker.step import StepRunner
@@ -183,19 +184,39 @@ class Worker(Service):
         )
         consumer = await store.tool_consumer(tool.name, options)
         await self._check_calls(store, tool)
-        await store.tools.register(
-            ToolInfo(
-                name=tool.name,
-                description=tool.description,
-                input_schema=tool.input_schema(),
-                output_schema=tool.output_schema,
-                agent=tool.agent,
-                max_concurrency=tool.max_concurrency,
-                approval=tool.approval,
-                updated_at=utcnow(),
-            )
+        info = ToolInfo(
+            name=tool.name,
+            description=tool.description,
+            input_schema=tool.input_schema(),
+            output_schema=tool.output_schema,
+            agent=tool.agent,
+            max_concurrency=tool.max_concurrency,
+            approval=tool.approval,
+            build=self.build,
+            updated_at=utcnow(),
         )
+        self._check_schemas(await store.tools.get(tool.name), info)
+        await store.tools.register(info)
         return consumer
+
+    def _check_schemas(self, before: ToolInfo | None, after: ToolInfo) -> None:
+        """Say so when a tool changed since another build registered it in ways the steps
+        of tasks in flight, made for that build, may not fit."""
+        if before is None or before.build in (None, after.build):
+            return
+        changes = input_changes(before.input_schema, after.input_schema)
+        changes += output_changes(before.output_schema, after.output_schema)
+        if changes:
+            log.warning(
+                "tool %r of build %s does not fit build %s, which registered it before: %s; "
+                "steps of tasks started on %s may fail here (drain those first, or keep "
+                "the change compatible: new fields optional, none removed or retyped)",
+                after.name,
+                after.build,
+                before.build,
+                "; ".join(changes),
+                before.build,
+            )
 
     async def _check_calls(self, store: Store, tool: Tool) -> None:
         """Warn about the tools an agent lists that no worker has registered (a typo
