@@ -201,6 +201,16 @@ def stop_worker(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None
         raise AssertionError(f"the worker did not stop within {timeout:.0f}s of SIGTERM") from None
 
 
+@pytest.fixture
+async def agent_worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
+    """A worker in this process serving the test agents (`tests/apps/agents.py`), on the
+    scripted model."""
+    from tests.apps.agents import app
+
+    async with Worker(app, config) as worker:
+        yield worker
+
+
 @pytest.fixture(scope="module")
 def model() -> Iterator[ScriptedModel]:
     """The scripted OpenAI-compatible model, its own process, at $OPENAI_BASE_URL for the

@@ -12,17 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.apps.agents import app as agents
 from tests.apps.tools import read_branch_executions
-from tether import Client, NatsConfig, TaskFailedError, TaskHandle, TaskStatus, Worker
+from tether import Client, TaskFailedError, TaskHandle, TaskStatus, Worker
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
-
-
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
 
 
 def _question() -> str:
@@ -64,7 +57,7 @@ ANSWER = {
 
 
 async def test_parallel_tool_calls_fan_in_to_the_next_turn_and_the_answer_is_the_result(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     question, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER])
 
@@ -87,7 +80,7 @@ async def test_parallel_tool_calls_fan_in_to_the_next_turn_and_the_answer_is_the
 
 
 async def test_usage_is_on_each_llm_steps_event(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     _, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER])
     await handle.wait(timeout=30)
@@ -99,7 +92,7 @@ async def test_usage_is_on_each_llm_steps_event(
 
 
 async def test_the_answer_streams_as_it_arrives_and_a_reader_resumes_without_repeats(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     _, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER])
     await handle.wait(timeout=30)
@@ -125,7 +118,7 @@ async def _take(stream: AsyncIterator[Any], n: int) -> AsyncIterator[Any]:
 
 
 async def test_a_429_is_retried_after_the_providers_retry_after(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     limited = {**ANSWER, "faults": [{"status": 429, "retry_after": 1}]}
     question, handle = await _ask(client, model, [limited])
@@ -145,7 +138,7 @@ def _at(call: dict[str, Any]) -> float:
 
 
 async def test_a_string_tool_gets_its_input_unwrapped_and_an_unknown_tool_is_told_to_the_model(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     calls = {
         "tool_calls": [
@@ -163,7 +156,7 @@ async def test_a_string_tool_gets_its_input_unwrapped_and_an_unknown_tool_is_tol
 
 
 async def test_a_denied_call_is_not_run_and_the_model_is_told_why(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ceo@example.com"}}]}
     _, handle = await _ask(client, model, [email, ANSWER])
@@ -183,7 +176,7 @@ async def test_a_denied_call_is_not_run_and_the_model_is_told_why(
 
 
 async def test_an_approved_call_runs_once(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "team@example.com"}}]}
     _, handle = await _ask(client, model, [email, ANSWER])
@@ -198,7 +191,7 @@ async def test_an_approved_call_runs_once(
 
 
 async def test_max_turns_fails_the_task_with_what_to_do(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     again = {"tool_calls": [{"name": "shout", "arguments": {"input": "again"}}]}
     question, handle = await _ask(client, model, [*[again] * 6, ANSWER])
@@ -211,7 +204,7 @@ async def test_max_turns_fails_the_task_with_what_to_do(
 
 
 async def test_a_context_length_error_fails_the_task_and_says_what_to_do(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     too_long = {**ANSWER, "faults": [{"status": 400, "code": "context_length_exceeded"}]}
     question, handle = await _ask(client, model, [too_long])
@@ -224,7 +217,7 @@ async def test_a_context_length_error_fails_the_task_and_says_what_to_do(
 
 
 async def test_an_approval_nobody_answers_expires_by_its_timer(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "anything"}}]}
     _, handle = await _ask(client, model, [search, ANSWER], agent="hasty")

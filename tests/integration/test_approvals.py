@@ -5,20 +5,12 @@ answer can reach no other call; an approval nobody answers can count as a denial
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.apps.agents import app as agents
-from tether import Client, InvalidTaskError, NatsConfig, TaskHandle, TaskRecord, TaskStatus, Worker
+from tether import Client, InvalidTaskError, TaskHandle, TaskRecord, TaskStatus, Worker
 from tether.testing.llm import ScriptedModel
-
-
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
 
 
 def _email(to: str) -> dict[str, object]:
@@ -38,7 +30,7 @@ def _pending(record: TaskRecord) -> list[str]:
 
 
 async def test_three_approvals_answered_out_of_order_each_reach_their_own_call(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     tag = uuid.uuid4().hex[:6]
     calls = [_email(f"a{tag}"), {"name": "web_search", "arguments": {"query": tag}}]
@@ -74,7 +66,7 @@ async def test_three_approvals_answered_out_of_order_each_reach_their_own_call(
 
 
 async def test_one_answer_without_a_call_id_decides_every_call_asked_about(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     question = model.conversation(
         {"tool_calls": [_email("x@example.com"), _email("y@example.com")]}, {"content": "Done."}
@@ -90,7 +82,7 @@ async def test_one_answer_without_a_call_id_decides_every_call_asked_about(
 
 
 async def test_an_approval_nobody_answers_can_count_as_a_denial(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     question = model.conversation({"tool_calls": [_email("x@example.com")]}, {"content": "Ok."})
     handle = await client.submit_agent("hesitant", question)

@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 
-from tests.apps.agents import app as agents
-from tether import Client, NatsConfig, TaskFailedError, TaskStatus, Worker
+from tether import Client, TaskFailedError, TaskStatus, Worker
 from tether.agents.budget import DEFAULT_OUTPUT_CAP, Ledger
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
 LIMIT = 12_000
-
-
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
 
 
 async def _ledger(client: Client, root: str) -> Ledger | None:
@@ -38,7 +30,7 @@ def _sent_once(model: ScriptedModel, conversation: str) -> bool:
 
 
 async def test_a_budget_across_three_parallel_sub_agents_stops_within_one_call_then_is_raised(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     question, subs = f"budget {tag}", [f"sub {tag} {n}" for n in range(3)]
@@ -89,7 +81,7 @@ async def test_a_budget_across_three_parallel_sub_agents_stops_within_one_call_t
 
 
 async def test_a_budget_too_small_for_any_call_asks_first_and_stop_fails_the_task(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "Never sent."})
     handle = await client.submit_agent("researcher", question, token_budget=100)
@@ -107,7 +99,7 @@ async def test_a_budget_too_small_for_any_call_asks_first_and_stop_fails_the_tas
 
 
 async def test_an_agent_that_says_so_fails_when_its_budget_is_spent(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "Never sent."})
     handle = await client.submit_agent("thrifty", question, token_budget=100)
@@ -119,7 +111,7 @@ async def test_an_agent_that_says_so_fails_when_its_budget_is_spent(
 
 
 async def test_a_cost_budget_on_a_model_without_a_price_says_how_to_give_one(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "Never sent."})
     handle = await client.submit_agent("researcher", question, cost_budget=2.0)

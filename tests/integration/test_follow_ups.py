@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from tests.apps.agents import app as agents
 from tests.conftest import Raw
 from tests.e2e.test_cli_ops import tether
 from tether import Client, NatsConfig, TaskConflictError, TaskFailedError, Worker
@@ -27,14 +25,8 @@ UNFINISHED = [{"tool": "slow_search", "input": {"query": "q"}}] * 10
 """A task that runs for 20 s: unfinished while a test asks of it."""
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def test_a_follow_up_sees_the_whole_earlier_conversation_and_chains(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation(
         SEARCH,
@@ -62,7 +54,7 @@ async def test_a_follow_up_sees_the_whole_earlier_conversation_and_chains(
 
 
 async def test_a_follow_up_after_20_turns_writes_per_turn_what_turn_5_wrote(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     shout = {
         "tool_calls": [{"name": "shout", "arguments": {"input": "again"}, "id": "c"}],
@@ -97,7 +89,7 @@ async def test_a_follow_up_after_20_turns_writes_per_turn_what_turn_5_wrote(
 
 
 async def test_only_a_completed_conversation_can_be_continued(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "Fine."})
     running = await client.submit(UNFINISHED)
@@ -118,7 +110,11 @@ async def test_only_a_completed_conversation_can_be_continued(
 
 
 async def test_the_cli_asks_a_follow_up_and_refuses_an_unfinished_task(
-    config: NatsConfig, client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    agent_worker: Worker,
+    model: ScriptedModel,
 ) -> None:
     question = model.conversation({"content": "First."}, {"content": "Second."})
     first = await client.submit_agent("researcher", question)
@@ -140,7 +136,7 @@ async def test_the_api_verb_continue_asks_a_follow_up_and_answers_errors_typed(
     raw: Raw,
     api: object,
     dispatcher: object,
-    worker: Worker,
+    agent_worker: Worker,
     model: ScriptedModel,
 ) -> None:
     question = model.conversation({"content": "First."}, {"content": "Second."})

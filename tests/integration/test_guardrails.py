@@ -4,24 +4,15 @@ first turn and on the final answer; a tripped one fails the task with its reason
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from tests.apps.agents import app as agents
-from tether import Client, NatsConfig, TaskFailedError, Worker
+from tether import Client, TaskFailedError, Worker
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def test_checks_that_pass_are_steps_and_the_answer_is_the_result(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "A kind answer."}, {"content": "Still kind."})
 
@@ -41,7 +32,7 @@ async def test_checks_that_pass_are_steps_and_the_answer_is_the_result(
 
 
 async def test_a_tripped_input_check_fails_the_task_before_any_model_call(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "never"})
 
@@ -56,7 +47,7 @@ async def test_a_tripped_input_check_fails_the_task_before_any_model_call(
 
 
 async def test_a_tripped_output_check_fails_the_task_with_its_reason(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "What a stupid question."})
 

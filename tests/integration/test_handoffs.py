@@ -3,23 +3,12 @@ which takes it on in the same task, under its own instructions and tools."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
-from tests.apps.agents import app as agents
-from tether import Client, NatsConfig, Worker
+from tether import Client, Worker
 from tether.testing.llm import ScriptedModel
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def test_a_handoff_continues_the_conversation_under_the_other_agent(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation(
         {"tool_calls": [{"name": "transfer_to_billing", "arguments": {}}]},

@@ -9,7 +9,6 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -41,12 +40,6 @@ from tether.testing.llm import ScriptedModel
 ANSWER = "Durable agents keep their state outside the process, so a crash loses nothing."
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def _ask(
     client: Client, model: ScriptedModel, *turns: dict[str, Any]
 ) -> tuple[str, TaskHandle]:
@@ -60,7 +53,7 @@ def _calls(model: ScriptedModel, question: str) -> list[dict[str, Any]]:
 
 
 async def test_a_stream_that_ends_cleanly_without_a_finish_reason_is_sent_again(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     cut = {"content": ANSWER, "faults": [{"end_after": 6}]}  # a proxy ends the body early
     question, handle = await _ask(client, model, cut)
@@ -97,7 +90,7 @@ async def test_a_stream_that_ends_cleanly_without_a_finish_reason_is_sent_again(
 async def test_a_reply_cut_at_the_token_limit_or_by_a_filter_fails_the_step_saying_so(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    agent_worker: Worker,
     model: ScriptedModel,
     turn: dict[str, Any],
     error: str,
@@ -116,7 +109,7 @@ async def test_a_reply_cut_at_the_token_limit_or_by_a_filter_fails_the_step_sayi
 async def test_tool_calls_with_repeated_or_empty_ids_each_run_and_get_their_own_result(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    agent_worker: Worker,
     model: ScriptedModel,
     executions: Path,
     ids: list[str],
@@ -208,7 +201,7 @@ async def test_an_id_gc_removed_is_held_back_for_the_duplicate_window_not_hung(
 
 
 async def test_rate_limits_are_waited_out_in_place_without_spending_attempts(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     """Nine 429s in a row (the agent allows 4 attempts) still end in the answer, each
     after the provider's Retry-After, within one attempt of the step."""
@@ -223,7 +216,7 @@ async def test_rate_limits_are_waited_out_in_place_without_spending_attempts(
 
 
 async def test_insufficient_quota_fails_at_once_naming_billing(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     quota = {"status": 429, "code": "insufficient_quota", "message": "You exceeded your quota"}
     question, handle = await _ask(client, model, {"content": ANSWER, "faults": [quota]})
@@ -236,7 +229,7 @@ async def test_insufficient_quota_fails_at_once_naming_billing(
 
 
 async def test_a_lone_surrogate_in_the_answer_is_stored_as_a_replacement_character(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     """Encoding it would fail every attempt the same way; a pair split across two chunks
     is put back together."""
@@ -248,7 +241,7 @@ async def test_a_lone_surrogate_in_the_answer_is_stored_as_a_replacement_charact
 
 
 async def test_an_empty_reply_is_sent_again(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question, handle = await _ask(client, model, {"content": ANSWER, "faults": [{"empty": True}]})
 
@@ -257,7 +250,7 @@ async def test_an_empty_reply_is_sent_again(
 
 
 async def test_a_tool_raising_terminal_error_stops_the_agent(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     """Other exceptions are told to the model; TerminalError fails the task, as it does
     for any tool (README: "Raise `TerminalError` to fail the task now")."""
@@ -276,7 +269,7 @@ async def test_a_tool_raising_terminal_error_stops_the_agent(
 async def test_a_budget_with_a_model_that_reports_no_usage_is_warned_about_once(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    agent_worker: Worker,
     model: ScriptedModel,
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -4,23 +4,14 @@ tool calls, streamed text and usage as over Chat Completions."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from tests.apps.agents import app as agents
-from tether import Client, NatsConfig, Worker
+from tether import Client, Worker
 from tether.testing.llm import ScriptedModel
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def test_an_agent_on_the_responses_api_calls_tools_and_streams_its_answer(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     usage = {"prompt_tokens": 30, "completion_tokens": 7, "cached_tokens": 10}
     question = model.conversation(
@@ -46,7 +37,7 @@ async def test_an_agent_on_the_responses_api_calls_tools_and_streams_its_answer(
 
 
 async def test_a_reply_cut_at_the_output_limit_on_the_responses_api_says_so(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "Half an ans", "finish_reason": "length"})
     handle = await client.submit_agent("modern", question)

@@ -3,25 +3,14 @@ call, through the real `openai` client and the scripted model."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
-from tests.apps.agents import app as agents
-from tether import Client, NatsConfig, Worker
+from tether import Client, Worker
 from tether.testing.llm import ScriptedModel
 
 SEARCH = {"tool_calls": [{"name": "web_search", "arguments": {"query": "q"}}]}
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def test_a_runs_instructions_and_settings_replace_the_agents_for_that_run(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation(SEARCH, {"content": "Haiku."})
 
@@ -40,7 +29,7 @@ async def test_a_runs_instructions_and_settings_replace_the_agents_for_that_run(
 
 
 async def test_a_forced_tool_choice_holds_for_the_first_call_only(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation(SEARCH, {"content": "Searched once."})
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 import pytest
 
-from tests.apps.agents import app as agents
 from tests.conftest import Raw
 from tests.e2e.test_cli_ops import tether
 from tether import Client, NatsConfig, TaskConflictError, TaskHandle, TaskStatus, Worker
@@ -24,12 +22,6 @@ SLOW = {"tool_calls": [{"name": "slow_search", "arguments": {"query": "durable"}
 ANSWER = {"content": "Steered, and answered."}
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def _while_the_tool_runs(handle: TaskHandle) -> None:
     """Returns once the slow tool call (step 1) has started."""
     async for event in handle.events(timeout=15):
@@ -38,7 +30,7 @@ async def _while_the_tool_runs(handle: TaskHandle) -> None:
 
 
 async def test_messages_sent_mid_run_reach_the_next_call_once_in_order(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     questions = [f"steer {uuid.uuid4().hex[:8]}" for _ in range(2)]
     turns = [SLOW, ANSWER]
@@ -66,7 +58,7 @@ async def test_messages_sent_mid_run_reach_the_next_call_once_in_order(
 
 
 async def test_an_update_changes_model_instructions_and_budget_from_the_next_call(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation(SLOW, ANSWER)
     handle = await client.submit_agent("researcher", question, token_budget=5_000)  # one call
@@ -89,7 +81,7 @@ async def test_an_update_changes_model_instructions_and_budget_from_the_next_cal
 
 
 async def test_a_message_sent_while_the_agent_answers_gets_an_answer_of_its_own(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     long = {"content": " ".join(f"word{n}" for n in range(40))}
     question = model.conversation(long, ANSWER, chunk_delay=0.05)
@@ -108,7 +100,12 @@ async def test_a_message_sent_while_the_agent_answers_gets_an_answer_of_its_own(
 
 
 async def test_only_a_running_agent_task_can_be_told_anything(
-    client: Client, raw: Raw, api: object, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client,
+    raw: Raw,
+    api: object,
+    dispatcher: object,
+    agent_worker: Worker,
+    model: ScriptedModel,
 ) -> None:
     question = model.conversation(ANSWER)
     done = await client.submit_agent("researcher", question)
@@ -138,7 +135,7 @@ async def test_the_api_verbs_steer_a_running_agent(
     client: Client,
     api: object,
     dispatcher: object,
-    worker: Worker,
+    agent_worker: Worker,
     model: ScriptedModel,
 ) -> None:
     question = model.conversation(SLOW, ANSWER)
@@ -157,7 +154,11 @@ async def test_the_api_verbs_steer_a_running_agent(
 
 
 async def test_the_cli_steers_and_watch_shows_what_was_told(
-    config: NatsConfig, client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    agent_worker: Worker,
+    model: ScriptedModel,
 ) -> None:
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ops"}}]}
     question = model.conversation(email, ANSWER)

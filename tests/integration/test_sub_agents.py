@@ -5,23 +5,13 @@ real `openai` client and the scripted model; the parent's usage includes its chi
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.apps.agents import app as agents
 from tests.apps.tools import read_branch_executions
-from tether import Client, NatsConfig, TaskStatus, Worker
+from tether import Client, TaskStatus, Worker
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
-
-
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
 
 
 def _call(tool: str, text: str) -> dict[str, Any]:
@@ -49,7 +39,7 @@ def _tree(
 
 
 async def test_a_tree_of_depth_two_runs_as_child_tasks_and_sums_its_usage(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     search = {
@@ -88,7 +78,7 @@ async def test_a_tree_of_depth_two_runs_as_child_tasks_and_sums_its_usage(
 
 
 async def test_cancelling_the_parent_cancels_the_whole_tree(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     slow = {"tool_calls": [{"name": "slow_search", "arguments": {"query": "q"}}]}
@@ -117,7 +107,7 @@ async def test_cancelling_the_parent_cancels_the_whole_tree(
 
 
 async def test_a_sub_agent_that_fails_is_told_to_its_parent_which_answers(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     freeze = {"tool_calls": [{"name": "close_account", "arguments": {"account": "a1"}}]}
@@ -136,7 +126,7 @@ async def test_a_sub_agent_that_fails_is_told_to_its_parent_which_answers(
 
 
 async def test_a_tool_an_agent_calls_may_ask_a_person_while_the_other_calls_run(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     calls = {
         "tool_calls": [
@@ -167,7 +157,7 @@ async def test_a_tool_an_agent_calls_may_ask_a_person_while_the_other_calls_run(
 
 
 async def test_a_tool_that_sleeps_answers_the_model_when_it_wakes(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel, executions: Path
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     """Its branch waits in a child task, holding no worker, while the other calls run; the
     timer that ends the wait gives the model the sleep's output."""

@@ -6,27 +6,19 @@ endpoint that refuses `json_schema`."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.apps.agents import Report, reporter, terse_reporter
-from tests.apps.agents import app as agents
-from tether import Client, NatsConfig, TaskFailedError, Worker
+from tether import Client, TaskFailedError, Worker
 from tether.testing.llm import ScriptedModel
 
 GOOD = {"title": "Durable agents", "score": 9, "sources": ["https://nats.io"]}
 WRONG = {"title": "Durable agents", "score": "very high", "sources": []}
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
-
-
 async def test_a_typed_answer_right_first_time_is_the_decoded_result(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "agents"}}]}
     question = model.conversation(search, {"content": json.dumps(GOOD)})
@@ -49,7 +41,7 @@ async def test_a_typed_answer_right_first_time_is_the_decoded_result(
 
 
 async def test_a_wrong_answer_is_told_to_the_model_with_the_field_and_asked_again(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": json.dumps(WRONG)}, {"content": json.dumps(GOOD)})
 
@@ -66,7 +58,7 @@ async def test_a_wrong_answer_is_told_to_the_model_with_the_field_and_asked_agai
 
 
 async def test_answers_that_never_fit_fail_the_task_naming_the_field(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     wrong = {"content": json.dumps(WRONG)}
     question = model.conversation(wrong, wrong, wrong)
@@ -82,7 +74,7 @@ async def test_answers_that_never_fit_fail_the_task_naming_the_field(
 
 
 async def test_text_that_is_not_json_is_a_wrong_answer_too(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation({"content": "Here is my report!"}, {"content": json.dumps(GOOD)})
 
@@ -93,7 +85,7 @@ async def test_text_that_is_not_json_is_a_wrong_answer_too(
 
 
 async def test_an_endpoint_that_refuses_json_schema_is_asked_for_a_final_answer_call(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     bad = {"tool_calls": [{"name": "final_answer", "arguments": WRONG}]}
     good = {"tool_calls": [{"name": "final_answer", "arguments": GOOD}]}
