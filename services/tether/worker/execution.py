@@ -380,12 +380,9 @@ def _stored(
     result: Any, attempt: int, usage: Usage | None = None, build: str | None = None
 ) -> Checkpoint:
     try:
-        checkpoint = checkpoint_of(result, attempt)
+        return checkpoint_of(result, attempt, usage, build)
     except UnstorableResult as exc:
         raise _give_up(exc.error) from exc
-    if usage is None and build is None:
-        return checkpoint
-    return msgspec.structs.replace(checkpoint, usage=usage, build=build)
 
 
 def _too_large(exc: MessageTooLargeError) -> ErrorInfo:

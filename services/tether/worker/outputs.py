@@ -10,7 +10,7 @@ from tether.clock import utcnow
 from tether.durations import as_timedelta
 from tether.errors import InvalidTaskError
 from tether.schemas.codec import encode
-from tether.schemas.tasks import Checkpoint, ErrorInfo
+from tether.schemas.tasks import Checkpoint, ErrorInfo, Usage
 from tether.tasks.plans import validate_steps
 from tether.worker.results import NextSteps, Sleep
 
@@ -23,7 +23,9 @@ class UnstorableResult(Exception):
         self.error = ErrorInfo(type=type, message=message)
 
 
-def checkpoint_of(result: Any, attempt: int) -> Checkpoint:
+def checkpoint_of(
+    result: Any, attempt: int, usage: Usage | None = None, build: str | None = None
+) -> Checkpoint:
     """The step's checkpoint, its output encoded once: the checkpoint, the record, the
     next step's message and the event all embed those bytes (`msgspec.Raw`)."""
     output, next_steps, wake_at = result, None, None
@@ -43,5 +45,11 @@ def checkpoint_of(result: Any, attempt: int) -> Checkpoint:
         message = f"the step's output cannot be stored as JSON: {exc}"
         raise UnstorableResult("InvalidOutput", message) from exc
     return Checkpoint(
-        output=raw, next_steps=next_steps, attempt=attempt, time=utcnow(), wake_at=wake_at
+        output=raw,
+        next_steps=next_steps,
+        attempt=attempt,
+        time=utcnow(),
+        wake_at=wake_at,
+        usage=usage,
+        build=build,
     )
