@@ -378,6 +378,29 @@ async def test_a_client_steers_an_agent_through_the_api_and_its_worker_reads_it(
     assert running.violations(since) == []
 
 
+async def test_a_budget_ledger_and_an_approval_that_answers_itself_stay_in_their_roles(
+    running: RolesServer, model: ScriptedModel
+) -> None:
+    """The worker role keeps the tree's budget ledger (in the checkpoint bucket); the
+    dispatcher role answers an unanswered approval with its default when the timer fires
+    (a checkpoint and a resume message, as the API's `input` does)."""
+    since = running.mark()
+    question = f"roles {uuid.uuid4().hex[:8]}"
+    email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ops"}}]}
+    model.load({"conversations": [{"match": question, "turns": [email, {"content": "Ok."}]}]})
+    async with Worker(agents, running.config("worker")), raw(running, "client") as client:
+        start = {"input": question, "token_budget": 100_000}
+        body = {"steps": [{"tool": "hesitant", "input": start}]}
+        reply = await client.nc.request("tether.api.submit", json.dumps(body).encode(), 10)
+        task_id = json.loads(reply.data)["task_id"]
+        request = {"task_id": task_id, "timeout_ms": 20_000}
+        reply = await client.nc.request("tether.api.result", json.dumps(request).encode(), 25)
+    assert json.loads(reply.data)["result"] == "Ok."
+    told = [r for r in model.requests() if r["conversation"] == question][-1]["tool_texts"]
+    assert told == ["The user denied this tool call: no answer came in time"]
+    assert running.violations(since) == []
+
+
 async def test_the_gateway_role_lists_tools_and_runs_a_tool_call(running: RolesServer) -> None:
     async with (
         Gateway(running.config("gateway"), port=0) as gateway,
