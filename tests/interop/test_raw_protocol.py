@@ -63,7 +63,7 @@ RECORD_FIELDS = {
 }
 TERMINAL = {"completed", "failed", "cancelled"}
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
-VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry", "fork", "blob"]
+VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry", "fork", "blob", "builds"]
 VERBS += ["continue", "message", "update_agent"]
 
 

@@ -43,7 +43,7 @@ def test_the_same_tools_make_the_same_build_and_a_changed_schema_another() -> No
 
 
 def test_versions_name_the_build_and_a_bad_name_is_refused() -> None:
-    assert default_build(["2.1", "7"], _app(search).tools.values()) == "2.1+7"
+    assert default_build(["2.1", "7"], _app(search).tools.values()) == "2.1_7"
     assert default_build(["2.1", None], _app(search).tools.values()).startswith("h")
     with pytest.raises(DefinitionError, match="not a build name"):
         validate_build("v2 beta")

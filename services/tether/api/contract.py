@@ -19,6 +19,7 @@ from faststream.specification import AsyncAPI
 
 from tether.api.verbs import VERBS
 from tether.schemas.api import ErrorReply
+from tether.schemas.builds import BuildInfo, Deployment
 from tether.schemas.events import AnyStatusEvent
 from tether.schemas.names import DEFAULT_NAMES, Names
 from tether.schemas.tasks import (
@@ -49,6 +50,8 @@ MESSAGES: dict[str, Any] = {
     "DeadLetter": DeadLetter,
     "ToolInfo": ToolInfo,
     "WorkerBeat": WorkerBeat,
+    "BuildInfo": BuildInfo,
+    "Deployment": Deployment,
     "HeldStep": HeldStep,
     "TokenChunk": TokenChunk,
     "Timer": Timer,

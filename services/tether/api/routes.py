@@ -42,6 +42,7 @@ from tether.schemas.api import (
     TaskRequest,
     UpdateAgentRequest,
 )
+from tether.schemas.builds import BuildsReply, BuildsRequest
 from tether.schemas.codec import encode
 from tether.schemas.ids import validate_task_id
 from tether.schemas.names import Names
@@ -143,6 +144,7 @@ def build_broker(
         return await _list(client(), request)
 
     _control_routes(route, client)
+    _builds_route(route, client)
 
     @route("blob")
     async def blob(request: BlobRequest) -> BlobReply:
@@ -157,6 +159,17 @@ def build_broker(
 
     discovery.subscribe(broker)
     return broker
+
+
+def _builds_route(
+    route: Callable[[str], Callable[[Any], Any]], client: Callable[[], Client]
+) -> None:
+    @route("builds")
+    async def builds(request: BuildsRequest) -> BuildsReply:
+        try:
+            return await client().builds(request)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
 
 
 def _control_routes(

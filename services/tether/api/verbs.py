@@ -21,6 +21,7 @@ from tether.schemas.api import (
     TaskRequest,
     UpdateAgentRequest,
 )
+from tether.schemas.builds import BuildsReply, BuildsRequest
 from tether.schemas.tasks import TaskRecord
 
 
@@ -47,5 +48,11 @@ VERBS = {
         Verb("message", MessageRequest, TaskRecord, "Tell a running agent task something."),
         Verb("update_agent", UpdateAgentRequest, TaskRecord, "Change a running agent's settings."),
         Verb("blob", BlobRequest, BlobReply, "The value a blob reference names, if it fits."),
+        Verb(
+            "builds",
+            BuildsRequest,
+            BuildsReply,
+            "The builds workers run; ramp, promote or roll back one (where new tasks go).",
+        ),
     ]
 }

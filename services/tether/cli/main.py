@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tether.cli import (
+    builds,
     credentials,
     dev,
     dlq,
@@ -54,6 +55,7 @@ dev.register(app)
 tasks.register(app)
 steer.register(app)
 dlq.register(app)
+builds.register(app)
 fork.register(app)
 gc.register(app)
 provision.register(app)

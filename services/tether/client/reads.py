@@ -15,6 +15,7 @@ from tether.clock import utcnow
 from tether.nats.feeds import AllEvents, dead_letters, last_event, task_events, task_history
 from tether.nats.store import Store
 from tether.nats.tokens import last_text_sequence
+from tether.schemas.builds import BuildsReply, BuildsRequest
 from tether.schemas.events import AnyStatusEvent, StepRetrying
 from tether.schemas.tasks import (
     DeadLetter,
@@ -25,7 +26,7 @@ from tether.schemas.tasks import (
     ToolInfo,
     WorkerBeat,
 )
-from tether.tasks import listing, stalls
+from tether.tasks import builds, listing, stalls
 from tether.tasks.forks import full_plan
 from tether.tasks.known_tools import live_tools
 from tether.tasks.retention import DEFAULT_RETENTION
@@ -140,6 +141,24 @@ class Reads:
     async def workers(self) -> builtins.list[WorkerBeat]:
         """Every worker that beat lately, by id."""
         return await self._connected().workers.list()
+
+    async def builds(self, request: BuildsRequest | None = None) -> BuildsReply:
+        """The builds workers run, with their workers and steps; a request with an
+        `action` changes where tasks go first (see `ramp`, `promote`, `rollback`)."""
+        return await builds.builds(self._connected(), request)
+
+    async def ramp(self, build: str, percent: float) -> BuildsReply:
+        """Send `percent` % of new tasks (by task id) to `build`, the rest where they went."""
+        return await self.builds(BuildsRequest(action="ramp", build=build, percent=percent))
+
+    async def promote(self, build: str) -> BuildsReply:
+        """Send every new task, and every moving step, to `build`."""
+        return await self.builds(BuildsRequest(action="promote", build=build))
+
+    async def rollback(self, build: str) -> BuildsReply:
+        """Send new tasks and moving steps back to the build before `build`; tasks pinned
+        to it stay on it while its workers run."""
+        return await self.builds(BuildsRequest(action="rollback", build=build))
 
     async def dead_letters(self, limit: int = 20) -> builtins.list[DeadLetter]:
         """The latest `limit` dead letters, oldest first."""

@@ -21,24 +21,35 @@ class ConsumerOptions:
     max_ack_pending: int = 1000
 
 
+BUILD_CONSUMER_IDLE = timedelta(hours=1)
+"""A build's consumer that no worker pulled from this long is removed by the server (its
+steps stay in the stream for the next worker of that build, or a mover)."""
+
+
 async def ensure_tool_consumer(
-    js: JetStreamContext, tool: str, options: ConsumerOptions, names: Names = DEFAULT_NAMES
+    js: JetStreamContext,
+    tool: str,
+    options: ConsumerOptions,
+    names: Names = DEFAULT_NAMES,
+    build: str | None = None,
 ) -> None:
-    """Create or update the durable pull consumer every replica serving `tool` shares."""
-    durable = names.tool_consumer(tool)
+    """Create or update the durable pull consumer every replica serving `tool` shares
+    (with `build`: the one of the steps routed to that build)."""
+    durable = names.tool_consumer(tool, build)
     config = ConsumerConfig(
         # Named as well as durable, so that the create request's subject carries the name
         # and the filter (`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`): what a
         # role's permissions can pin (deploy/nats/roles.conf).
         name=durable,
         durable_name=durable,
-        filter_subject=names.work_subject(tool),
+        filter_subject=names.work_subject(tool, build),
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=options.ack_wait.total_seconds(),
         max_deliver=-1,  # Tether counts attempts itself and dead-letters (see worker).
         max_ack_pending=options.max_ack_pending,
         max_waiting=512,
+        inactive_threshold=None if build is None else BUILD_CONSUMER_IDLE.total_seconds(),
     )
     await _ensure_consumer(js, names.work_stream, config)
 

@@ -48,7 +48,11 @@ class JetStream:
     async def subjects(self, stream: str, subjects_filter: str) -> list[str]:
         """The subjects of a stream's messages, read from its subject list, a page of up
         to 100,000 per request."""
-        found: list[str] = []
+        return list(await self.subject_counts(stream, subjects_filter))
+
+    async def subject_counts(self, stream: str, subjects_filter: str) -> dict[str, int]:
+        """The subjects of a stream's messages, with how many each holds."""
+        found: dict[str, int] = {}
         while True:
             body = encode({"subjects_filter": subjects_filter, "offset": len(found)})
             reply = await self.request(self.names.stream_info_subject(stream), body)
@@ -56,6 +60,6 @@ class JetStream:
             if info.error is not None:
                 raise info.error.exception()
             page = info.state.subjects if info.state and info.state.subjects else {}
-            found.extend(page)
+            found.update(page)
             if not page or len(found) >= info.total:
                 return found

@@ -55,7 +55,7 @@ from tether.schemas.events import (
     StepStarted,
     Submitted,
 )
-from tether.schemas.names import Names
+from tether.schemas.names import Names, build_of_token
 from tether.schemas.tasks import DeadLetter, TaskSubmit, Timer, TokenChunk, WorkMessage
 
 _PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
@@ -122,10 +122,25 @@ class Store:
         store.blobs = Blobs(js, await js.object_store(blobs), blobs, layout.blob_threshold)
         return store
 
-    async def tool_consumer(self, tool: str, options: ConsumerOptions) -> Consumer:
-        """The durable pull consumer of a tool's work, created or updated, then bound."""
-        await ensure_tool_consumer(self.js, tool, options, self.names)
-        return await Consumer.bind(self.js, self.names.work_stream, self.names.tool_consumer(tool))
+    async def tool_consumer(
+        self, tool: str, options: ConsumerOptions, build: str | None = None
+    ) -> Consumer:
+        """The durable pull consumer of a tool's work (of the work routed to `build`),
+        created or updated, then bound."""
+        await ensure_tool_consumer(self.js, tool, options, self.names, build)
+        durable = self.names.tool_consumer(tool, build)
+        return await Consumer.bind(self.js, self.names.work_stream, durable)
+
+    async def routed_builds(self, tool: str = "*") -> dict[str, int]:
+        """The builds whose subjects of `tool` hold steps, with how many (see
+        `Names.work_subject`)."""
+        pattern = self.names.work_subject(tool, "*")
+        counts = await self._jetstream.subject_counts(self.names.work_stream, pattern)
+        routed: dict[str, int] = {}
+        for subject, count in counts.items():
+            build = build_of_token(subject.rsplit(".", 1)[-1])
+            routed[build] = routed.get(build, 0) + count
+        return routed
 
     async def submit_consumer(self) -> Consumer:
         """The dispatchers' shared consumer of submissions."""
@@ -181,16 +196,17 @@ class Store:
 
     # -- streams -------------------------------------------------------------
     async def publish_work(
-        self, work: WorkMessage, msg_id: str, at: datetime | None = None
+        self, work: WorkMessage, msg_id: str, at: datetime | None = None, build: str | None = None
     ) -> bool:
-        """Hand a step to its tool's consumer; False when the server saw `msg_id` already.
+        """Hand a step to its tool's consumer (`build`'s, when routed); False when the
+        server saw `msg_id` already.
 
         `at`: not before then. The message waits on the task's timer subject as a
         message schedule, which the server stores like any message (so it survives a
         restart) and delivers to the work subject on time; a replayed hand-off replaces
         the schedule of the same message, so it cannot wake the task twice.
         """
-        target = self.names.work_subject(work.tool)
+        target = self.names.work_subject(work.tool, build)
         if at is None:
             ack = await self._jetstream.publish(target, encode(work), {headers.MSG_ID: msg_id})
             return not ack.duplicate

@@ -16,18 +16,29 @@ from tether.clock import utcnow
 from tether.nats import headers
 from tether.nats.connection import translating
 from tether.nats.kv import Bucket, Entry
+from tether.schemas.builds import BuildInfo, Deployment
 from tether.schemas.codec import encode
+from tether.schemas.names import Names
 from tether.schemas.tasks import Heartbeat, WorkerBeat
 
 LIVE_FOR = timedelta(seconds=30)
 """A worker whose last beat is older is not listed as serving anything."""
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 _beat_decoder = msgspec.json.Decoder(WorkerBeat)
+_info_decoder = msgspec.json.Decoder(BuildInfo)
+_deployment_decoder = msgspec.json.Decoder(Deployment)
+Heard = Callable[[str, WorkerBeat | None], None]
+HeardBuilds = Callable[[str, BuildInfo | Deployment | None], None]
 
 
 def worker_key(worker_id: str) -> str:
-    """The worker's key in the workers bucket: one token (its steps are under it)."""
-    return re.sub(r"[^A-Za-z0-9_=-]", "_", worker_id)
+    """The worker's key in the workers bucket: one token (its steps are under it), which
+    does not start with `_` (the builds' keys do)."""
+    return re.sub(r"[^A-Za-z0-9_=-]", "_", worker_id).lstrip("_") or "worker"
+
+
+def is_worker_key(key: str) -> bool:
+    return not key.startswith("_")
 
 
 @translating
@@ -39,16 +50,22 @@ class Workers:
         self._nc = nc
 
     async def follow(
-        self, heard: Callable[[str, WorkerBeat | None], None]
+        self, heard: Heard, builds: HeardBuilds | None = None
     ) -> Callable[[], Awaitable[None]]:
         """Hear every worker's beat, and its removal (`heard(key, None)`), as it is written:
         a KV put is a plain message on the key's subject, so this costs no consumer.
-        Returns the stop."""
+        `builds` hears the builds' entries (`BuildInfo`, the `Deployment`). Returns the
+        stop."""
         subject = self._bucket.subject("")
 
         async def received(msg: Msg) -> None:
             key = msg.subject[len(subject) :]
-            if (msg.headers or {}).get(headers.KV_OPERATION) in ("DEL", "PURGE"):
+            removed = (msg.headers or {}).get(headers.KV_OPERATION) in ("DEL", "PURGE")
+            if not is_worker_key(key):
+                if builds is not None:
+                    builds(key, None if removed else _decode_build_entry(key, msg.data))
+                return
+            if removed:
                 heard(key, None)
                 return
             try:
@@ -94,15 +111,50 @@ class Workers:
         found = await self._bucket.get(key)
         return None if found is None else _beat_decoder.decode(found.value)
 
+    async def deployment(self) -> tuple[Deployment, int | None]:
+        """Where new tasks go, as the operator last said, and its revision."""
+        found = await self._bucket.get(Names.DEPLOYMENT_KEY)
+        if found is None:
+            return Deployment(), None
+        return _deployment_decoder.decode(found.value), found.revision
+
+    async def set_deployment(self, deployment: Deployment, last: int | None) -> None:
+        """Compare-and-set (create-only when `last` is None); RevisionConflictError when
+        another change came first."""
+        await self._bucket.update(Names.DEPLOYMENT_KEY, encode(deployment), last or 0)
+
+    async def build(self, build: str) -> BuildInfo | None:
+        found = await self._bucket.get(Names.build_key(build))
+        return None if found is None else _info_decoder.decode(found.value)
+
+    async def announce_build(self, info: BuildInfo) -> None:
+        await self._bucket.put(Names.build_key(info.build), encode(info))
+
+    async def builds(self) -> list[BuildInfo]:
+        """Every build a worker announced, oldest first."""
+        keys = [key for key in await self._bucket.keys("*") if key.startswith("_build_")]
+        found = [await self._bucket.get(key) for key in keys]
+        infos = [_info_decoder.decode(entry.value) for entry in found if entry is not None]
+        return sorted(infos, key=lambda info: info.first_seen)
+
     async def list(self) -> list[WorkerBeat]:
         """Every worker that beat within `LIVE_FOR`, by id."""
         since = utcnow() - LIVE_FOR
         workers = []
-        for key in sorted(await self._bucket.keys("*")):
+        for key in sorted(filter(is_worker_key, await self._bucket.keys("*"))):
             beat = await self.beat_of(key)
             if beat is not None and beat.time >= since and beat.claimed_by is None:
                 workers.append(beat)
         return workers
+
+
+def _decode_build_entry(key: str, data: bytes) -> BuildInfo | Deployment | None:
+    try:
+        if key == Names.DEPLOYMENT_KEY:
+            return _deployment_decoder.decode(data)
+        return _info_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 @translating

@@ -70,8 +70,16 @@ class Names(msgspec.Struct, frozen=True):
     def submit_subject(self) -> str:
         return f"{self.prefix}.submit"
 
-    def work_subject(self, tool: str) -> str:
-        return f"{self.prefix}.work.{tool}"
+    def work_subject(self, tool: str, build: str | None = None) -> str:
+        """`<prefix>.work.<tool>`, which any worker of the tool takes, or
+        `<prefix>.work.<tool>.<build>`, which only workers of that build take (a step
+        routed to its build: see `tether.worker.routing`)."""
+        base = f"{self.prefix}.work.{tool}"
+        return base if build is None else f"{base}.{build_token(build)}"
+
+    def tool_of(self, subject: str) -> str:
+        """The tool a work subject is for (routed to a build or not)."""
+        return subject[len(self.prefix) + 6 :].split(".", 1)[0]
 
     @property
     def work_subjects(self) -> str:
@@ -159,14 +167,25 @@ class Names(msgspec.Struct, frozen=True):
         return f"{self.prefix}.api.{verb}"
 
     # -- consumers -----------------------------------------------------------
-    def tool_consumer(self, tool: str) -> str:
-        return f"tool-{tool}"
+    def tool_consumer(self, tool: str, build: str | None = None) -> str:
+        """`tool-<tool>`, or `tool-<tool>@<build>` for the steps routed to a build."""
+        base = f"tool-{tool}"
+        return base if build is None else f"{base}@{build_token(build)}"
 
     @property
     def dispatcher_consumer(self) -> str:
         return "dispatcher"
 
     # -- keys and message ids ------------------------------------------------
+    DEPLOYMENT_KEY = "_deployment"
+    """The key in the workers bucket of the `Deployment` (`tether builds`): one token that
+    no worker's key is (theirs do not start with `_`)."""
+
+    @staticmethod
+    def build_key(build: str) -> str:
+        """The key in the workers bucket of a build's `BuildInfo`."""
+        return f"_build_{build_token(build)}"
+
     @staticmethod
     def step_key(task_id: str, step: int, branch: int | None = None) -> str:
         """Checkpoint key and idempotency key of one step, `<task_id>.<step>`, or of one
@@ -224,6 +243,16 @@ class Names(msgspec.Struct, frozen=True):
     @property
     def _upper(self) -> str:
         return self.prefix.upper().replace("-", "_")
+
+
+def build_token(build: str) -> str:
+    """A build's name as one subject token, a consumer name's part and a key's: its dots
+    (`v1.2`) as `=`, which a build's name cannot hold (`tether.worker.builds`)."""
+    return build.replace(".", "=")
+
+
+def build_of_token(token: str) -> str:
+    return token.replace("=", ".")
 
 
 DEFAULT_NAMES = Names()

@@ -228,6 +228,10 @@ class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
     input: Any = None
     generation: Annotated[int, msgspec.Meta(ge=1)] = 1
     branch: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    from_build: str | None = None
+    """The build that ran the step whose output is this step's input (None: a first
+    step, or a worker that names no build): a moving step goes to a newer build only
+    when that build's tool takes what this one made."""
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -318,6 +322,8 @@ class WorkerBeat(msgspec.Struct, frozen=True, kw_only=True):
     """Set by the survivor that is handing this silent worker's steps on."""
     build: str | None = None
     """The build of the code the worker runs."""
+    draining: bool = False
+    """Stopping: it takes only the steps routed to its build (`--drain`)."""
 
 
 class HeldStep(msgspec.Struct, frozen=True, kw_only=True):

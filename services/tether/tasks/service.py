@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -61,6 +61,12 @@ DEAD_LETTER_DATA_LIMIT = 64 * 1024
 Change = Callable[[TaskRecord], TaskRecord | None]
 
 
+class Router(Protocol):
+    """Which build a hand-off goes to (`tether.worker.fleet.FleetView`)."""
+
+    def build_for(self, work: WorkMessage, record: TaskRecord | None) -> str | None: ...
+
+
 class TaskService:
     """The task flows of every role (worker, dispatcher, client, API, gateway).
 
@@ -73,6 +79,9 @@ class TaskService:
         self.branches = ParallelSteps(self)
         self.children = ChildTasks(self)
         self.forks = Forks(self)
+        self.router: Router | None = None
+        """Set in a worker: hand-offs go to the build that should run them (None: every
+        step to its tool's subject, where any worker takes it)."""
 
     # -- starting a task -----------------------------------------------------------------
     async def start(
@@ -206,7 +215,10 @@ class TaskService:
         """Publish what follows `step`: now, or when the task wakes from a sleep."""
         wake_at = checkpoint.wake_at
         at = wake_at if wake_at is not None and wake_at > utcnow() else None
-        await self.publish(rules.next_work(record, step, checkpoint.output), at)
+        works = rules.next_work(record, step, checkpoint.output)
+        if checkpoint.build is not None:
+            works = [msgspec.structs.replace(w, from_build=checkpoint.build) for w in works]
+        await self.publish(works, at, record)
 
     async def hand_off_first(self, record: TaskRecord) -> None:
         """Emit `submitted`, set the deadline's timer and publish the first step (all
@@ -218,15 +230,23 @@ class TaskService:
             timer = Timer(task_id=record.task_id, kind="deadline")
             subject = self.store.names.deadline_timer(record.task_id)
             await self.store.set_timer(subject, timer, record.deadline_at)
-        await self.publish(rules.current_work(record))
+        await self.publish(rules.current_work(record), record=record)
 
-    async def publish(self, works: list[WorkMessage], at: datetime | None = None) -> None:
+    async def publish(
+        self,
+        works: list[WorkMessage],
+        at: datetime | None = None,
+        record: TaskRecord | None = None,
+    ) -> None:
         """Hand off a step, or every branch of a parallel step at once."""
         names = self.store.names
+        router = self.router
 
         async def publish(work: WorkMessage) -> None:
             msg_id = names.step_msg_id(work.task_id, work.step, work.generation, work.branch)
-            await self.store.publish_work(work, msg_id, at)
+            # A step that sleeps first is routed when it wakes, by the worker that takes it.
+            build = router.build_for(work, record) if router is not None and at is None else None
+            await self.store.publish_work(work, msg_id, at, build)
 
         if len(works) == 1:
             await publish(works[0])
@@ -420,7 +440,8 @@ class TaskService:
         step = record.current_step
         previous = await self.store.checkpoints.get(task_id, step - 1) if step > 0 else None
         await self.emit(StepRetrying, record, step)
-        await self.publish(rules.current_work(record, previous.output if previous else None))
+        works = rules.current_work(record, previous.output if previous else None)
+        await self.publish(works, record=record)
         if rules.all_branches_done(record, step):  # the group failed at its fan-in
             await self.branches.fan_in(await self.store.records.require(task_id), step)
         return record

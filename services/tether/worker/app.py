@@ -18,6 +18,7 @@ import msgspec
 
 from tether.durations import as_timedelta
 from tether.errors import DefinitionError
+from tether.schemas.builds import Versioning, WhenGone
 from tether.schemas.ids import validate_tool_name
 from tether.worker.retry import RetryPolicy
 
@@ -61,6 +62,13 @@ class Tool:
     close: Callable[[], Awaitable[None]] | None = None
     """Called when a worker that served the tool stops (an agent closes its model
     clients, whose connections would otherwise be left to the garbage collector)."""
+    returns: Any = Any
+    """The annotated return type (its schema is compared between builds)."""
+    versioning: Versioning | None = None
+    """`moving` or `pinned` (see `tether.schemas.builds`); None: the app's."""
+    when_gone: WhenGone = "move"
+    build_grace: timedelta = timedelta(seconds=60)
+    """A pinned step whose build no worker runs any more: `when_gone` after this long."""
 
     def input_schema(self) -> dict[str, Any]:
         if self.schema is not None:
@@ -88,10 +96,26 @@ class App:
     ```
     """
 
-    def __init__(self, name: str = "tether", *, version: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str = "tether",
+        *,
+        version: str | None = None,
+        versioning: Versioning = "moving",
+        when_gone: WhenGone = "move",
+        build_grace: timedelta | float = timedelta(seconds=60),
+    ) -> None:
         self.name = name
         self.version = version
         """The build its workers announce (else a hash of its tools: `worker.builds`)."""
+        self.versioning: Versioning = versioning
+        """Its tools' and agents' default: `moving`, each step on the newest build that
+        takes its input, or `pinned`, every step of a task on the build that started it."""
+        self.when_gone: WhenGone = when_gone
+        self.build_grace = as_timedelta(build_grace)
+        """A pinned step whose build no worker runs any more waits this long, then
+        `when_gone` says: `move` (to the current build, if its tool takes the step's
+        input), `wait`, or `fail`."""
         self.tools: dict[str, Tool] = {}
 
     @overload
@@ -110,6 +134,7 @@ class App:
         max_concurrency: int | None = None,
         heartbeat: timedelta | float = timedelta(seconds=1),
         approval: bool = False,
+        versioning: Versioning | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -124,15 +149,17 @@ class App:
         max_concurrency: int | None = None,
         heartbeat: timedelta | float = timedelta(seconds=1),
         approval: bool = False,
+        versioning: Versioning | None = None,
     ) -> Any:
         """Register `async def tool(ctx, data: T) -> R`; usable bare or with options.
 
         `approval=True`: an agent that calls this tool waits for a person to approve.
+        `versioning`: `moving` or `pinned` across builds (default: the app's).
         """
 
         def register(fn: F) -> F:
             tool = _make_tool(fn, name, description, retry, timeout, max_concurrency, heartbeat)
-            self.add_tool(dataclasses.replace(tool, approval=approval))
+            self.add_tool(dataclasses.replace(tool, approval=approval, versioning=versioning))
             return fn
 
         return register(function) if function is not None else register
@@ -147,7 +174,12 @@ class App:
     def add_tool(self, tool: Tool) -> None:
         if tool.name in self.tools:
             raise ValueError(f"tool {tool.name!r} is registered twice in app {self.name!r}")
-        self.tools[tool.name] = tool
+        self.tools[tool.name] = dataclasses.replace(
+            tool,
+            versioning=tool.versioning or self.versioning,
+            when_gone=self.when_gone,
+            build_grace=self.build_grace,
+        )
 
     def agent(
         self,
@@ -174,6 +206,7 @@ class App:
         handoffs: Sequence[str] = (),
         description: str | None = None,
         retry: RetryPolicy | None = None,
+        versioning: Versioning | None = None,
     ) -> Agent:
         """Register an agent: an LLM tool-calling loop served as the tool `name`.
 
@@ -216,6 +249,9 @@ class App:
         call a branch like any other; after a crash mid-call, a call is made again only
         when the tool says that is safe (`readOnlyHint`, `idempotentHint`), and a server
         that runs calls as tasks (MCP tasks) is polled instead of called twice.
+        `versioning="pinned"`: every turn of a conversation runs on the build that
+        started it, so it keeps its instructions, tools and model through a deploy
+        (default: the app's).
         """
         from tether.agents.agent import AGENT_INPUT_SCHEMA, LLM_RETRY
         from tether.agents.agent import Agent as AgentType
@@ -266,6 +302,7 @@ class App:
                 agent=True,
                 calls=(*agent.tools, *input_checks, *output_checks, *agent.handoffs),
                 close=agent.aclose,
+                versioning=versioning,
             )
         )
         return agent
@@ -366,6 +403,7 @@ def _make_tool(
         name=validate_tool_name(name or fn.__name__),
         function=fn,
         input_type=input_type,
+        returns=hints.get("return", Any),
         takes_input=len(parameters) == 2,
         description=description if description is not None else inspect.getdoc(fn) or "",
         retry=retry or RetryPolicy(),

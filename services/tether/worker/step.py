@@ -21,11 +21,13 @@ import msgspec
 from tether.errors import (
     NatsUnavailableError,
 )
+from tether.nats import headers
 from tether.nats.delivery import Delivery
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.codec import NESTED, work_decoder
 from tether.schemas.ids import InvalidNameError, validate_task_id
+from tether.schemas.names import build_token
 from tether.schemas.tasks import (
     Checkpoint,
     ErrorInfo,
@@ -38,11 +40,15 @@ from tether.worker.app import Tool
 from tether.worker.attempts import AttemptObserver
 from tether.worker.custody import Custody
 from tether.worker.execution import Execution
+from tether.worker.fleet import FleetView
 from tether.worker.heartbeats import StepHeartbeat
+from tether.worker.routing import Refuse
 
 log = logging.getLogger("tether.worker")
 AFTER_AN_ERROR = timedelta(seconds=1)
 """How soon a step whose handling failed (NATS away) is tried again."""
+MOVE_AGAIN = timedelta(seconds=2)
+"""How soon a step left on a build that is gone is looked at again."""
 TRY_IN_PLACE_FOR = timedelta(seconds=30)
 """How long a step is tried again in this process while NATS is away, before it is left
 to a redelivery (or, held, published again)."""
@@ -59,6 +65,8 @@ class StepRunner:
     observer: AttemptObserver | None = None
     """Told of each attempt's start and end (metrics)."""
     build: str | None = None
+    fleet: FleetView | None = None
+    """The builds this process knows of: a step that should run on another is sent on."""
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -72,6 +80,7 @@ class StepRunner:
             self.supersede,
             self.build,
         )
+        self.tasks.router = self.fleet
 
     def supersede(self, work: WorkMessage, winner: StepHeartbeat) -> None:
         """An attempt has its result: stop any other attempt of the same step running in
@@ -84,7 +93,7 @@ class StepRunner:
     async def handle(self, delivery: Delivery, started: Callable[[], None] | None = None) -> None:
         """Process one message; never raises, so one bad step cannot stop a worker.
         `started` is called when its tool starts to run."""
-        tool = self.tools.get(_tool_of(delivery))
+        tool = self.tools.get(self._tool_of(delivery))
         interval = tool.heartbeat if tool else timedelta(seconds=1)
         # A held step leaves the consumer's ack-pending count: not for a limited tool.
         custody = self.custody if tool is not None and tool.max_concurrency is None else None
@@ -171,6 +180,8 @@ class StepRunner:
                 await self._reject(delivery, reason, work)
             case decisions.Execute():
                 assert found is not None
+                if await self._elsewhere(delivery, work, found):
+                    return
                 await self.execution.run(delivery, heartbeat, self.tools[work.tool], work, found)
             case decisions.RepublishHandoff(stored):
                 assert found is not None
@@ -232,7 +243,7 @@ class StepRunner:
         except RecursionError:
             await self._reject(delivery, "undecodable work message: " + NESTED, None)
             return None
-        if work.tool != _tool_of(delivery) or work.tool not in self.tools:
+        if work.tool != self._tool_of(delivery) or work.tool not in self.tools:
             reason = f"message for tool {work.tool!r} on {delivery.subject}"
             await self._reject(delivery, reason, work)
             return None
@@ -241,7 +252,7 @@ class StepRunner:
     async def _reject(self, delivery: Delivery, reason: str, work: WorkMessage | None) -> None:
         error = ErrorInfo(type="InvalidMessage", message=reason)
         await self.tasks.dead_letter(
-            tool=_tool_of(delivery),
+            tool=self._tool_of(delivery),
             subject=delivery.subject,
             data=delivery.data,
             error=error,
@@ -258,6 +269,48 @@ class StepRunner:
                 await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
         await delivery.give_up()
 
+    def _tool_of(self, delivery: Delivery) -> str:
+        return self.store.names.tool_of(delivery.subject)
 
-def _tool_of(delivery: Delivery) -> str:
-    return delivery.subject.rsplit(".", 1)[-1]
+    async def _elsewhere(self, delivery: Delivery, work: WorkMessage, found: Versioned) -> bool:
+        """Send a step that came to any worker of its tool on to the build that should run
+        it, or fail its task when it may run nowhere (`routing`); False: it runs here."""
+        if self.fleet is None or delivery.subject != self.store.names.work_subject(work.tool):
+            return False  # routed here on purpose (or no builds told apart)
+        placed = self.fleet.placement(work, found.record)
+        if placed is None or placed == self.build:
+            return False
+        await self._send_on(delivery, work, placed)
+        return True
+
+    async def move(self, delivery: Delivery, gone: str) -> None:
+        """A step routed to build `gone`, of which no worker is left: send it where it may
+        run now, or leave it there (its grace is not over, or no build takes its input)."""
+        work = await self._decode(delivery)
+        if work is None or self.fleet is None:
+            return
+        found = await self.store.records.get(work.task_id)
+        if found is None or not rules.runs_step(found.record, work.step, work.generation):
+            await delivery.done()  # the task moved on, or ended: nothing to run
+            return
+        placed = self.fleet.placement(work, found.record)
+        if placed == gone:
+            await delivery.retry(MOVE_AGAIN)
+            return
+        await self._send_on(delivery, work, placed)
+
+    async def _send_on(
+        self, delivery: Delivery, work: WorkMessage, placed: str | Refuse | None
+    ) -> None:
+        if isinstance(placed, Refuse):
+            error = ErrorInfo(type="BuildGone", message=placed.reason)
+            await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
+        else:
+            token = "any" if placed is None else build_token(placed)
+            sent = {
+                headers.MSG_ID: f"{delivery.msg_id}@{token}",
+                headers.PRIOR_ATTEMPTS: str(delivery.attempt - 1),
+            }
+            subject = self.store.names.work_subject(work.tool, placed)
+            await self.store.publish_raw(subject, delivery.data, sent)
+        await delivery.done()

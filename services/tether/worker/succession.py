@@ -19,6 +19,7 @@ import msgspec
 from tether.clock import utcnow
 from tether.errors import NatsUnavailableError, RevisionConflictError
 from tether.nats.store import Store
+from tether.nats.workers import is_worker_key
 from tether.schemas.codec import encode
 from tether.schemas.tasks import HeldStep, WorkerBeat
 from tether.worker.custody import publish_again
@@ -73,7 +74,7 @@ class Succession:
         except NatsUnavailableError as exc:  # their beats, or their silence, tell the rest
             log.warning("could not list the workers: %s", exc)
             keys = []
-        for key in keys:
+        for key in filter(is_worker_key, keys):
             self._seen.setdefault(key, now)  # silent from here on: dead
         self._task = asyncio.create_task(self._watch())
 

@@ -25,9 +25,9 @@ from tether.nats.workers import worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.worker.app import App, Tool
-from tether.worker.builds import default_build, validate_build
-from tether.worker.compat import input_changes, output_changes
+from tether.worker.builds import build_info, default_build, validate_build
 from tether.worker.custody import Custody
+from tether.worker.fleet import FleetView
 from tether.worker.liveness import Liveness
 from tether.worker.step import StepRunner
 from tether.worker.succession import Succession
@@ -45,6 +45,11 @@ per tool)."""
 UNLIMITED_IN_FLIGHT = 10_000
 """The consumer's max-ack-pending for a tool without `max_concurrency`: steps delivered
 and not yet held (a held step is acknowledged), across every worker."""
+MOVE_EVERY = 1.0
+"""Seconds between looks for steps left on a build whose workers are all gone."""
+MOVE_AT_ONCE = 64
+DRAIN_LOOK = 0.25
+"""Seconds between looks, while draining, at the steps still routed to this build."""
 START_AHEAD = 256
 """Messages a worker takes before their tools run: more would wait in this process while
 their ack wait runs out (a burst of 10,000 steps is taken a few hundred at a time)."""
@@ -121,7 +126,12 @@ class Worker(Service):
         versions, or a hash of the tools it serves (see `tether.worker.builds`)."""
         self._nc: Connection | None = None
         self._stopping = asyncio.Event()
+        self._draining = asyncio.Event()
+        """Set first on any stop: the loops of the tools' shared consumers end (a drain
+        goes on taking the steps routed to its build until none are left)."""
         self._loops: list[asyncio.Task[None]] = []
+        self._build_loops: list[asyncio.Task[None]] = []
+        self._fleet: FleetView | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._ahead = asyncio.Semaphore(START_AHEAD)
         self._started_at = utcnow()
@@ -136,6 +146,8 @@ class Worker(Service):
         self._store = store
         key = worker_key(self.worker_id)
         self._custody = Custody(store, key)
+        self._fleet = FleetView(store.workers, self.liveness)
+        await self._fleet.start()
         runner = StepRunner(
             store,
             self.tools,
@@ -144,8 +156,10 @@ class Worker(Service):
             self._custody,
             self.metrics,
             build=self.build,
+            fleet=self._fleet,
         )
         await store.remember_records(runner.stop_task)
+        await self._announce_build(store)
         consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
         if self.metrics is not None:
             self.metrics.attach(store)
@@ -155,8 +169,15 @@ class Worker(Service):
             # would be handed on by no one, should the worker die.
             await self._announce(store)
         for tool in self.tools.values():
-            serving = self._serve(consumers[tool.name], runner, tool)
+            # One set of slots per tool, for the steps any build may run and those
+            # routed to this one.
+            shared, own = consumers[tool.name]
+            slots = asyncio.Semaphore(self.concurrency)
+            serving = self._serve(shared, runner, tool, slots, self._draining)
             self._loops.append(asyncio.create_task(serving))
+            routed = self._serve(own, runner, tool, slots, self._stopping)
+            self._build_loops.append(asyncio.create_task(routed))
+        self._loops.append(asyncio.create_task(self._moving(store, runner)))
 
         def taken(by: str) -> None:
             stopped = runner.stop_held()
@@ -177,12 +198,38 @@ class Worker(Service):
             "worker %s (build %s) serving %s", self.worker_id, self.build, ", ".join(self.tools)
         )
 
-    async def _register(self, store: Store, tool: Tool) -> Consumer:
-        options = ConsumerOptions(
+    async def _announce_build(self, store: Store) -> None:
+        """Announce this build with its tools' shapes, saying at start how they do not fit
+        the build before it (steps whose input that build made will not move here)."""
+        info = build_info(self.build, self.tools.values(), await store.workers.builds(), utcnow())
+        await store.workers.announce_build(info)
+        if self._fleet is not None:  # routes with itself in the fleet from the start
+            self._fleet.know(worker_key(self.worker_id), self._beat(), info)
+        for tool, changes in info.changes.items():
+            if tool in self.tools:
+                log.warning(
+                    "tool %r of build %s does not fit build %s: %s. Steps whose input %s "
+                    "made stay on it (pinned tasks never move here); keep changes "
+                    "compatible (new fields optional, none removed or retyped) to let "
+                    "them move",
+                    tool,
+                    self.build,
+                    info.before,
+                    "; ".join(changes),
+                    info.before,
+                )
+
+    def _options(self, tool: Tool) -> ConsumerOptions:
+        return ConsumerOptions(
             ack_wait=self.liveness.ack_wait(tool.heartbeat),
             max_ack_pending=tool.max_concurrency or UNLIMITED_IN_FLIGHT,
         )
+
+    async def _register(self, store: Store, tool: Tool) -> tuple[Consumer, Consumer]:
+        """The tool's shared consumer and its build's; the tool advertised."""
+        options = self._options(tool)
         consumer = await store.tool_consumer(tool.name, options)
+        own = await store.tool_consumer(tool.name, options, self.build)
         await self._check_calls(store, tool)
         info = ToolInfo(
             name=tool.name,
@@ -195,28 +242,8 @@ class Worker(Service):
             build=self.build,
             updated_at=utcnow(),
         )
-        self._check_schemas(await store.tools.get(tool.name), info)
         await store.tools.register(info)
-        return consumer
-
-    def _check_schemas(self, before: ToolInfo | None, after: ToolInfo) -> None:
-        """Say so when a tool changed since another build registered it in ways the steps
-        of tasks in flight, made for that build, may not fit."""
-        if before is None or before.build in (None, after.build):
-            return
-        changes = input_changes(before.input_schema, after.input_schema)
-        changes += output_changes(before.output_schema, after.output_schema)
-        if changes:
-            log.warning(
-                "tool %r of build %s does not fit build %s, which registered it before: %s; "
-                "steps of tasks started on %s may fail here (drain those first, or keep "
-                "the change compatible: new fields optional, none removed or retyped)",
-                after.name,
-                after.build,
-                before.build,
-                "; ".join(changes),
-                before.build,
-            )
+        return consumer, own
 
     async def _check_calls(self, store: Store, tool: Tool) -> None:
         """Warn about the tools an agent lists that no worker has registered (a typo
@@ -231,18 +258,24 @@ class Worker(Service):
                     ", ".join(sorted(self.tools)),
                 )
 
-    async def _serve(self, consumer: Consumer, runner: StepRunner, tool: Tool) -> None:
-        slots = asyncio.Semaphore(self.concurrency)
-        while not (self._stopping.is_set() or self.is_lost):
+    async def _serve(
+        self,
+        consumer: Consumer,
+        runner: StepRunner,
+        tool: Tool,
+        slots: asyncio.Semaphore,
+        stop: asyncio.Event,
+    ) -> None:
+        while not (stop.is_set() or self.is_lost):
             free = await _take(slots, min(self.concurrency, START_AHEAD))
-            if self._stopping.is_set():
+            if stop.is_set():
                 _give(slots, free)
                 break  # stopped while every slot was busy: fetch nothing more
             # Take no more than can start soon: a message's ack wait runs from its delivery.
             ahead = await _take(self._ahead, free)
             _give(slots, free - ahead)
             try:
-                deliveries = await consumer.fetch(ahead, FETCH_TIMEOUT, self._stopping)
+                deliveries = await consumer.fetch(ahead, FETCH_TIMEOUT, stop)
             except Exception as exc:  # disconnected: nats-py reconnects by itself
                 log.warning("fetch for %s failed: %s", tool.name, exc)
                 deliveries = []
@@ -263,16 +296,50 @@ class Worker(Service):
             raise_if_cancelled()
             await asyncio.sleep(self.liveness.beat_every)
 
-    async def _report(self, consumers: dict[str, Consumer]) -> None:
+    async def _report(self, consumers: dict[str, tuple[Consumer, Consumer]]) -> None:
         """With metrics on, each tool's queue and unacknowledged steps."""
         while self.metrics is not None and not self._stopping.is_set():
             try:
-                for tool, consumer in consumers.items():
-                    self.metrics.consumer_state(tool, *await consumer.backlog())
+                for tool, (shared, own) in consumers.items():
+                    (queued, pending), (routed, held) = await shared.backlog(), await own.backlog()
+                    self.metrics.consumer_state(tool, queued + routed, pending + held)
             except Exception as exc:  # NATS away: the next round tries again
                 log.debug("no consumer report: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), REPORT_EVERY)
+
+    async def _moving(self, store: Store, runner: StepRunner) -> None:
+        """Send on the steps left on a build no worker runs any more (see `StepRunner.move`)."""
+        gone: dict[tuple[str, str], Consumer] = {}
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), MOVE_EVERY)
+            if self._draining.is_set() or self._fleet is None:
+                continue
+            for tool in self.tools.values():
+                try:
+                    await self._move_from_gone(store, runner, tool, gone)
+                except Exception as exc:  # NATS away: the next round tries again
+                    log.debug("no look at the steps left on builds gone: %s", exc)
+
+    async def _move_from_gone(
+        self,
+        store: Store,
+        runner: StepRunner,
+        tool: Tool,
+        gone: dict[tuple[str, str], Consumer],
+    ) -> None:
+        assert self._fleet is not None
+        serving = self._fleet.fleet.serving.get(tool.name, {})
+        for build in await store.routed_builds(tool.name):
+            if build == self.build or build in serving:
+                continue
+            consumer = gone.get((tool.name, build))
+            if consumer is None:
+                consumer = await store.tool_consumer(tool.name, self._options(tool), build)
+                gone[(tool.name, build)] = consumer
+            for delivery in await consumer.fetch(MOVE_AT_ONCE, FETCH_TIMEOUT / 4):
+                await runner.move(delivery, build)
 
     async def _look(self, runner: StepRunner) -> None:
         while not self._stopping.is_set():
@@ -284,16 +351,21 @@ class Worker(Service):
                 log.debug("no look at running tasks: %s", exc)
 
     async def _announce(self, store: Store) -> None:
-        await store.workers.announce(
-            WorkerBeat(
-                worker_id=self.worker_id,
-                tools=sorted(self.tools),
-                concurrency=self.concurrency,
-                in_flight=len(self._in_flight),
-                started_at=self._started_at,
-                time=utcnow(),
-                build=self.build,
-            )
+        beat = self._beat()
+        if self._fleet is not None:
+            self._fleet.know(worker_key(self.worker_id), beat)
+        await store.workers.announce(beat)
+
+    def _beat(self) -> WorkerBeat:
+        return WorkerBeat(
+            worker_id=self.worker_id,
+            tools=sorted(self.tools),
+            concurrency=self.concurrency,
+            in_flight=len(self._in_flight),
+            started_at=self._started_at,
+            time=utcnow(),
+            build=self.build,
+            draining=self._draining.is_set(),
         )
 
     def _spawn(self, runner: StepRunner, delivery: Delivery, slots: asyncio.Semaphore) -> None:
@@ -330,10 +402,14 @@ class Worker(Service):
         (a held one is published again at once): all within about the grace. With no
         grace (None), drain: every step it holds finishes, however long that takes, so a
         rolling deploy re-runs nothing."""
-        self._stopping.set()
         grace = None if self.shutdown_grace is None else self.shutdown_grace.total_seconds()
         deadline = None if grace is None else asyncio.get_running_loop().time() + grace
         self._say_stopping(grace)
+        self._draining.set()
+        if grace is None:
+            await self._drain()
+        self._stopping.set()
+        self._loops += self._build_loops
         if self._loops:
             # A loop ends after its current fetch (at most FETCH_TIMEOUT); one still
             # waiting for a free slot (every slot busy with a long step) is cancelled, or
@@ -354,10 +430,48 @@ class Worker(Service):
                 if stuck:  # their messages are redelivered after ack_wait
                     log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
         await self._leave()
+        if self._fleet is not None:
+            await self._fleet.stop()
         await self._close_tools()
         if self._nc is not None:
             await close(self._nc)
             self._nc = None
+
+    async def _drain(self) -> None:
+        """Take the steps routed to this build until none are left (or another worker of
+        the build takes them): the steps of tasks pinned to it finish here."""
+        if self._store is not None:
+            with contextlib.suppress(Exception):  # draining, said at once
+                await self._announce(self._store)
+        quiet = 0
+        while quiet < 2 and not self.is_lost:
+            await asyncio.sleep(DRAIN_LOOK)
+            if self._in_flight:
+                quiet = 0
+            elif self._others_of_my_build():
+                return
+            elif await self._nothing_routed_here():
+                quiet += 1
+            else:
+                quiet = 0
+
+    def _others_of_my_build(self) -> bool:
+        """Whether a worker of this build that is not draining serves every tool here."""
+        serving = self._fleet.fleet.serving if self._fleet is not None else {}
+        return all(serving.get(tool, {}).get(self.build) for tool in self.tools)
+
+    async def _nothing_routed_here(self) -> bool:
+        if self._store is None:
+            return True
+        try:
+            for tool in self.tools.values():
+                own = await self._store.tool_consumer(tool.name, self._options(tool), self.build)
+                if any(await own.backlog()):
+                    return False
+        except Exception as exc:  # NATS away: look again
+            log.debug("no look at the steps routed here: %s", exc)
+            return False
+        return True
 
     def _say_stopping(self, grace: float | None) -> None:
         if not self._in_flight:

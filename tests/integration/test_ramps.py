@@ -1,0 +1,129 @@
+"""Ramp, promote and roll back (`tether builds`): a ramp sends its share of new tasks
+(by task id) to a build, a rollback sends new tasks back within seconds, and a build
+whose tool does not fit the one before is listed with why."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import msgspec
+import pytest
+
+from tests.apps.tools import app as tools
+from tether import App, Client, NatsConfig, StepContext, Worker
+from tether.errors import TaskConflictError
+from tether.testing import wait_until
+from tether.worker.worker import MOVE_EVERY
+
+
+async def _builds_of(client: Client, count: int) -> list[str | None]:
+    handles = await asyncio.gather(*(client.submit(["fast"]) for _ in range(count)))
+    await asyncio.gather(*(h.wait(timeout=60) for h in handles))
+    return [(await h.get()).build for h in handles]
+
+
+async def test_a_ramp_sends_its_share_of_new_tasks_and_a_rollback_takes_them_back(
+    client: Client, config: NatsConfig
+) -> None:
+    async with Worker(tools, config, build="v1"), Worker(tools, config, build="v2"):
+        await wait_until(
+            lambda: _both_up(client), timeout=10, message="the workers of v1 and v2 up"
+        )
+        said = await client.ramp("v2", 10)
+        assert said.said == "10% of new tasks go to v2; the rest to v1"
+        builds = await _builds_of(client, 1000)
+        assert 70 <= builds.count("v2") <= 130, builds.count("v2")  # 10 % ± 3 %
+        assert builds.count("v1") == 1000 - builds.count("v2")
+
+        rolled = await client.rollback("v2")
+        assert "tasks pinned to v2 stay on it" in rolled.said
+        back = time.monotonic()
+
+        async def all_on_v1() -> bool:
+            return set(await _builds_of(client, 50)) == {"v1"}
+
+        await wait_until(all_on_v1, timeout=5, message="new tasks back on v1")
+        assert time.monotonic() - back < 5
+        listed = {row.build: row for row in (await client.builds()).builds}
+        assert listed["v2"].state == "retired" and listed["v1"].state == "current"
+        assert listed["v1"].share == 100
+
+        promoted = await client.promote("v2")
+        assert promoted.said == "new tasks and moving steps go to v2"
+        assert set(await _builds_of(client, 50)) == {"v2"}
+
+
+async def _both_up(client: Client) -> bool:
+    return {w.build for w in await client.workers()} >= {"v1", "v2"}
+
+
+async def test_a_build_no_worker_announced_is_refused_with_what_to_do(client: Client) -> None:
+    try:
+        await client.promote("v9")
+    except TaskConflictError as exc:
+        assert "no worker has announced build 'v9'" in str(exc)
+    else:
+        raise AssertionError("promoting an unknown build was taken")
+
+
+class Sum(msgspec.Struct):
+    sum: int
+
+
+class Total(msgspec.Struct):
+    total: int
+
+
+def _reports(version: str, tools: tuple[str, ...] = ("first", "report")) -> App:
+    """`first` is the same in both builds; v2's `report` takes `{"total": n}`, where
+    v1's took `{"sum": n}`."""
+    app = App("reports", versioning="pinned", build_grace=0)
+
+    async def first(ctx: StepContext) -> dict[str, int]:
+        return {"sum": 1}
+
+    async def report_v1(ctx: StepContext, s: Sum) -> str:
+        return f"v1 {s.sum}"
+
+    async def report_v2(ctx: StepContext, t: Total) -> str:
+        return f"v2 {t.total}"
+
+    if "first" in tools:
+        app.tool(first)
+    if "report" in tools:
+        app.tool(name="report")(report_v1 if version == "v1" else report_v2)
+    return app
+
+
+async def test_no_pinned_step_moves_onto_a_build_whose_tool_would_refuse_it(
+    client: Client, config: NatsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Worker(_reports("v1"), config, build="v1"):
+        pass  # v1 announced, with both tools
+    with caplog.at_level(logging.WARNING, logger="tether.worker"):
+        async with Worker(_reports("v2"), config, build="v2"):
+            pass
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "tool 'report' of build v2 does not fit build v1" in said
+    rows = {row.build: row for row in (await client.builds()).builds}
+    assert rows["v2"].before == "v1"
+    assert rows["v2"].changes["report"] == ["input field 'total' is required now"]
+
+    handle = await client.submit(["first", "report"])
+    async with Worker(_reports("v1", ("first",)), config, build="v1"):
+        await handle.wait_for(lambda r: r.current_step == 1, timeout=20)
+    # v1 is gone; its task's report step waits on v1 rather than move onto v2
+    async with Worker(_reports("v2"), config, build="v2"):
+
+        async def routed_to_v1() -> bool:
+            rows = {row.build: row for row in (await client.builds()).builds}
+            return rows["v1"].routed == 1 and rows["v2"].workers == 1
+
+        await wait_until(routed_to_v1, timeout=10, message="the report step routed to v1")
+        await asyncio.sleep(2 * MOVE_EVERY + 0.5)  # the mover looked, and left it
+        record = await handle.get()
+        assert record.current_step == 1 and not record.status.is_terminal
+        async with Worker(_reports("v1"), config, build="v1"):
+            assert await handle.wait(timeout=20) == "v1 1"
