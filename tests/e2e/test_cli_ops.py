@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 import httpx
 import pytest
 
+from tests.apps.tools import app as tools_app
 from tests.conftest import APP, ROOT, Raw, start_worker, stop_worker
-from tether import Client, NatsConfig, TaskStatus
+from tether import Client, NatsConfig, TaskStatus, Worker
 from tether.schemas import Names
 
 CLI_TIMEOUT = 30.0
@@ -405,3 +406,20 @@ async def test_a_wrong_prefix_says_no_installation_lives_there_and_creates_none(
     provisioned = await tether(wrong, "provision")
     assert provisioned.code == 0, provisioned
     assert (await tether(wrong, "ls")).code == 0
+
+
+async def test_builds_lists_the_build_and_ramp_says_what_it_did_or_what_to_do(
+    config: NatsConfig, client: Client
+) -> None:
+    async with Worker(tools_app, config, build="v1"):
+        table = await tether(config, "builds")
+        listed = await tether(config, "builds", "--json")
+        ramp = await tether(config, "builds", "ramp", "v1", "--percent", "5")
+        unknown = await tether(config, "builds", "promote", "v9")
+
+    assert table.code == 0 and "v1" in table.out and "current" in table.out, table
+    (row,) = listed.json()["builds"]
+    assert (row["build"], row["workers"], row["state"]) == ("v1", 1, "current")
+    assert ramp.code == 0 and "5% of new tasks go to v1" in ramp.out, ramp
+    assert unknown.code != 0
+    assert_one_line_error(unknown, "no worker has announced build 'v9'", "--build v9")

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from tests.apps.tools import app as tools
-from tether import Client, NatsConfig, Step, Worker
+from tether import App, Client, NatsConfig, Step, StepContext, Worker
 from tether.ui import Dashboard
 
 
@@ -198,6 +198,29 @@ async def test_the_tools_page_shows_each_tools_queue_and_the_workers_serving_it(
     assert [w.worker_id for w in workers] == ["worker-a"]
     assert "fast" in workers[0].tools
     assert await client._store.tools.backlog("fast") == (0, 0, 0)
+
+
+async def test_the_builds_page_lists_each_build_with_its_workers_and_what_does_not_fit(
+    client: Client, config: NatsConfig, worker: Worker, http: httpx.AsyncClient
+) -> None:
+    wider = App("tools")
+
+    @wider.tool(name="search")
+    async def search_v2(ctx: StepContext, data: Wider) -> list[str]:
+        return [data.q]
+
+    async with Worker(wider, config, build="v2", worker_id="worker-v2"):
+        page = await http.get("/builds")
+    assert page.status_code == 200
+    assert f'data-build="{worker.build}"' in page.text and 'data-build="v2"' in page.text
+    assert "input field &#39;limit&#39; is required now" in page.text
+    tools_page = await http.get("/tools")
+    assert f"<td>{worker.build}</td>" in tools_page.text  # each worker's build
+
+
+class Wider(msgspec.Struct):
+    q: str
+    limit: int
 
 
 async def test_a_stopped_worker_leaves_the_list_at_once(client: Client, config: NatsConfig) -> None:

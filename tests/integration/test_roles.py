@@ -401,6 +401,38 @@ async def test_a_budget_ledger_and_an_approval_that_answers_itself_stay_in_their
     assert running.violations(since) == []
 
 
+async def test_two_builds_route_their_steps_and_a_ramp_is_set_within_their_roles(
+    running: RolesServer,
+) -> None:
+    """Workers of two builds consume their builds' subjects and send steps on to each
+    other (worker role); the API's `builds` writes where new tasks go (dispatcher role)."""
+    since = running.mark()
+    worker = running.config("worker")
+    async with (
+        Worker(app, worker, build="v1"),
+        Worker(app, worker, build="v2"),
+        raw(running, "client") as client,
+    ):
+        ramp = {"action": "ramp", "build": "v2", "percent": 50}
+        reply = await client.nc.request("tether.api.builds", json.dumps(ramp).encode(), 10)
+        assert json.loads(reply.data)["deployment"]["ramp"] == "v2", reply.data
+        ids = []
+        for _ in range(20):
+            body = json.dumps({"steps": [SEARCH, {"tool": "summarize"}]}).encode()
+            reply = await client.nc.request("tether.api.submit", body, 10)
+            ids.append(json.loads(reply.data))
+            assert "task_id" in ids[-1], reply.data
+        built = set()
+        for submitted in ids:
+            request = {"task_id": submitted["task_id"], "timeout_ms": 20_000}
+            await client.nc.request("tether.api.result", json.dumps(request).encode(), 25)
+            got = {"task_id": submitted["task_id"]}
+            reply = await client.nc.request("tether.api.get", json.dumps(got).encode(), 10)
+            built.add(json.loads(reply.data)["build"])
+    assert built == {"v1", "v2"}
+    assert running.violations(since) == []
+
+
 async def test_the_gateway_role_lists_tools_and_runs_a_tool_call(running: RolesServer) -> None:
     async with (
         Gateway(running.config("gateway"), port=0) as gateway,
@@ -425,13 +457,14 @@ async def test_the_dashboard_role_shows_tasks_and_cancels_one(running: RolesServ
                 page = await http.get(f"/tasks/{done.task_id}")
                 tools = await http.get("/tools")
                 dlq = await http.get("/dlq")
+                builds = await http.get("/builds")
                 cancel = f"/tasks/{slow.task_id}/cancel"
                 cancelled = await http.post(cancel, data={"csrf": ui.csrf})
         record = await slow.wait_until_done(timeout=20)
     assert listed.status_code == 200 and done.task_id in listed.text
     assert page.status_code == 200 and "agents run for hours" in page.text
     assert tools.status_code == 200 and "search" in tools.text
-    assert dlq.status_code == 200
+    assert dlq.status_code == 200 and builds.status_code == 200
     assert cancelled.status_code == 303 and record.status.value == "cancelled"
     assert running.violations(users={"dashboard"}) == []
 

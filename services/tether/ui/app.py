@@ -57,6 +57,7 @@ def build_app(
         Route("/tasks/{task_id}/{verb:str}", pages.action, methods=["POST"]),
         Route("/dlq", pages.dlq),
         Route("/tools", pages.tools),
+        Route("/builds", pages.builds),
         Route("/blobs/{ref}", pages.blob),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -197,6 +198,11 @@ class Pages:
             for info, state in zip(infos, backlog, strict=True)
         ]
         return self._page(request, "tools.html", rows=rows, workers=workers)
+
+    async def builds(self, request: Request) -> Response:
+        listed = await self._client.builds()
+        rows = list(reversed(listed.builds))  # newest first
+        return self._page(request, "builds.html", rows=rows, deployment=listed.deployment)
 
     async def blob(self, request: Request) -> Response:
         ref = request.path_params["ref"]
