@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import timedelta
 
 import msgspec
 import pytest
 
 from tests.apps.tools import app as tools
 from tether import App, Client, NatsConfig, StepContext, Worker
+from tether.clock import utcnow
 from tether.errors import TaskConflictError
+from tether.tasks.sweep import Sweeper
 from tether.testing import wait_until
 from tether.worker.worker import MOVE_EVERY
 
@@ -127,3 +130,20 @@ async def test_no_pinned_step_moves_onto_a_build_whose_tool_would_refuse_it(
         assert record.current_step == 1 and not record.status.is_terminal
         async with Worker(_reports("v1"), config, build="v1"):
             assert await handle.wait(timeout=20) == "v1 1"
+
+
+async def test_gc_forgets_builds_no_worker_runs_and_no_unfinished_task_started_on(
+    client: Client, config: NatsConfig
+) -> None:
+    async with Worker(_reports("v1"), config, build="v1"):
+        assert await (await client.submit(["first", "report"])).wait(timeout=20) == "v1 1"
+    async with Worker(_reports("v2"), config, build="v2"):
+        # started on v2, then waits for a tool no worker serves: unfinished
+        waiting = await client.submit(["first", "unserved"])
+        await waiting.wait_for(lambda r: r.current_step == 1, timeout=20)
+    async with Worker(_reports("v3", ("first",)), config, build="v3"):
+        later = utcnow() + timedelta(days=8)
+        report = await Sweeper(client._store).sweep(now=later, dry_run=True)
+        assert report.builds == ["v1"]  # v2 has a task still to run, v3 a worker up
+        await Sweeper(client._store).sweep(now=later)
+    assert [info.build for info in await client._store.workers.builds()] == ["v2", "v3"]

@@ -30,6 +30,8 @@ async def _gc(
             f"{verb} {len(report.tasks)} task(s) finished over {retention} ago"
             f" ({report.kept_tasks} kept)",
             f"{verb} {len(report.blobs)} blob(s) nothing refers to ({report.kept_blobs} kept)",
+            f"{verb} {len(report.builds)} build(s) no worker runs and no unfinished task "
+            f"started on, announced over {retention} ago",
         ]
     )
     if report.tasks and not dry_run:  # a new task under a removed id would hang meanwhile

@@ -130,6 +130,9 @@ class Workers:
     async def announce_build(self, info: BuildInfo) -> None:
         await self._bucket.put(Names.build_key(info.build), encode(info))
 
+    async def forget_build(self, build: str) -> None:
+        await self._bucket.remove(Names.build_key(build))
+
     async def builds(self) -> list[BuildInfo]:
         """Every build a worker announced, oldest first."""
         keys = [key for key in await self._bucket.keys("*") if key.startswith("_build_")]

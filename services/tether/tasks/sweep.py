@@ -26,6 +26,9 @@ class SweepReport:
 
     tasks: list[str] = field(default_factory=list)
     blobs: list[str] = field(default_factory=list)
+    builds: list[str] = field(default_factory=list)
+    """Builds announced over `retention` ago that no worker runs, no unfinished task
+    started on, and where no new task goes (see `tether builds`)."""
     kept_tasks: int = 0
     kept_blobs: int = 0
 
@@ -34,6 +37,7 @@ class Sweeper:
     def __init__(self, store: Store) -> None:
         self._cleanup = Cleanup(store)
         self._names = store.names
+        self._store = store
 
     async def sweep(
         self,
@@ -48,8 +52,12 @@ class Sweeper:
         # Blobs are listed first: one stored after this point is not considered at all.
         blobs = [found async for found in cleanup.stored_blobs()]
         referenced: set[str] = set()
+        started_on: set[str | None] = set()
         async for task_id, value in cleanup.values(self._names.tasks_bucket):
-            if expired(record_decoder.decode(value), now, retention):
+            record = record_decoder.decode(value)
+            if not record.status.is_terminal:
+                started_on.add(record.build)
+            if expired(record, now, retention):
                 report.tasks.append(task_id)
             else:
                 report.kept_tasks += 1
@@ -60,9 +68,23 @@ class Sweeper:
                 referenced |= refs_in(value)
         report.blobs = garbage(blobs, referenced, now, grace)
         report.kept_blobs = len(blobs) - len(report.blobs)
+        report.builds = await self._unused_builds(started_on, now - retention)
         if not dry_run:
+            for build in report.builds:
+                await self._store.workers.forget_build(build)
             for task_id in report.tasks:
                 await cleanup.remove_task(task_id)
             for digest in report.blobs:
                 await cleanup.remove_blob(digest)
         return report
+
+    async def _unused_builds(self, started_on: set[str | None], before: datetime) -> list[str]:
+        workers = self._store.workers
+        deployment, _ = await workers.deployment()
+        keep = {*started_on, deployment.current, deployment.ramp}
+        keep |= {beat.build for beat in await workers.list()}
+        return [
+            info.build
+            for info in await workers.builds()
+            if info.first_seen < before and info.build not in keep
+        ]
