@@ -131,15 +131,15 @@ class Store:
         durable = self.names.tool_consumer(tool, build)
         return await Consumer.bind(self.js, self.names.work_stream, durable)
 
-    async def routed_builds(self, tool: str = "*") -> dict[str, int]:
-        """The builds whose subjects of `tool` hold steps, with how many (see
-        `Names.work_subject`)."""
-        pattern = self.names.work_subject(tool, "*")
+    async def routed_steps(self) -> dict[tuple[str, str], int]:
+        """How many steps wait on each tool's subject of each build, by (tool, build):
+        one request (see `Names.work_subject`)."""
+        pattern = self.names.work_subject("*", "*")
         counts = await self._jetstream.subject_counts(self.names.work_stream, pattern)
-        routed: dict[str, int] = {}
+        routed: dict[tuple[str, str], int] = {}
         for subject, count in counts.items():
-            build = build_of_token(subject.rsplit(".", 1)[-1])
-            routed[build] = routed.get(build, 0) + count
+            tool, token = subject.rsplit(".", 2)[-2:]
+            routed[(tool, build_of_token(token))] = count
         return routed
 
     async def submit_consumer(self) -> Consumer:

@@ -34,7 +34,9 @@ async def _listing(store: Store, said: str) -> BuildsReply:
     infos = await store.workers.builds()
     deployment, _ = await store.workers.deployment()
     beats = await store.workers.list()
-    routed = await store.routed_builds()
+    routed: dict[str, int] = {}
+    for (_, build), count in (await store.routed_steps()).items():
+        routed[build] = routed.get(build, 0) + count
     rows = []
     current = _current(infos, deployment, {b.build for b in beats if b.build and not b.draining})
     for info in infos:

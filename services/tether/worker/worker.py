@@ -309,37 +309,51 @@ class Worker(Service):
                 await asyncio.wait_for(self._stopping.wait(), REPORT_EVERY)
 
     async def _moving(self, store: Store, runner: StepRunner) -> None:
-        """Send on the steps left on a build no worker runs any more (see `StepRunner.move`)."""
+        """Send on the steps left on a build no worker runs any more (see `StepRunner.move`):
+        one request a round, and none while every build this worker knows of is up."""
         gone: dict[tuple[str, str], Consumer] = {}
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), MOVE_EVERY)
-            if self._draining.is_set() or self._fleet is None:
+            if self._draining.is_set() or not self._some_build_gone():
                 continue
-            for tool in self.tools.values():
-                try:
-                    await self._move_from_gone(store, runner, tool, gone)
-                except Exception as exc:  # NATS away: the next round tries again
-                    log.debug("no look at the steps left on builds gone: %s", exc)
+            try:
+                for (name, build), _ in (await store.routed_steps()).items():
+                    tool = self.tools.get(name)
+                    if tool is not None and self._is_gone(name, build):
+                        await self._move_from(store, runner, tool, build, gone)
+            except Exception as exc:  # NATS away: the next round tries again
+                log.debug("no look at the steps left on builds gone: %s", exc)
 
-    async def _move_from_gone(
+    def _is_gone(self, tool: str, build: str) -> bool:
+        assert self._fleet is not None
+        return build != self.build and build not in self._fleet.fleet.serving.get(tool, {})
+
+    def _some_build_gone(self) -> bool:
+        """Whether a build another worker announced for a tool here serves it no more."""
+        if self._fleet is None:
+            return False
+        return bool(self._fleet.fleet.gone_since) or any(
+            self._is_gone(tool, info.build)
+            for info in self._fleet.fleet.infos.values()
+            for tool in info.tools
+            if tool in self.tools
+        )
+
+    async def _move_from(
         self,
         store: Store,
         runner: StepRunner,
         tool: Tool,
+        build: str,
         gone: dict[tuple[str, str], Consumer],
     ) -> None:
-        assert self._fleet is not None
-        serving = self._fleet.fleet.serving.get(tool.name, {})
-        for build in await store.routed_builds(tool.name):
-            if build == self.build or build in serving:
-                continue
-            consumer = gone.get((tool.name, build))
-            if consumer is None:
-                consumer = await store.tool_consumer(tool.name, self._options(tool), build)
-                gone[(tool.name, build)] = consumer
-            for delivery in await consumer.fetch(MOVE_AT_ONCE, FETCH_TIMEOUT / 4):
-                await runner.move(delivery, build)
+        consumer = gone.get((tool.name, build))
+        if consumer is None:
+            consumer = await store.tool_consumer(tool.name, self._options(tool), build)
+            gone[(tool.name, build)] = consumer
+        for delivery in await consumer.fetch(MOVE_AT_ONCE, FETCH_TIMEOUT / 4):
+            await runner.move(delivery, build)
 
     async def _look(self, runner: StepRunner) -> None:
         while not self._stopping.is_set():
