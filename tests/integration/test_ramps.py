@@ -18,7 +18,7 @@ from tether.clock import utcnow
 from tether.errors import TaskConflictError
 from tether.tasks.sweep import Sweeper
 from tether.testing import wait_until
-from tether.worker.worker import MOVE_EVERY
+from tether.worker.rollout import MOVE_EVERY
 
 
 async def _builds_of(client: Client, count: int) -> list[str | None]:

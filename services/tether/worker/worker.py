@@ -25,10 +25,10 @@ from tether.nats.workers import worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.worker.app import App, Tool
-from tether.worker.builds import build_info, default_build, validate_build
+from tether.worker.builds import default_build, validate_build
 from tether.worker.custody import Custody
-from tether.worker.fleet import FleetView
 from tether.worker.liveness import Liveness
+from tether.worker.rollout import Rollout
 from tether.worker.step import StepRunner
 from tether.worker.succession import Succession
 
@@ -45,11 +45,6 @@ per tool)."""
 UNLIMITED_IN_FLIGHT = 10_000
 """The consumer's max-ack-pending for a tool without `max_concurrency`: steps delivered
 and not yet held (a held step is acknowledged), across every worker."""
-MOVE_EVERY = 1.0
-"""Seconds between looks for steps left on a build whose workers are all gone."""
-MOVE_AT_ONCE = 64
-DRAIN_LOOK = 0.25
-"""Seconds between looks, while draining, at the steps still routed to this build."""
 START_AHEAD = 256
 """Messages a worker takes before their tools run: more would wait in this process while
 their ack wait runs out (a burst of 10,000 steps is taken a few hundred at a time)."""
@@ -131,7 +126,7 @@ class Worker(Service):
         goes on taking the steps routed to its build until none are left)."""
         self._loops: list[asyncio.Task[None]] = []
         self._build_loops: list[asyncio.Task[None]] = []
-        self._fleet: FleetView | None = None
+        self._rollout: Rollout | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._ahead = asyncio.Semaphore(START_AHEAD)
         self._started_at = utcnow()
@@ -146,8 +141,8 @@ class Worker(Service):
         self._store = store
         key = worker_key(self.worker_id)
         self._custody = Custody(store, key)
-        self._fleet = FleetView(store.workers, self.liveness)
-        await self._fleet.start()
+        self._rollout = Rollout(store, self.build, self.tools, self._options, self.liveness)
+        await self._rollout.start(key, self._beat())
         runner = StepRunner(
             store,
             self.tools,
@@ -156,10 +151,9 @@ class Worker(Service):
             self._custody,
             self.metrics,
             build=self.build,
-            fleet=self._fleet,
+            fleet=self._rollout.fleet,
         )
         await store.remember_records(runner.stop_task)
-        await self._announce_build(store)
         consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
         if self.metrics is not None:
             self.metrics.attach(store)
@@ -177,7 +171,8 @@ class Worker(Service):
             self._loops.append(asyncio.create_task(serving))
             routed = self._serve(own, runner, tool, slots, self._stopping)
             self._build_loops.append(asyncio.create_task(routed))
-        self._loops.append(asyncio.create_task(self._moving(store, runner)))
+        moving = self._rollout.move_left_steps(runner, self._stopping, self._draining)
+        self._loops.append(asyncio.create_task(moving))
 
         def taken(by: str) -> None:
             stopped = runner.stop_held()
@@ -197,27 +192,6 @@ class Worker(Service):
         log.info(
             "worker %s (build %s) serving %s", self.worker_id, self.build, ", ".join(self.tools)
         )
-
-    async def _announce_build(self, store: Store) -> None:
-        """Announce this build with its tools' shapes, saying at start how they do not fit
-        the build before it (steps whose input that build made will not move here)."""
-        info = build_info(self.build, self.tools.values(), await store.workers.builds(), utcnow())
-        await store.workers.announce_build(info)
-        if self._fleet is not None:  # routes with itself in the fleet from the start
-            self._fleet.know(worker_key(self.worker_id), self._beat(), info)
-        for tool, changes in info.changes.items():
-            if tool in self.tools:
-                log.warning(
-                    "tool %r of build %s does not fit build %s: %s. Steps whose input %s "
-                    "made stay on it (pinned tasks never move here); keep changes "
-                    "compatible (new fields optional, none removed or retyped) to let "
-                    "them move",
-                    tool,
-                    self.build,
-                    info.before,
-                    "; ".join(changes),
-                    info.before,
-                )
 
     def _options(self, tool: Tool) -> ConsumerOptions:
         return ConsumerOptions(
@@ -308,53 +282,6 @@ class Worker(Service):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), REPORT_EVERY)
 
-    async def _moving(self, store: Store, runner: StepRunner) -> None:
-        """Send on the steps left on a build no worker runs any more (see `StepRunner.move`):
-        one request a round, and none while every build this worker knows of is up."""
-        gone: dict[tuple[str, str], Consumer] = {}
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), MOVE_EVERY)
-            if self._draining.is_set() or not self._some_build_gone():
-                continue
-            try:
-                for (name, build), _ in (await store.routed_steps()).items():
-                    tool = self.tools.get(name)
-                    if tool is not None and self._is_gone(name, build):
-                        await self._move_from(store, runner, tool, build, gone)
-            except Exception as exc:  # NATS away: the next round tries again
-                log.debug("no look at the steps left on builds gone: %s", exc)
-
-    def _is_gone(self, tool: str, build: str) -> bool:
-        assert self._fleet is not None
-        return build != self.build and build not in self._fleet.fleet.serving.get(tool, {})
-
-    def _some_build_gone(self) -> bool:
-        """Whether a build another worker announced for a tool here serves it no more."""
-        if self._fleet is None:
-            return False
-        return bool(self._fleet.fleet.gone_since) or any(
-            self._is_gone(tool, info.build)
-            for info in self._fleet.fleet.infos.values()
-            for tool in info.tools
-            if tool in self.tools
-        )
-
-    async def _move_from(
-        self,
-        store: Store,
-        runner: StepRunner,
-        tool: Tool,
-        build: str,
-        gone: dict[tuple[str, str], Consumer],
-    ) -> None:
-        consumer = gone.get((tool.name, build))
-        if consumer is None:
-            consumer = await store.tool_consumer(tool.name, self._options(tool), build)
-            gone[(tool.name, build)] = consumer
-        for delivery in await consumer.fetch(MOVE_AT_ONCE, FETCH_TIMEOUT / 4):
-            await runner.move(delivery, build)
-
     async def _look(self, runner: StepRunner) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
@@ -366,8 +293,8 @@ class Worker(Service):
 
     async def _announce(self, store: Store) -> None:
         beat = self._beat()
-        if self._fleet is not None:
-            self._fleet.know(worker_key(self.worker_id), beat)
+        if self._rollout is not None:
+            self._rollout.fleet.know(worker_key(self.worker_id), beat)
         await store.workers.announce(beat)
 
     def _beat(self) -> WorkerBeat:
@@ -444,48 +371,20 @@ class Worker(Service):
                 if stuck:  # their messages are redelivered after ack_wait
                     log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
         await self._leave()
-        if self._fleet is not None:
-            await self._fleet.stop()
+        if self._rollout is not None:
+            await self._rollout.stop()
         await self._close_tools()
         if self._nc is not None:
             await close(self._nc)
             self._nc = None
 
     async def _drain(self) -> None:
-        """Take the steps routed to this build until none are left (or another worker of
-        the build takes them): the steps of tasks pinned to it finish here."""
+        """Take the steps routed to this build until none are left (`Rollout.drain`)."""
         if self._store is not None:
             with contextlib.suppress(Exception):  # draining, said at once
                 await self._announce(self._store)
-        quiet = 0
-        while quiet < 2 and not self.is_lost:
-            await asyncio.sleep(DRAIN_LOOK)
-            if self._in_flight:
-                quiet = 0
-            elif self._others_of_my_build():
-                return
-            elif await self._nothing_routed_here():
-                quiet += 1
-            else:
-                quiet = 0
-
-    def _others_of_my_build(self) -> bool:
-        """Whether a worker of this build that is not draining serves every tool here."""
-        serving = self._fleet.fleet.serving if self._fleet is not None else {}
-        return all(serving.get(tool, {}).get(self.build) for tool in self.tools)
-
-    async def _nothing_routed_here(self) -> bool:
-        if self._store is None:
-            return True
-        try:
-            for tool in self.tools.values():
-                own = await self._store.tool_consumer(tool.name, self._options(tool), self.build)
-                if any(await own.backlog()):
-                    return False
-        except Exception as exc:  # NATS away: look again
-            log.debug("no look at the steps routed here: %s", exc)
-            return False
-        return True
+        if self._rollout is not None:
+            await self._rollout.drain(lambda: bool(self._in_flight), lambda: self.is_lost)
 
     def _say_stopping(self, grace: float | None) -> None:
         if not self._in_flight:

@@ -1,0 +1,141 @@
+"""A worker's part in a deploy: it announces its build, keeps the view of the fleet its
+hand-offs are routed by (`tether.worker.routing`), sends on the steps left on builds
+whose workers are all gone, and, draining, stays until the steps routed to its build
+are done, so a rolling deploy loses nothing and re-runs nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from tether.clock import utcnow
+from tether.nats.consumers import ConsumerOptions
+from tether.nats.delivery import Consumer
+from tether.nats.store import Store
+from tether.schemas.tasks import WorkerBeat
+from tether.worker.app import Tool
+from tether.worker.builds import build_info
+from tether.worker.fleet import FleetView
+from tether.worker.liveness import Liveness
+from tether.worker.step import StepRunner
+
+log = logging.getLogger("tether.worker")
+MOVE_EVERY = 1.0
+"""Seconds between looks for steps left on a build whose workers are all gone."""
+MOVE_AT_ONCE = 64
+MOVE_WAIT = 0.25
+"""Seconds a look waits for the steps of a gone build's consumer."""
+DRAIN_LOOK = 0.25
+"""Seconds between looks, while draining, at the steps still routed to this build."""
+
+
+class Rollout:
+    def __init__(
+        self,
+        store: Store,
+        build: str,
+        tools: dict[str, Tool],
+        options: Callable[[Tool], ConsumerOptions],
+        liveness: Liveness | None = None,
+    ) -> None:
+        self._store = store
+        self._build = build
+        self._tools = tools
+        self._options = options
+        self.fleet = FleetView(store.workers, liveness)
+        self._gone: dict[tuple[str, str], Consumer] = {}
+
+    async def start(self, key: str, beat: WorkerBeat) -> None:
+        """Follow the fleet, then announce this build with its tools' shapes, saying how
+        they do not fit the build before it (steps whose input that build made will
+        not move here)."""
+        await self.fleet.start()
+        known = await self._store.workers.builds()
+        info = build_info(self._build, self._tools.values(), known, utcnow())
+        await self._store.workers.announce_build(info)
+        self.fleet.know(key, beat, info)  # routes with itself in the fleet from the start
+        for tool, changes in info.changes.items():
+            if tool in self._tools:
+                log.warning(
+                    "tool %r of build %s does not fit build %s: %s. Steps whose input %s "
+                    "made stay on it (pinned tasks never move here); keep changes "
+                    "compatible (new fields optional, none removed or retyped) to let "
+                    "them move",
+                    tool,
+                    self._build,
+                    info.before,
+                    "; ".join(changes),
+                    info.before,
+                )
+
+    async def stop(self) -> None:
+        await self.fleet.stop()
+
+    async def move_left_steps(
+        self, runner: StepRunner, stopping: asyncio.Event, draining: asyncio.Event
+    ) -> None:
+        """Send on the steps left on a build no worker runs any more (`StepRunner.move`):
+        one request a round, and none while every build this worker knows of is up."""
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), MOVE_EVERY)
+            if draining.is_set() or not self._some_build_gone():
+                continue
+            try:
+                for name, build in await self._store.routed_steps():
+                    tool = self._tools.get(name)
+                    if tool is not None and self._is_gone(name, build):
+                        await self._move_from(runner, tool, build)
+            except Exception as exc:  # NATS away: the next round tries again
+                log.debug("no look at the steps left on builds gone: %s", exc)
+
+    def _is_gone(self, tool: str, build: str) -> bool:
+        return build != self._build and build not in self.fleet.fleet.serving.get(tool, {})
+
+    def _some_build_gone(self) -> bool:
+        """Whether a build that served a tool here serves it no more."""
+        fleet = self.fleet.fleet
+        return bool(fleet.gone_since) or any(
+            self._is_gone(tool, info.build)
+            for info in fleet.infos.values()
+            for tool in info.tools
+            if tool in self._tools
+        )
+
+    async def _move_from(self, runner: StepRunner, tool: Tool, build: str) -> None:
+        consumer = self._gone.get((tool.name, build))
+        if consumer is None:
+            consumer = await self._store.tool_consumer(tool.name, self._options(tool), build)
+            self._gone[(tool.name, build)] = consumer
+        for delivery in await consumer.fetch(MOVE_AT_ONCE, MOVE_WAIT):
+            await runner.move(delivery, build)
+
+    async def drain(self, busy: Callable[[], bool], lost: Callable[[], bool]) -> None:
+        """Wait while this worker runs steps (`busy`) or steps routed to its build wait,
+        unless another worker of its build that is not draining serves every tool here:
+        the steps of tasks pinned to it finish here."""
+        quiet = 0
+        while quiet < 2 and not lost():
+            await asyncio.sleep(DRAIN_LOOK)
+            if busy():
+                quiet = 0
+            elif self._others_of_my_build():
+                return
+            elif await self._nothing_routed_here():
+                quiet += 1
+            else:
+                quiet = 0
+
+    def _others_of_my_build(self) -> bool:
+        serving = self.fleet.fleet.serving
+        return all(serving.get(tool, {}).get(self._build) for tool in self._tools)
+
+    async def _nothing_routed_here(self) -> bool:
+        try:
+            routed = await self._store.routed_steps()
+        except Exception as exc:  # NATS away: look again
+            log.debug("no look at the steps routed here: %s", exc)
+            return False
+        return not any(build == self._build and tool in self._tools for tool, build in routed)
