@@ -23,6 +23,10 @@ LOOK_EVERY = 0.25
 """Seconds between two summaries of the beats heard (who serves what)."""
 
 
+def _serves(beat: WorkerBeat) -> tuple[str | None, list[str], bool, str | None]:
+    return beat.build, beat.tools, beat.draining, beat.claimed_by
+
+
 class FleetView:
     """Hears every worker's beat and the builds' entries (one core subscription, as
     `Succession`), and sums them up every `LOOK_EVERY`: a worker silent for
@@ -72,10 +76,14 @@ class FleetView:
         self._sum_up()
 
     def _heard_beat(self, key: str, beat: WorkerBeat | None) -> None:
+        before = self._beats.get(key)
         if beat is None or beat.claimed_by is not None:
             self._beats.pop(key, None)
         else:
             self._beats[key] = (beat, time.monotonic())
+        was = before[0] if before is not None else None
+        if beat is None or was is None or _serves(was) != _serves(beat):
+            self._sum_up()  # a worker came, went or changed: route by it now, not next look
 
     def _heard_build(self, key: str, entry: BuildInfo | Deployment | None) -> None:
         if isinstance(entry, Deployment):

@@ -100,9 +100,11 @@ def place(
     source = work.from_build
     if target is None or source is None or source == target:
         return target
-    if fleet.fits(work.tool, source, target) or source not in builds:
+    if fleet.fits(work.tool, source, target):
         return target
-    return source  # the newer build would refuse what this one made
+    # The newer build would refuse what this one made: it stays (and waits for a worker
+    # of its build, when none is left, as `tether builds` shows).
+    return source
 
 
 def _new_task(fleet: Fleet, work: WorkMessage) -> str | None:
