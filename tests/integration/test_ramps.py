@@ -125,11 +125,13 @@ async def test_no_pinned_step_moves_onto_a_build_whose_tool_would_refuse_it(
             return rows["v1"].routed == 1 and rows["v2"].workers == 1
 
         await wait_until(routed_to_v1, timeout=10, message="the report step routed to v1")
-        await asyncio.sleep(2 * MOVE_EVERY + 0.5)  # the mover looked, and left it
+        await asyncio.sleep(2 * MOVE_EVERY + 0.5)  # the mover looked, and put it back
         record = await handle.get()
         assert record.current_step == 1 and not record.status.is_terminal
         async with Worker(_reports("v1"), config, build="v1"):
             assert await handle.wait(timeout=20) == "v1 1"
+    started = [e for e in [e async for e in handle.events(timeout=5)] if e.kind == "step_started"]
+    assert [(e.step, e.attempt, e.build) for e in started] == [(0, 1, "v1"), (1, 1, "v1")]
 
 
 async def test_gc_forgets_builds_no_worker_runs_and_no_unfinished_task_started_on(

@@ -37,6 +37,8 @@ class FleetView:
         self._dead_after = (liveness or Liveness()).dead_after
         self._beats: dict[str, tuple[WorkerBeat, float]] = {}
         self.fleet = Fleet()
+        self.version = 0
+        """Counts the changes of who serves what, the builds and the deployment."""
         self._stop: Callable[[], Awaitable[None]] | None = None
         self._looking: asyncio.Task[None] | None = None
 
@@ -73,6 +75,7 @@ class FleetView:
         self._heard_beat(key, beat)
         if info is not None:
             self.fleet.infos[info.build] = info
+            self.version += 1
         self._sum_up()
 
     def _heard_beat(self, key: str, beat: WorkerBeat | None) -> None:
@@ -86,6 +89,7 @@ class FleetView:
             self._sum_up()  # a worker came, went or changed: route by it now, not next look
 
     def _heard_build(self, key: str, entry: BuildInfo | Deployment | None) -> None:
+        self.version += 1
         if isinstance(entry, Deployment):
             self.fleet.deployment = entry
         elif isinstance(entry, BuildInfo):
@@ -119,6 +123,8 @@ class FleetView:
             fleet.gone_since.setdefault(build, stamp)
         for build in live:
             fleet.gone_since.pop(build, None)
+        if serving != fleet.serving:
+            self.version += 1
         fleet.serving = serving
 
     def build_for(self, work: WorkMessage, record: TaskRecord | None) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from tether.clock import utcnow
@@ -24,6 +25,9 @@ from tether.worker.step import StepRunner
 log = logging.getLogger("tether.worker")
 MOVE_EVERY = 1.0
 """Seconds between looks for steps left on a build whose workers are all gone."""
+LOOK_AGAIN = 10.0
+"""Seconds before the steps left on a gone build are looked at again when nothing in the
+fleet changed (each look puts back those that must stay: a message each)."""
 MOVE_AT_ONCE = 64
 MOVE_WAIT = 0.25
 """Seconds a look waits for the steps of a gone build's consumer."""
@@ -46,6 +50,8 @@ class Rollout:
         self._options = options
         self.fleet = FleetView(store.workers, liveness)
         self._gone: dict[tuple[str, str], Consumer] = {}
+        self._looked: dict[tuple[str, str], tuple[int, float]] = {}
+        """(tool, build) → the fleet's version and the time of the last look."""
 
     async def start(self, key: str, beat: WorkerBeat) -> None:
         """Follow the fleet, then announce this build with its tools' shapes, saying how
@@ -86,10 +92,19 @@ class Rollout:
             try:
                 for name, build in await self._store.routed_steps():
                     tool = self._tools.get(name)
-                    if tool is not None and self._is_gone(name, build):
+                    if tool is not None and self._is_gone(name, build) and self._due(name, build):
                         await self._move_from(runner, tool, build)
             except Exception as exc:  # NATS away: the next round tries again
                 log.debug("no look at the steps left on builds gone: %s", exc)
+
+    def _due(self, tool: str, build: str) -> bool:
+        """Look again when the fleet changed, or `LOOK_AGAIN` after the last look (a grace
+        may have run out)."""
+        now, last = time.monotonic(), self._looked.get((tool, build))
+        if last is not None and last[0] == self.fleet.version and now - last[1] < LOOK_AGAIN:
+            return False
+        self._looked[(tool, build)] = (self.fleet.version, now)
+        return True
 
     def _is_gone(self, tool: str, build: str) -> bool:
         return build != self._build and build not in self.fleet.fleet.serving.get(tool, {})

@@ -47,8 +47,6 @@ from tether.worker.routing import Refuse
 log = logging.getLogger("tether.worker")
 AFTER_AN_ERROR = timedelta(seconds=1)
 """How soon a step whose handling failed (NATS away) is tried again."""
-MOVE_AGAIN = timedelta(seconds=2)
-"""How soon a step left on a build that is gone is looked at again."""
 TRY_IN_PLACE_FOR = timedelta(seconds=30)
 """How long a step is tried again in this process while NATS is away, before it is left
 to a redelivery (or, held, published again)."""
@@ -285,7 +283,8 @@ class StepRunner:
 
     async def move(self, delivery: Delivery, gone: str) -> None:
         """A step routed to build `gone`, of which no worker is left: send it where it may
-        run now, or leave it there (its grace is not over, or no build takes its input)."""
+        run now, or put it back there (its grace is not over, or no build takes its
+        input), as a new message that keeps its attempt count (a redelivery would add one)."""
         work = await self._decode(delivery)
         if work is None or self.fleet is None:
             return
@@ -293,11 +292,7 @@ class StepRunner:
         if found is None or not rules.runs_step(found.record, work.step, work.generation):
             await delivery.done()  # the task moved on, or ended: nothing to run
             return
-        placed = self.fleet.placement(work, found.record)
-        if placed == gone:
-            await delivery.retry(MOVE_AGAIN)
-            return
-        await self._send_on(delivery, work, placed)
+        await self._send_on(delivery, work, self.fleet.placement(work, found.record))
 
     async def _send_on(
         self, delivery: Delivery, work: WorkMessage, placed: str | Refuse | None
@@ -306,9 +301,12 @@ class StepRunner:
             error = ErrorInfo(type="BuildGone", message=placed.reason)
             await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
         else:
+            # One id per message sent on (a redelivery of this one sends the same id):
+            # the step's own id, where it goes, and the sequence of the message it was.
+            step_id = delivery.msg_id.split("@", 1)[0]
             token = "any" if placed is None else build_token(placed)
             sent = {
-                headers.MSG_ID: f"{delivery.msg_id}@{token}",
+                headers.MSG_ID: f"{step_id}@{token}.s{delivery.stream_sequence}",
                 headers.PRIOR_ATTEMPTS: str(delivery.attempt - 1),
             }
             subject = self.store.names.work_subject(work.tool, placed)
