@@ -29,8 +29,8 @@ def _serves(beat: WorkerBeat) -> tuple[str | None, list[str], bool, str | None]:
 
 class FleetView:
     """Hears every worker's beat and the builds' entries (one core subscription, as
-    `Succession`), and sums them up every `LOOK_EVERY`: a worker silent for
-    `dead_after` no longer counts."""
+    `Succession`), and sums them up as a worker comes, goes or changes, and every
+    `LOOK_EVERY`: a worker silent for `dead_after` no longer counts."""
 
     def __init__(self, workers: Workers, liveness: Liveness | None = None) -> None:
         self._workers = workers
