@@ -162,10 +162,12 @@ def start_worker(
     log: Path,
     concurrency: int = 32,
     entry: list[str] | None = None,
+    drain: bool = False,
 ) -> subprocess.Popen[bytes]:
     """`tether worker` as a real child process (kill -9 tests need a real process).
 
     `entry` replaces `python -m tether.cli`, e.g. with a wrapper that injects a crash.
+    Without `drain` it runs with `--no-drain`, so that a stop mid-step is quick.
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = entry or [sys.executable, "-m", "tether.cli"]
@@ -181,6 +183,7 @@ def start_worker(
                 config.names.prefix,
                 "--concurrency",
                 str(concurrency),
+                *([] if drain else ["--no-drain"]),
             ],
             env=env,
             cwd=ROOT,

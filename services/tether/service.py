@@ -51,6 +51,9 @@ class Service:
     async def stop(self) -> None:
         raise NotImplementedError
 
+    def hurry(self) -> None:
+        """A second stop signal while `stop` runs: cut a graceful stop short."""
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self

@@ -44,7 +44,7 @@ def serve(*services: Service, name: str = "tether") -> None:
 
 def supervise(services: Sequence[Service]) -> None:
     """Start services in order and run them until SIGTERM or Ctrl-C, then stop them
-    gracefully (last started first).
+    gracefully (last started first); a second signal hurries the stop.
 
     A service that can no longer work (`Service.wait_lost`: NATS lost for good, say)
     stops them all and the process with exit code 1 and one line saying why, so that its
@@ -58,10 +58,17 @@ def supervise(services: Sequence[Service]) -> None:
 
 async def _supervised(services: Sequence[Service]) -> str | None:
     stopping = asyncio.Event()
+    started: list[Service] = []
+
+    def signalled() -> None:
+        if stopping.is_set():  # a second signal: stop now
+            for service in started:
+                service.hurry()
+        stopping.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    started: list[Service] = []
+        loop.add_signal_handler(sig, signalled)
     try:
         for service in services:
             await service.start()
@@ -125,7 +132,8 @@ Grace = Annotated[
         envvar="TETHER_GRACE",
         metavar="S",
         min=0,
-        help="On a stop, seconds running steps get to finish before they go back to their queues.",
+        help="On a stop with --no-drain, or a second signal, seconds running steps get to "
+        "finish before they go back to their queues.",
     ),
 ]
 
@@ -149,13 +157,25 @@ def worker(
     drain: Annotated[
         bool,
         typer.Option(
-            "--drain",
+            "--drain/--no-drain",
             envvar="TETHER_DRAIN",
-            help="On a stop (SIGTERM, Ctrl-C), take no new step and exit once every running "
-            "step has finished, however long (a rolling deploy then re-runs nothing); "
-            "without it, steps still running after --grace go back to their queues.",
+            help="On a stop (SIGTERM, Ctrl-C), take no new step and let the running ones "
+            "finish, for up to --drain-timeout, before exiting: a rolling deploy re-runs "
+            "nothing. A second signal stops at once. With --no-drain, running steps get "
+            "--grace, then go back to their queues.",
         ),
-    ] = False,
+    ] = True,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="TETHER_DRAIN_TIMEOUT",
+            metavar="S",
+            min=0,
+            help="The longest a drain lasts; steps still running then go back to their "
+            "queues. Keep it under your orchestrator's kill timeout (Kubernetes: "
+            "terminationGracePeriodSeconds, 30 s by default).",
+        ),
+    ] = 25.0,
     build: Annotated[
         str | None,
         typer.Option(
@@ -180,7 +200,8 @@ def worker(
             concurrency=concurrency,
             metrics=metrics_on(metrics_port),
             liveness=liveness,
-            shutdown_grace=None if drain else timedelta(seconds=grace),
+            shutdown_grace=timedelta(seconds=grace),
+            drain=timedelta(seconds=drain_timeout) if drain else None,
             build=build,
         )
     except (AppLoadError, ValueError, DefinitionError) as exc:

@@ -323,7 +323,7 @@ class WorkerBeat(msgspec.Struct, frozen=True, kw_only=True):
     build: str | None = None
     """The build of the code the worker runs."""
     draining: bool = False
-    """Stopping: it takes only the steps routed to its build (`--drain`)."""
+    """Stopping: it takes only the steps routed to its build (a drain, the default on SIGTERM)."""
 
 
 class HeldStep(msgspec.Struct, frozen=True, kw_only=True):

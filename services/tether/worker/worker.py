@@ -30,6 +30,7 @@ from tether.worker.custody import Custody
 from tether.worker.liveness import Liveness
 from tether.worker.rollout import Rollout
 from tether.worker.step import StepRunner
+from tether.worker.stopping import StopClock
 from tether.worker.succession import Succession
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ class Worker(Service):
         concurrency: int = 32,
         layout: Layout | None = None,
         worker_id: str | None = None,
-        shutdown_grace: timedelta | None = timedelta(seconds=2),
+        shutdown_grace: timedelta = timedelta(seconds=2),
+        drain: timedelta | None = None,
         metrics: Metrics | None = None,
         liveness: Liveness | None = None,
         build: str | None = None,
@@ -109,6 +111,11 @@ class Worker(Service):
         self.concurrency = concurrency
         self.worker_id = worker_id or default_worker_id()
         self.shutdown_grace = shutdown_grace
+        """On a stop (or a hurried drain), how long running steps get before they go back
+        to their queues."""
+        self.drain = drain
+        """On a stop, drain for up to this long: take no new step, and let the running
+        steps (and, as its build's last worker, those routed to its build) finish."""
         self.metrics = metrics
         self.liveness = liveness or Liveness()
         named = build or os.environ.get("TETHER_BUILD")
@@ -121,6 +128,8 @@ class Worker(Service):
         versions, or a hash of the tools it serves (see `tether.worker.builds`)."""
         self._nc: Connection | None = None
         self._stopping = asyncio.Event()
+        self._stop_clock: StopClock | None = None
+        self._hurried = False
         self._draining = asyncio.Event()
         """Set first on any stop: the loops of the tools' shared consumers end (a drain
         goes on taking the steps routed to its build until none are left)."""
@@ -339,16 +348,17 @@ class Worker(Service):
             raise
 
     async def stop(self) -> None:
-        """Stop fetching, give in-flight steps `shutdown_grace` to finish, release the rest
-        (a held one is published again at once): all within about the grace. With no
-        grace (None), drain: every step it holds finishes, however long that takes, so a
-        rolling deploy re-runs nothing."""
-        grace = None if self.shutdown_grace is None else self.shutdown_grace.total_seconds()
-        deadline = None if grace is None else asyncio.get_running_loop().time() + grace
-        self._say_stopping(grace)
+        """Stop fetching. A drain lets the running steps, and as its build's last worker
+        the steps routed to its build, finish within `drain`; without one (or once
+        hurried) running steps get `shutdown_grace`. What still runs then goes back to
+        its queue at once (a held step is published again)."""
+        grace = self.shutdown_grace.total_seconds()
+        drain = None if self.drain is None or self._hurried else self.drain.total_seconds()
+        clock = self._stop_clock = StopClock(grace if drain is None else drain, grace)
+        self._say_stopping(drain, grace)
         self._draining.set()
-        if grace is None:
-            await self._drain()
+        if drain is not None:
+            await self._drain(clock)
         self._stopping.set()
         self._loops += self._build_loops
         if self._loops:
@@ -360,16 +370,22 @@ class Worker(Service):
                 loop.cancel()
             await asyncio.gather(*self._loops, return_exceptions=True)
             self._loops.clear()
-        if self._in_flight:  # the grace runs from the stop, while the fetches ended too
-            now = asyncio.get_running_loop().time()
-            left = None if deadline is None else max(0.0, deadline - now)
-            _, pending = await asyncio.wait(self._in_flight, timeout=left)
+        pending = await clock.wait(set(self._in_flight))
+        if pending:
+            if drain is not None and not self._hurried:
+                log.warning(
+                    "the drain of worker %s ran out of its %.0f s: %d step(s) still running "
+                    "go back to their queues and run again on another worker (a longer "
+                    "--drain-timeout lets them finish)",
+                    self.worker_id,
+                    drain,
+                    len(pending),
+                )
             for task in pending:
                 task.cancel()
-            if pending:
-                _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
-                if stuck:  # their messages are redelivered after ack_wait
-                    log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
+            _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
+            if stuck:  # their messages are redelivered after ack_wait
+                log.warning("%d steps did not stop when cancelled; leaving them", len(stuck))
         await self._leave()
         if self._rollout is not None:
             await self._rollout.stop()
@@ -378,32 +394,47 @@ class Worker(Service):
             await close(self._nc)
             self._nc = None
 
-    async def _drain(self) -> None:
-        """Take the steps routed to this build until none are left (`Rollout.drain`)."""
+    def hurry(self) -> None:
+        """A second Ctrl-C or SIGTERM: end a drain; running steps get the grace."""
+        self._hurried = True
+        if self._stop_clock is not None:
+            log.info(
+                "stopping worker %s now: steps still running get %.1f s",
+                self.worker_id,
+                self.shutdown_grace.total_seconds(),
+            )
+            self._stop_clock.hurry()
+
+    async def _drain(self, clock: StopClock) -> None:
+        """Take the steps routed to this build until none are left (`Rollout.drain`) or
+        the clock runs out."""
         if self._store is not None:
             with contextlib.suppress(Exception):  # draining, said at once
                 await self._announce(self._store)
         if self._rollout is not None:
-            await self._rollout.drain(lambda: bool(self._in_flight), lambda: self.is_lost)
+            draining = asyncio.ensure_future(
+                self._rollout.drain(lambda: bool(self._in_flight), lambda: self.is_lost)
+            )
+            for left in await clock.wait({draining}):
+                left.cancel()
 
-    def _say_stopping(self, grace: float | None) -> None:
-        if not self._in_flight:
-            return
-        if grace is None:
+    def _say_stopping(self, drain: float | None, grace: float) -> None:
+        if drain is not None:
             log.info(
                 "draining worker %s: it takes no new step and exits when its %d running "
-                "step(s) finish",
+                "step(s) finish, within %.0f s (a second Ctrl-C or SIGTERM stops it now)",
                 self.worker_id,
                 len(self._in_flight),
+                drain,
             )
-            return
-        log.info(
-            "stopping worker %s: %d step(s) running get %.1f s to finish, then go back "
-            "to their queues",
-            self.worker_id,
-            len(self._in_flight),
-            grace,
-        )
+        elif self._in_flight:
+            log.info(
+                "stopping worker %s: %d step(s) running get %.1f s to finish, then go back "
+                "to their queues",
+                self.worker_id,
+                len(self._in_flight),
+                grace,
+            )
 
     async def _close_tools(self) -> None:
         for tool in self.tools.values():
