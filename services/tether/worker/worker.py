@@ -249,8 +249,12 @@ class Worker(Service):
         slots: asyncio.Semaphore,
         stop: asyncio.Event,
     ) -> None:
+        most = min(self.concurrency, START_AHEAD)
+        want = 1
         while not (stop.is_set() or self.is_lost):
-            free = await _take(slots, min(self.concurrency, START_AHEAD))
+            # An idle consumer waits for its next message with one slot: its tool's other
+            # consumer (its build's, or the shared one) may take the rest meanwhile.
+            free = await _take(slots, want)
             if stop.is_set():
                 _give(slots, free)
                 break  # stopped while every slot was busy: fetch nothing more
@@ -267,6 +271,7 @@ class Worker(Service):
                 self._spawn(runner, delivery, slots)
             _give(slots, ahead - len(deliveries))
             _give(self._ahead, ahead - len(deliveries))
+            want = most if deliveries else 1
 
     async def _announcing(self, store: Store) -> None:
         """The worker's liveness (and that of every step it holds), until it has left:
