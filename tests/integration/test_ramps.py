@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from tests.apps.tools import app as tools
-from tether import App, Client, NatsConfig, StepContext, Worker
+from tether import App, Client, NatsConfig, StepContext, TaskFailedError, Worker
 from tether.clock import utcnow
 from tether.errors import TaskConflictError
 from tether.tasks.sweep import Sweeper
@@ -132,6 +132,49 @@ async def test_no_pinned_step_moves_onto_a_build_whose_tool_would_refuse_it(
             assert await handle.wait(timeout=20) == "v1 1"
     started = [e for e in [e async for e in handle.events(timeout=5)] if e.kind == "step_started"]
     assert [(e.step, e.attempt, e.build) for e in started] == [(0, 1, "v1"), (1, 1, "v1")]
+
+
+def _pinned(version: str, when_gone: str, tools: tuple[str, ...] = ("first", "second")) -> App:
+    """Two tools whose schemas are the same in every build."""
+    app = App("pins", versioning="pinned", when_gone=when_gone, build_grace=2)  # type: ignore[arg-type]
+
+    async def first(ctx: StepContext) -> dict[str, int]:
+        return {"sum": 1}
+
+    async def second(ctx: StepContext, s: Sum) -> str:
+        return f"{version} {s.sum}"
+
+    for tool in (first, second):
+        if tool.__name__ in tools:
+            app.tool(tool)
+    return app
+
+
+@pytest.mark.parametrize("when_gone", ["move", "fail"])
+async def test_a_pinned_step_whose_build_is_gone_moves_or_fails_after_its_grace(
+    when_gone: str, client: Client, config: NatsConfig
+) -> None:
+    """v2 serves both tools; v1's worker of `second` goes, and a v1 worker of `first`
+    alone starts a pinned task. Its `second` waits on v1 for the grace (2 s), then runs
+    on v2 (`move`, its first attempt) or its task fails saying which worker to start."""
+    async with Worker(_pinned("v2", when_gone), config, build="v2"):
+        async with Worker(_pinned("v1", when_gone), config, build="v1"):
+            pass  # v1 served both tools, and is newer: new tasks start on it
+        gone_at = utcnow()
+        async with Worker(_pinned("v1", when_gone, ("first",)), config, build="v1"):
+            handle = await client.submit(["first", "second"])
+            if when_gone == "move":
+                assert await handle.wait(timeout=20) == "v2 1"
+            else:
+                with pytest.raises(TaskFailedError) as failed:
+                    await handle.wait(timeout=20)
+                assert failed.value.error is not None and failed.value.error.type == "BuildGone"
+                assert "start one (tether worker --build v1)" in failed.value.error.message
+    events = [e async for e in handle.events(timeout=5)]
+    started = [(e.step, e.attempt, e.build) for e in events if e.kind == "step_started"]
+    assert started == ([(0, 1, "v1"), (1, 1, "v2")] if when_gone == "move" else [(0, 1, "v1")])
+    ended = events[-1].time  # the step ran, or the task failed, once the grace was over
+    assert ended - gone_at >= timedelta(seconds=1.5), (gone_at, ended)
 
 
 async def test_gc_forgets_builds_no_worker_runs_and_no_unfinished_task_started_on(

@@ -56,19 +56,22 @@ def test_a_pinned_step_stays_on_its_build_while_a_worker_of_it_is_left() -> None
 
 def test_a_pinned_step_whose_build_is_gone_waits_its_grace_then_moves_if_it_fits() -> None:
     fleet = _fleet(pinned=True, serving={"v2": True})
-    fleet.gone_since["v1"] = T0
+    fleet.gone_since[("c", "v1")] = T0
     assert place(fleet, _work(), "v1", T0 + timedelta(seconds=10)) == "v1"
     assert place(fleet, _work(), "v1", T0 + timedelta(seconds=31)) == "v2"
     refusing = _fleet(pinned=True, c_changes=True, serving={"v2": True})
     assert place(refusing, _work(), "v1", T0 + timedelta(hours=1)) == "v1"  # never onto it
 
 
-def test_a_pinned_step_may_fail_its_task_when_its_build_is_gone() -> None:
+def test_a_pinned_step_may_fail_its_task_once_its_build_is_gone_past_the_grace() -> None:
     fleet = _fleet(serving={"v2": True})
     fleet.infos["v1"] = msgspec.structs.replace(
-        fleet.infos["v1"], tools={"c": ToolShape(versioning="pinned", when_gone="fail")}
+        fleet.infos["v1"],
+        tools={"c": ToolShape(versioning="pinned", when_gone="fail", grace_s=30)},
     )
-    refused = place(fleet, _work(), "v1", T0)
+    fleet.gone_since[("c", "v1")] = T0
+    assert place(fleet, _work(), "v1", T0 + timedelta(seconds=10)) == "v1"  # may come back
+    refused = place(fleet, _work(), "v1", T0 + timedelta(seconds=31))
     assert isinstance(refused, Refuse) and "tether worker --build v1" in refused.reason
 
 

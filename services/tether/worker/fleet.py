@@ -116,13 +116,14 @@ class FleetView:
                 builds = serving.setdefault(tool, {})
                 builds[build] = builds.get(build, False) or not beat.draining
         fleet = self.fleet
-        live = {build for builds in serving.values() for build in builds}
-        was = {build for builds in fleet.serving.values() for build in builds}
-        stamp = utcnow()
-        for build in was - live:
-            fleet.gone_since.setdefault(build, stamp)
-        for build in live:
-            fleet.gone_since.pop(build, None)
+        live = {(tool, build) for tool, builds in serving.items() for build in builds}
+        served = {(tool, info.build) for info in fleet.infos.values() for tool in info.tools}
+        served |= {(tool, build) for tool, builds in fleet.serving.items() for build in builds}
+        stamp = utcnow()  # gone since now, or since this view first missed it
+        for pair in served - live:
+            fleet.gone_since.setdefault(pair, stamp)
+        for pair in live:
+            fleet.gone_since.pop(pair, None)
         if serving != fleet.serving:
             self.version += 1
         fleet.serving = serving

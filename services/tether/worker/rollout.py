@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from tether.clock import utcnow
 from tether.nats.consumers import ConsumerOptions
@@ -50,8 +50,9 @@ class Rollout:
         self._options = options
         self.fleet = FleetView(store.workers, liveness)
         self._gone: dict[tuple[str, str], Consumer] = {}
-        self._looked: dict[tuple[str, str], tuple[int, float]] = {}
-        """(tool, build) → the fleet's version and the time of the last look."""
+        self._looked: dict[tuple[str, str], tuple[int, datetime]] = {}
+        """(tool, build) → the fleet's version and the time of the last look; ("*", "*")
+        for the last look at the subjects that found nothing left."""
 
     async def start(self, key: str, beat: WorkerBeat) -> None:
         """Follow the fleet, then announce this build with its tools' shapes, saying how
@@ -83,41 +84,54 @@ class Rollout:
         self, runner: StepRunner, stopping: asyncio.Event, draining: asyncio.Event
     ) -> None:
         """Send on the steps left on a build no worker runs any more (`StepRunner.move`):
-        one request a round, and none while every build this worker knows of is up."""
+        one request a round while some are left, none while every build this worker
+        knows of is up, and between, one when the fleet changes or `LOOK_AGAIN` passes
+        (a build gone until `tether gc` forgets it costs no request a second)."""
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), MOVE_EVERY)
-            if draining.is_set() or not self._some_build_gone():
+            if draining.is_set() or not self._some_build_gone() or not self._due("*", "*"):
                 continue
+            again = True
             try:
-                for name, build in await self._store.routed_steps():
-                    tool = self._tools.get(name)
-                    if tool is not None and self._is_gone(name, build) and self._due(name, build):
+                left = [
+                    (self._tools[name], build)
+                    for name, build in await self._store.routed_steps()
+                    if name in self._tools and self._is_gone(name, build)
+                ]
+                again = bool(left)
+                for tool, build in left:
+                    if self._due(tool.name, build):
                         await self._move_from(runner, tool, build)
             except Exception as exc:  # NATS away: the next round tries again
                 log.debug("no look at the steps left on builds gone: %s", exc)
+            if again:  # some are left (more may come), or no look: again next round
+                self._looked.pop(("*", "*"), None)
 
     def _due(self, tool: str, build: str) -> bool:
-        """Look again when the fleet changed, or `LOOK_AGAIN` after the last look (a grace
-        may have run out)."""
-        now, last = time.monotonic(), self._looked.get((tool, build))
-        if last is not None and last[0] == self.fleet.version and now - last[1] < LOOK_AGAIN:
-            return False
+        """Look again when the fleet changed, when a pinned step's grace on the gone
+        build ended since the last look, or `LOOK_AGAIN` after it."""
+        now, last = utcnow(), self._looked.get((tool, build))
+        if last is not None and last[0] == self.fleet.version:
+            ends = self._grace_ends(tool, build)
+            recent = now - last[1] < timedelta(seconds=LOOK_AGAIN)
+            if recent and not (ends is not None and last[1] < ends <= now):
+                return False
         self._looked[(tool, build)] = (self.fleet.version, now)
         return True
+
+    def _grace_ends(self, tool: str, build: str) -> datetime | None:
+        fleet = self.fleet.fleet
+        gone = fleet.gone_since.get((tool, build))
+        return None if gone is None else gone + timedelta(seconds=fleet.shape(tool, build).grace_s)
 
     def _is_gone(self, tool: str, build: str) -> bool:
         return build != self._build and build not in self.fleet.fleet.serving.get(tool, {})
 
     def _some_build_gone(self) -> bool:
-        """Whether a build that served a tool here serves it no more."""
-        fleet = self.fleet.fleet
-        return bool(fleet.gone_since) or any(
-            self._is_gone(tool, info.build)
-            for info in fleet.infos.values()
-            for tool in info.tools
-            if tool in self._tools
-        )
+        """Whether another build served a tool here and serves it no more."""
+        gone = self.fleet.fleet.gone_since
+        return any(tool in self._tools and build != self._build for tool, build in gone)
 
     async def _move_from(self, runner: StepRunner, tool: Tool, build: str) -> None:
         consumer = self._gone.get((tool.name, build))

@@ -33,8 +33,9 @@ class Fleet:
     """tool → build → whether a worker of it takes new work (False: all draining)."""
     infos: dict[str, BuildInfo] = field(default_factory=dict)
     deployment: Deployment = field(default_factory=Deployment)
-    gone_since: dict[str, datetime] = field(default_factory=dict)
-    """Builds no worker serves any more, since when."""
+    gone_since: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    """(tool, build) that no worker serves any more (or not since this view began),
+    since when: a pinned step's grace runs from it."""
 
     def shape(self, tool: str, build: str | None) -> ToolShape:
         info = self.infos.get(build or "")
@@ -123,16 +124,17 @@ def _pinned(
 ) -> str | Refuse:
     if started_on in fleet.serving.get(work.tool, {}) or shape.when_gone == "wait":
         return started_on
+    gone = fleet.gone_since.get((work.tool, started_on))
+    if gone is None or now - gone < timedelta(seconds=shape.grace_s):
+        return started_on  # its grace is not over: it waits on its build's subject
     if shape.when_gone == "fail":
         return Refuse(
             f"task {work.task_id!r} is pinned to build {started_on!r}, which no worker of "
-            f"tool {work.tool!r} runs any more: start one (tether worker --build "
-            f"{started_on}), or retry the task once its tool may move (when_gone='move')"
+            f"tool {work.tool!r} has run for {shape.grace_s:g} s: start one (tether worker "
+            f"--build {started_on}) and retry the task, or let its steps move "
+            "(when_gone='move')"
         )
-    gone = fleet.gone_since.get(started_on)
     target = fleet.current(work.tool)
-    if target is None or (gone is not None and now - gone < timedelta(seconds=shape.grace_s)):
-        return started_on  # its grace is not over: it waits on its build's subject
-    if not fleet.fits(work.tool, started_on, target):
+    if target is None or not fleet.fits(work.tool, started_on, target):
         return started_on  # never onto a build whose tool would refuse its input
     return target
