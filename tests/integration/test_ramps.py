@@ -7,18 +7,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from datetime import timedelta
 
 import msgspec
 import pytest
 
 from tests.apps.tools import app as tools
-from tether import App, Client, NatsConfig, StepContext, TaskFailedError, Worker
+from tether import App, Child, Client, NatsConfig, StepContext, TaskFailedError, Worker
 from tether.clock import utcnow
 from tether.errors import TaskConflictError
+from tether.schemas.builds import Versioning
 from tether.tasks.sweep import Sweeper
 from tether.testing import wait_until
 from tether.worker.rollout import MOVE_EVERY
+from tether.worker.routing import ramped
 
 
 async def _builds_of(client: Client, count: int) -> list[str | None]:
@@ -175,6 +178,52 @@ async def test_a_pinned_step_whose_build_is_gone_moves_or_fails_after_its_grace(
     assert started == ([(0, 1, "v1"), (1, 1, "v2")] if when_gone == "move" else [(0, 1, "v1")])
     ended = events[-1].time  # the step ran, or the task failed, once the grace was over
     assert ended - gone_at >= timedelta(seconds=1.5), (gone_at, ended)
+
+
+def _tree(version: str, sub: Versioning) -> App:
+    """A pinned `spawn` that starts a child task of `sub`, which says its build."""
+    app = App("tree", versioning="pinned")
+
+    async def spawn(ctx: StepContext) -> Child:
+        return Child(["sub"])
+
+    async def sub_agent(ctx: StepContext) -> str:
+        return version
+
+    app.tool(spawn)
+    app.tool(name="sub", versioning=sub)(sub_agent)
+    return app
+
+
+@pytest.mark.parametrize("sub", ["pinned", "moving"])
+async def test_a_child_task_counts_as_started_on_the_build_of_the_step_that_started_it(
+    sub: Versioning, client: Client, config: NatsConfig
+) -> None:
+    """A task ramped onto v1 while v2 is current starts a child: a pinned child runs on
+    v1, its parent's code; a moving one on v2, the current build."""
+    ramped_ids = (f"tree-{uuid.uuid4().hex[:8]}" for _ in iter(int, 1))
+    on_v1 = (task_id for task_id in ramped_ids if ramped(task_id, 50))
+    async with Worker(_tree("v1", sub), config, build="v1"):
+        pass  # v1 announced first: v2 is the newer, current build
+    async with (
+        Worker(_tree("v1", sub), config, build="v1"),
+        Worker(_tree("v2", sub), config, build="v2"),
+    ):
+        await wait_until(lambda: _both_up(client), timeout=10, message="v1 and v2 up")
+        await client.ramp("v1", 50)
+
+        async def ramp_heard() -> bool:
+            probe = await client.submit(["spawn"], task_id=next(on_v1))
+            await probe.wait(timeout=20)
+            return (await probe.get()).build == "v1"
+
+        await wait_until(ramp_heard, timeout=10, message="the ramp heard by the workers")
+        handle = await client.submit(["spawn"], task_id=next(on_v1))
+        assert await handle.wait(timeout=20) == ("v1" if sub == "pinned" else "v2")
+    parent = await handle.get()
+    child = await client.get(parent.children[0])
+    assert parent.build == "v1" and child.parent is not None and child.parent.build == "v1"
+    assert child.build == ("v1" if sub == "pinned" else "v2")
 
 
 async def test_gc_forgets_builds_no_worker_runs_and_no_unfinished_task_started_on(

@@ -135,6 +135,9 @@ class ParentStep(msgspec.Struct, frozen=True, kw_only=True):
     generation: int = 1
     branch: int | None = None
     """Set when one branch of a parallel step started it (an agent's call of a sub-agent)."""
+    build: str | None = None
+    """The build that ran that step: until the child starts, it counts as started there,
+    so a pinned sub-agent runs on its parent's code."""
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -44,9 +44,11 @@ class ChildTasks:
         task_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         branch: int | None = None,
+        build: str | None = None,
     ) -> TaskRecord | None:
         """Start a child task that runs `steps`; its result will complete `step` (or one
-        `branch` of it, a parallel step: an agent's call of a sub-agent).
+        `branch` of it, a parallel step: an agent's call of a sub-agent), from a step
+        run by `build`.
 
         Raises InvalidTaskError (or InvalidNameError) for a plan that cannot run. The
         child is created first, then the parent's record names it (`awaiting`): a
@@ -61,7 +63,9 @@ class ChildTasks:
         await KnownTools(self.store).check(steps)
         parent = current.record
         child_id = task_id or rules.child_id(parent.task_id, step, parent.generation, branch)
-        child = rules.new_child(parent, step, child_id, steps, metadata or {}, utcnow(), branch)
+        child = rules.new_child(
+            parent, step, child_id, steps, metadata or {}, utcnow(), branch, build
+        )
         created = await self.store.records.create(child)
         if created is not None:
             await self.tasks.hand_off_first(child)
@@ -78,7 +82,7 @@ class ChildTasks:
         def linked(record: TaskRecord) -> TaskRecord | None:
             if branch is not None:
                 return rules.list_child(record, child_id, utcnow())
-            return rules.await_child(record, step, child_id, utcnow())
+            return rules.await_child(record, step, child_id, utcnow(), build)
 
         stored, _ = await self.store.records.update(parent.task_id, linked, current)
         if child.status.is_terminal:

@@ -100,9 +100,14 @@ def new_child(
     metadata: dict[str, Any],
     now: datetime,
     branch: int | None = None,
+    build: str | None = None,
 ) -> TaskRecord:
     link = ParentStep(
-        task_id=parent.task_id, step=step, generation=parent.generation, branch=branch
+        task_id=parent.task_id,
+        step=step,
+        generation=parent.generation,
+        branch=branch,
+        build=build,
     )
     return TaskRecord(
         task_id=task_id,
@@ -116,14 +121,22 @@ def new_child(
     )
 
 
-def await_child(record: TaskRecord, step: int, child: str, now: datetime) -> TaskRecord | None:
-    """The step waits for `child` (and the task lists it among its children)."""
+def await_child(
+    record: TaskRecord, step: int, child: str, now: datetime, build: str | None = None
+) -> TaskRecord | None:
+    """The step, run by `build`, waits for `child` (and the task lists it among its
+    children); a first step that starts a child started its task on `build`."""
     if record.status.is_terminal or record.current_step != step or record.awaiting == child:
         return None
     children = record.children if child in record.children else [*record.children, child]
     status = TaskStatus.RUNNING if record.status is TaskStatus.PENDING else record.status
     return msgspec.structs.replace(
-        record, awaiting=child, children=children, status=status, updated_at=now
+        record,
+        awaiting=child,
+        children=children,
+        status=status,
+        updated_at=now,
+        build=record.build or build,
     )
 
 

@@ -279,6 +279,7 @@ class Execution:
                 task_id=child.task_id,
                 metadata=child.metadata,
                 branch=work.branch,
+                build=self.build,
             )
         except (InvalidTaskError, InvalidNameError, TaskExistsError) as exc:
             raise _give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc

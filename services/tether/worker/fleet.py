@@ -16,7 +16,7 @@ from tether.schemas.builds import BuildInfo, Deployment
 from tether.schemas.names import Names
 from tether.schemas.tasks import TaskRecord, WorkerBeat, WorkMessage
 from tether.worker.liveness import Liveness
-from tether.worker.routing import Fleet, Refuse, place
+from tether.worker.routing import Fleet, Refuse, place, started_on
 
 log = logging.getLogger("tether.worker")
 LOOK_EVERY = 0.25
@@ -131,9 +131,8 @@ class FleetView:
     def build_for(self, work: WorkMessage, record: TaskRecord | None) -> str | None:
         """Where a hand-off goes (None: any worker of the tool). A step that can run
         nowhere goes to any worker, which fails its task saying why."""
-        started = record.build if record is not None else None
-        placed = place(self.fleet, work, started, utcnow())
+        placed = place(self.fleet, work, started_on(record), utcnow())
         return None if isinstance(placed, Refuse) else placed
 
     def placement(self, work: WorkMessage, record: TaskRecord) -> str | Refuse | None:
-        return place(self.fleet, work, record.build, utcnow())
+        return place(self.fleet, work, started_on(record), utcnow())

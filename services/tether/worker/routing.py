@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tether.schemas.builds import BuildInfo, Deployment, ToolShape
-from tether.schemas.tasks import WorkMessage
+from tether.schemas.tasks import TaskRecord, WorkMessage
 from tether.worker.compat import input_changes
 
 MOVING = ToolShape()
@@ -77,6 +77,14 @@ def ramped(task_id: str, percent: float) -> bool:
     and a task asked about again gets the same answer."""
     digest = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % 10_000 < percent * 100
+
+
+def started_on(record: TaskRecord | None) -> str | None:
+    """The build a task counts as started on: the one that ran its first step, or, for a
+    child not started yet, the one that ran the step that started it."""
+    if record is None:
+        return None
+    return record.build or (record.parent.build if record.parent is not None else None)
 
 
 def place(
