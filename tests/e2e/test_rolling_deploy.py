@@ -93,6 +93,10 @@ async def test_a_rolling_deploy_loses_nothing_and_runs_nothing_twice(
             stop_worker(worker)
 
     assert [r.split(" by ")[0] for r in results] == [str(i) for i in range(TASKS)]
+    # v2 said at start how it does not fit v1, and `tether builds` lists it
+    assert "tool 'tally' of build v2 does not fit build v1" in (tmp_path / "v2-0.log").read_text()
+    v2_row = next(row for row in (await client.builds()).builds if row.build == "v2")
+    assert v2_row.before == "v1" and {"tally", "report"} <= set(v2_row.changes)
     assert answers == [ANSWER["content"]] * AGENTS
     runs: dict[tuple[str, str], list[str]] = defaultdict(list)
     for line in executions.read_text().splitlines():

@@ -9,11 +9,12 @@ import logging
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import msgspec
 import pytest
 
-from tests.apps.tools import app as tools
+from tests.conftest import APP, start_worker, stop_worker
 from tether import App, Child, Client, NatsConfig, StepContext, TaskFailedError, Worker
 from tether.clock import utcnow
 from tether.errors import TaskConflictError
@@ -31,11 +32,19 @@ async def _builds_of(client: Client, count: int) -> list[str | None]:
 
 
 async def test_a_ramp_sends_its_share_of_new_tasks_and_a_rollback_takes_them_back(
-    client: Client, config: NatsConfig
+    client: Client,
+    config: NatsConfig,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with Worker(tools, config, build="v1"), Worker(tools, config, build="v2"):
+    """Two `tether worker` processes of one app, builds v1 and v2."""
+    workers = []
+    for build in ("v1", "v2"):
+        monkeypatch.setenv("TETHER_BUILD", build)
+        workers.append(start_worker(config, APP, log=tmp_path / f"{build}.log"))
+    try:
         await wait_until(
-            lambda: _both_up(client), timeout=10, message="the workers of v1 and v2 up"
+            lambda: _both_up(client), timeout=20, message="the workers of v1 and v2 up"
         )
         said = await client.ramp("v2", 10)
         assert said.said == "10% of new tasks go to v2; the rest to v1"
@@ -59,6 +68,9 @@ async def test_a_ramp_sends_its_share_of_new_tasks_and_a_rollback_takes_them_bac
         promoted = await client.promote("v2")
         assert promoted.said == "new tasks and moving steps go to v2"
         assert set(await _builds_of(client, 50)) == {"v2"}
+    finally:
+        for worker in workers:
+            stop_worker(worker)
 
 
 async def _both_up(client: Client) -> bool:
