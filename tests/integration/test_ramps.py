@@ -37,15 +37,17 @@ async def test_a_ramp_sends_its_share_of_new_tasks_and_a_rollback_takes_them_bac
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two `tether worker` processes of one app, builds v1 and v2."""
+    """Two `tether worker` processes of one app: v1, then v2."""
     workers = []
-    for build in ("v1", "v2"):
-        monkeypatch.setenv("TETHER_BUILD", build)
-        workers.append(start_worker(config, APP, log=tmp_path / f"{build}.log"))
     try:
-        await wait_until(
-            lambda: _both_up(client), timeout=20, message="the workers of v1 and v2 up"
-        )
+        for build in ("v1", "v2"):
+            monkeypatch.setenv("TETHER_BUILD", build)
+            workers.append(start_worker(config, APP, log=tmp_path / f"{build}.log"))
+
+            async def up(build: str = build) -> bool:
+                return build in {w.build for w in await client.workers()}
+
+            await wait_until(up, timeout=20, message=f"the worker of {build} up")
         said = await client.ramp("v2", 10)
         assert said.said == "10% of new tasks go to v2; the rest to v1"
         builds = await _builds_of(client, 1000)
