@@ -5,6 +5,7 @@ whose tool does not fit the one before is listed with why."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
@@ -18,7 +19,7 @@ from tests.conftest import APP, start_worker, stop_worker
 from tether import App, Child, Client, NatsConfig, StepContext, TaskFailedError, Worker
 from tether.clock import utcnow
 from tether.errors import TaskConflictError
-from tether.schemas.builds import Versioning
+from tether.schemas.builds import Versioning, WhenGone
 from tether.tasks.sweep import Sweeper
 from tether.testing import wait_until
 from tether.worker.rollout import MOVE_EVERY
@@ -151,9 +152,9 @@ async def test_no_pinned_step_moves_onto_a_build_whose_tool_would_refuse_it(
     assert [(e.step, e.attempt, e.build) for e in started] == [(0, 1, "v1"), (1, 1, "v1")]
 
 
-def _pinned(version: str, when_gone: str, tools: tuple[str, ...] = ("first", "second")) -> App:
+def _pinned(version: str, when_gone: WhenGone, tools: tuple[str, ...] = ("first", "second")) -> App:
     """Two tools whose schemas are the same in every build."""
-    app = App("pins", versioning="pinned", when_gone=when_gone, build_grace=2)  # type: ignore[arg-type]
+    app = App("pins", versioning="pinned", when_gone=when_gone, build_grace=2)
 
     async def first(ctx: StepContext) -> dict[str, int]:
         return {"sum": 1}
@@ -169,7 +170,7 @@ def _pinned(version: str, when_gone: str, tools: tuple[str, ...] = ("first", "se
 
 @pytest.mark.parametrize("when_gone", ["move", "fail"])
 async def test_a_pinned_step_whose_build_is_gone_moves_or_fails_after_its_grace(
-    when_gone: str, client: Client, config: NatsConfig
+    when_gone: WhenGone, client: Client, config: NatsConfig
 ) -> None:
     """v2 serves both tools; v1's worker of `second` goes, and a v1 worker of `first`
     alone starts a pinned task. Its `second` waits on v1 for the grace (2 s), then runs
@@ -215,7 +216,7 @@ async def test_a_child_task_counts_as_started_on_the_build_of_the_step_that_star
 ) -> None:
     """A task ramped onto v1 while v2 is current starts a child: a pinned child runs on
     v1, its parent's code; a moving one on v2, the current build."""
-    ramped_ids = (f"tree-{uuid.uuid4().hex[:8]}" for _ in iter(int, 1))
+    ramped_ids = (f"tree-{uuid.uuid4().hex[:8]}" for _ in itertools.count())
     on_v1 = (task_id for task_id in ramped_ids if ramped(task_id, 50))
     async with Worker(_tree("v1", sub), config, build="v1"):
         pass  # v1 announced first: v2 is the newer, current build

@@ -31,6 +31,9 @@ fleet changed (each look puts back those that must stay: a message each)."""
 MOVE_AT_ONCE = 64
 MOVE_WAIT = 0.25
 """Seconds a look waits for the steps of a gone build's consumer."""
+ANY_LEFT = ("*", "*")
+"""The key in `Rollout._looked` of the last look at the subjects that found no step left
+on a gone build."""
 DRAIN_LOOK = 0.25
 """Seconds between looks, while draining, at the steps still routed to this build."""
 
@@ -51,8 +54,8 @@ class Rollout:
         self.fleet = FleetView(store.workers, liveness)
         self._gone: dict[tuple[str, str], Consumer] = {}
         self._looked: dict[tuple[str, str], tuple[int, datetime]] = {}
-        """(tool, build) → the fleet's version and the time of the last look; ("*", "*")
-        for the last look at the subjects that found nothing left."""
+        """(tool, build), or `ANY_LEFT` → the fleet's version and the time of the last
+        look."""
 
     async def start(self, key: str, beat: WorkerBeat) -> None:
         """Follow the fleet, then announce this build with its tools' shapes, saying how
@@ -90,7 +93,7 @@ class Rollout:
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), MOVE_EVERY)
-            if draining.is_set() or not self._some_build_gone() or not self._due("*", "*"):
+            if draining.is_set() or not self._some_build_gone() or not self._due(*ANY_LEFT):
                 continue
             again = True
             try:
@@ -106,7 +109,7 @@ class Rollout:
             except Exception as exc:  # NATS away: the next round tries again
                 log.debug("no look at the steps left on builds gone: %s", exc)
             if again:  # some are left (more may come), or no look: again next round
-                self._looked.pop(("*", "*"), None)
+                self._looked.pop(ANY_LEFT, None)
 
     def _due(self, tool: str, build: str) -> bool:
         """Look again when the fleet changed, when a pinned step's grace on the gone
