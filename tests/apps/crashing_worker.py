@@ -6,6 +6,10 @@ TETHER_CRASH_AT=POINT:TASK_ID:STEP (STEP as `<step>.b<branch>` for a branch), PO
   counted       right after the record counted the branch as done
   handed-off    right after a message of the next step was published (before the ack)
   memo-stored   right after a `ctx.once` result of the task was stored
+  child-created right after the record of child task TASK_ID was created, before its
+                hand-off (STEP is not used)
+  failed-recorded  right after the step (or branch) wrote the task's failed record, before
+                its `failed` event (and a branch's cancellation notice)
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from typing import Any
 
 from tether.cli import main
 from tether.nats.checkpoints import Checkpoints
+from tether.nats.records import Records
 from tether.nats.store import Store
-from tether.schemas.events import StepCompleted
+from tether.schemas.events import Failed, StepCompleted
 
 POINT, TASK_ID, STEP = os.environ["TETHER_CRASH_AT"].split(":")
 _step, _, _branch = STEP.partition(".b")
@@ -79,6 +84,17 @@ elif POINT == "handed-off":
     after(Store, "publish_work", lambda work, *_: (work.task_id, work.step) == next_step)
 elif POINT == "memo-stored":
     after(Checkpoints, "create_memo", lambda key, *_: key.startswith(TASK_ID + "."))
+elif POINT == "child-created":
+    after(Records, "create", lambda record, *_: record.task_id == TASK_ID)
+elif POINT == "failed-recorded":
+    before(
+        Store,
+        "publish_event",
+        lambda event, *_: (
+            isinstance(event, Failed)
+            and (event.task_id, event.step, event.branch) == (TASK_ID, STEP_NO, BRANCH)
+        ),
+    )
 else:
     sys.exit(f"unknown crash point {POINT!r}")
 

@@ -27,6 +27,7 @@ from tether.schemas.tasks import (
     DeadLetter,
     Heartbeat,
     HeldStep,
+    StepRun,
     TaskRecord,
     TaskSubmit,
     Timer,
@@ -53,6 +54,7 @@ MESSAGES: dict[str, Any] = {
     "BuildInfo": BuildInfo,
     "Deployment": Deployment,
     "HeldStep": HeldStep,
+    "StepRun": StepRun,
     "TokenChunk": TokenChunk,
     "Timer": Timer,
     "ErrorReply": ErrorReply,
@@ -212,6 +214,14 @@ def _buckets(names: Names) -> list[tuple[str, str, str, str, str]]:
             "send",
             "Heartbeat",
             "The running step's worker and progress.",
+        ),
+        (
+            "kv.runs",
+            kv(names.heartbeats_bucket, "{task_id}={step}"),
+            "send",
+            "StepRun",
+            "A step's last run that started, or failed: which attempt a delivery that "
+            "came back is (keys <task_id>=<step> and <task_id>=<step>=b<branch>).",
         ),
         (
             "kv.tools",

@@ -155,12 +155,14 @@ class PlainLines(JsonLines):
         super().__init__()
         self.console = console or stdout()
         self._mid_line = False
+        self._failure_shown = False
 
     def show(self, outputs: list[Output]) -> None:
         for out in outputs:
             if isinstance(out, Shown):
                 self._end_line()
                 self.event_line(out.event)
+                self._failure_shown |= out.event.kind == "failed"
             elif isinstance(out, Piece):
                 self.console.print(Text(out.text), end="", soft_wrap=True)
                 self._mid_line = True
@@ -187,6 +189,10 @@ class PlainLines(JsonLines):
         self._end_line()
         if record.status is TaskStatus.COMPLETED:
             self.console.print_json(encode(record.result).decode())
+        elif record.status is TaskStatus.FAILED and record.error and not self._failure_shown:
+            # Its `failed` event did not come (yet): the record says why all the same.
+            error = record.error
+            self.console.print(Text(f"failed: {error.type}: {error.message}", style="red"))
 
 
 class StreamedText:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from collections.abc import Sequence
@@ -23,13 +24,14 @@ from tether.cli.common import (
     nats_config,
 )
 from tether.cli.loading import AppLoadError, load_apps
+from tether.cli.waiting import Waiting, start_waiting
 from tether.errors import DefinitionError, TetherError
 from tether.service import Service
 
 log = logging.getLogger("tether.cli")
 
 
-def serve(*services: Service, name: str = "tether") -> None:
+def serve(*services: Service, name: str = "tether", waiting: Waiting | None = None) -> None:
     """Run services with logs and traces on (exported as `name` when the `OTEL_*`
     variables ask for them), as `supervise` does."""
     from tether import tracing
@@ -37,26 +39,29 @@ def serve(*services: Service, name: str = "tether") -> None:
     tracing.configure(name)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        supervise(services)
+        supervise(services, waiting)
     except TetherError as exc:
         fail(str(exc))
 
 
-def supervise(services: Sequence[Service]) -> None:
+def supervise(services: Sequence[Service], waiting: Waiting | None = None) -> None:
     """Start services in order and run them until SIGTERM or Ctrl-C, then stop them
     gracefully (last started first); a second signal hurries the stop.
 
-    A service that can no longer work (`Service.wait_lost`: NATS lost for good, say)
-    stops them all and the process with exit code 1 and one line saying why, so that its
-    supervisor (systemd, Kubernetes, whoever ran `tether dev`) starts a fresh one. A
-    TetherError from a start is raised once the services started are stopped.
+    With `waiting` (the worker, the dispatcher, the API), a start that finds NATS away
+    waits for it, trying again with fresh services, until NATS answers or a signal stops
+    the process (see `tether.cli.waiting`). A service that can no longer work
+    (`Service.wait_lost`: NATS lost for good, say) stops them all and the process with
+    exit code 1 and one line saying why, so that its supervisor (systemd, Kubernetes,
+    whoever ran `tether dev`) starts a fresh one. A TetherError from a start is raised
+    once the services started are stopped.
     """
-    lost = asyncio.run(_supervised(services))
+    lost = asyncio.run(_supervised(services, waiting))
     if lost is not None:
         fail(f"{lost}: exiting so that a fresh process takes over", code=1)
 
 
-async def _supervised(services: Sequence[Service]) -> str | None:
+async def _supervised(services: Sequence[Service], waiting: Waiting | None) -> str | None:
     stopping = asyncio.Event()
     started: list[Service] = []
 
@@ -70,9 +75,12 @@ async def _supervised(services: Sequence[Service]) -> str | None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, signalled)
     try:
-        for service in services:
-            await service.start()
-            started.append(service)
+        if waiting is None:
+            for service in services:
+                await service.start()
+                started.append(service)
+        else:
+            started += await start_waiting(services, waiting, stopping)
         return await _until_stopped_or_lost(stopping, started)
     finally:
         for service in reversed(started):
@@ -194,7 +202,8 @@ def worker(
     try:
         loaded = load_apps(apps)
         liveness = Liveness(beat_every, dead_after, look_every, step_slack)
-        serving = Worker(
+        serving = functools.partial(
+            Worker,
             loaded,
             config,
             concurrency=concurrency,
@@ -204,9 +213,10 @@ def worker(
             drain=timedelta(seconds=drain_timeout) if drain else None,
             build=build,
         )
+        first = serving()
     except (AppLoadError, ValueError, DefinitionError) as exc:
         fail(str(exc))
-    serve(serving, name=config.name)
+    serve(first, name=config.name, waiting=Waiting(config.safe_url, lambda: [serving()]))
 
 
 def dispatcher(
@@ -222,8 +232,12 @@ def dispatcher(
 
     config = nats_config(nats, prefix, "tether-dispatcher", replicas)
     metrics = metrics_on(metrics_port)
-    dispatching = Dispatcher(config, metrics=metrics)
-    serve(dispatching, *([ApiService(config, metrics=metrics)] if api else []), name=config.name)
+
+    def services() -> list[Service]:
+        answering = [ApiService(config, metrics=metrics)] if api else []
+        return [Dispatcher(config, metrics=metrics), *answering]
+
+    serve(*services(), name=config.name, waiting=Waiting(config.safe_url, services))
 
 
 def api(
@@ -235,7 +249,8 @@ def api(
     from tether.api import ApiService
 
     config = nats_config(nats, prefix, "tether-api", replicas)
-    serve(ApiService(config), name=config.name)
+    waiting = Waiting(config.safe_url, lambda: [ApiService(config)])
+    serve(ApiService(config), name=config.name, waiting=waiting)
 
 
 def register(app: typer.Typer) -> None:

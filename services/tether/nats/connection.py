@@ -24,7 +24,13 @@ from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError
 from nats.nuid import NUID
 
-from tether.errors import JetStreamError, NatsUnavailableError, RevisionConflictError, TetherError
+from tether.errors import (
+    JetStreamError,
+    NatsUnavailableError,
+    NotProvisionedError,
+    RevisionConflictError,
+    TetherError,
+)
 from tether.nats import codes
 from tether.schemas.names import DEFAULT_NAMES, Names
 
@@ -263,7 +269,7 @@ async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = No
             raise NatsUnavailableError(
                 f"NATS at {config.safe_url} refused the credentials ({why}): pass --creds "
                 "FILE, --nkey FILE, or user:password@ / token@ in the URL (TETHER_NATS_CREDS, ...)"
-            ) from exc
+            ) from why  # the refusal, not "no servers": see `away_for_now`
         raise NatsUnavailableError(
             f"cannot reach NATS at {config.safe_url} ({exc or type(exc).__name__}): "
             "start a server ('tether dev') or pass its URL with --nats / TETHER_NATS_URL"
@@ -327,7 +333,22 @@ async def _noop() -> None:
     pass
 
 
+class _Unanswered:
+    """NATS calls of this process that went unanswered (see `disturbances`)."""
+
+    count = 0
+
+
+def disturbances(nc: NatsClient) -> int:
+    """Reconnects of `nc` plus the NATS calls of this process that went unanswered: a
+    change means JetStream may have failed over meanwhile, and may deliver again, as a
+    first delivery, a message it had delivered already (a new leader can lack the
+    consumer's last state). What this process believed from before it no longer holds."""
+    return int(nc.stats["reconnects"]) + _Unanswered.count
+
+
 def unavailable(exc: BaseException) -> NatsUnavailableError:
+    _Unanswered.count += 1
     return NatsUnavailableError(
         f"NATS did not answer ({type(exc).__name__}: {exc or 'no detail'}): check that "
         "the server is up and reachable (--nats / TETHER_NATS_URL), then try again"
@@ -344,6 +365,37 @@ def seam_error(exc: BaseException) -> TetherError:
         if exc.err_code is not None or exc.code is not None:
             return JetStreamError(exc.description or type(exc).__name__, exc.code, exc.err_code)
     return unavailable(exc)
+
+
+_AWAY: tuple[type[BaseException], ...] = (
+    nats.errors.NoServersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.UnexpectedEOF,
+    nats.errors.FlushTimeoutError,
+    nats.js.errors.NoStreamResponseError,  # a stream with no leader yet, at a start
+    OSError,  # refused, unreachable, a name that does not resolve; TimeoutError, nats-py's too
+)
+_NOT_AWAY = (ssl.SSLError, FileNotFoundError, PermissionError, IsADirectoryError)
+
+
+def away_for_now(exc: BaseException) -> bool:
+    """Whether `exc` says only that NATS is away for now, so that trying again later may
+    work: it was not reached (nothing listens yet, the name does not resolve yet), did
+    not answer in time, or its JetStream was not ready (a cluster electing its leaders).
+
+    Not a refusal of the credentials, a missing file, a TLS failure, a server without
+    JetStream (no responders to its API), a missing installation or any other refusal:
+    trying again cannot help those.
+    """
+    if isinstance(exc, NotProvisionedError):
+        return False
+    if isinstance(exc, NatsUnavailableError):
+        return exc.__cause__ is not None and away_for_now(exc.__cause__)
+    if isinstance(exc, APIError):
+        return exc.code == codes.UNAVAILABLE
+    return isinstance(exc, _AWAY) and not isinstance(exc, _NOT_AWAY)
 
 
 @contextlib.contextmanager

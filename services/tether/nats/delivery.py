@@ -46,14 +46,31 @@ class Delivery:
         self._settled = False
         headers = msg.headers or {}
         self._prior = int(headers.get(PRIOR_ATTEMPTS) or 0)
+        self._counted = 0
         self.msg_id: str = headers.get(MSG_ID) or f"s{self.stream_sequence}"
         self.ack_subject: str | None = msg.reply or None
 
     @property
     def attempt(self) -> int:
-        """Attempts of this step so far, this one included: the delivery count (as far as
-        the consumer remembers) plus those of the messages this one replaced."""
-        return self._prior + int(self._msg.metadata.num_delivered)
+        """Attempts of this step so far, this one included: as counted by the worker
+        (`count`), else the delivery count (as far as the consumer remembers) plus those
+        of the messages this one replaced."""
+        return self._counted or self._prior + self.delivered
+
+    @property
+    def prior(self) -> int:
+        """Attempts of the messages this one replaced (`Tether-Prior-Attempts`)."""
+        return self._prior
+
+    @property
+    def delivered(self) -> int:
+        """How often JetStream handed this message out, as far as the consumer remembers."""
+        return int(self._msg.metadata.num_delivered)
+
+    def count(self, attempt: int) -> None:
+        """The attempt this delivery is, as the worker counted it (only deliveries that
+        started count: see `tether.worker.runs`)."""
+        self._counted = attempt
 
     @property
     def headers(self) -> dict[str, str]:
@@ -66,6 +83,11 @@ class Delivery:
     @property
     def held(self) -> bool:
         return self._keeper is not None
+
+    @property
+    def held_key(self) -> str:
+        """The key its keeper holds it under ("" when not held)."""
+        return self._held
 
     async def hold(self, keeper: Keeper) -> None:
         """Hand the step to `keeper` (stored there first), then acknowledge the message:

@@ -28,13 +28,15 @@ class RecentRecords:
     receives step i+1 it starts from that record instead of reading it again, one
     round trip less per step. The read is there to stop steps of cancelled tasks, so
     a cancellation reaches every worker as a notice that drops the entry, and entries
-    from before a reconnect (which may have lost notices) are never used. A step
+    from before a reconnect (which may have lost notices) or an unanswered NATS call (a
+    failover, whose new leader may deliver a step again as a first delivery after another
+    worker ran it) are never used. A step
     started from an entry still ends with a compare-and-set, so nothing it missed can
     be overwritten.
     """
 
-    def __init__(self, reconnects: Callable[[], int]) -> None:
-        self._reconnects = reconnects
+    def __init__(self, disturbances: Callable[[], int]) -> None:
+        self._disturbances = disturbances
         self._entries: dict[str, tuple[Versioned, float, int]] = {}
 
     def remember(self, found: Versioned, size: int) -> None:
@@ -59,19 +61,19 @@ class RecentRecords:
             if len(entries) < CAPACITY and now - entries[oldest][1] < MAX_AGE:
                 break
             del entries[oldest]
-        entries[task_id] = (found, now, self._reconnects())
+        entries[task_id] = (found, now, self._disturbances())
 
     def take(self, task_id: str, step: int, generation: int) -> Versioned | None:
         """The record for a first delivery of `step`, if this process wrote it lately."""
         entry = self._entries.pop(task_id, None)
         if entry is None:
             return None
-        found, written_at, reconnects = entry
+        found, written_at, disturbances = entry
         record = found.record
         usable = (  # only running records are kept (see `remember`)
             record.current_step == step
             and record.generation == generation
-            and reconnects == self._reconnects()
+            and disturbances == self._disturbances()
             and time.monotonic() - written_at < MAX_AGE
         )
         return found if usable else None

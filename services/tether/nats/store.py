@@ -24,7 +24,7 @@ from tether.errors import NatsUnavailableError
 from tether.nats import headers
 from tether.nats.blobs import Blobs
 from tether.nats.checkpoints import Checkpoints
-from tether.nats.connection import jetstream_context, translating
+from tether.nats.connection import disturbances, jetstream_context, translating
 from tether.nats.consumers import (
     ConsumerOptions,
     ensure_dispatcher_consumer,
@@ -156,7 +156,7 @@ class Store:
     async def remember_records(self, on_cancel: Callable[[str], None]) -> None:
         """Keep the records this store writes (see `RecentRecords`) and follow the
         cancellation notices that invalidate them; `on_cancel` hears each one too."""
-        recent = self.records.recent = RecentRecords(lambda: self.nc.stats["reconnects"])
+        recent = self.records.recent = RecentRecords(lambda: disturbances(self.nc))
         prefix = len(self.names.cancel_notice_subject(""))
 
         async def cancelled(msg: Msg) -> None:
@@ -246,9 +246,12 @@ class Store:
             await self.nc.publish(subject, data, headers=sent)
         else:
             await self._jetstream.publish(subject, data, sent)
-            if isinstance(event, Completed | Cancelled | Failed) and event.branch is None:
+            if isinstance(event, Failed) or (
+                isinstance(event, Completed | Cancelled) and event.branch is None
+            ):
                 # Who waits for the end hears this alone, filtered by the server, at the
                 # cost of one core message per task (not stored: a waiter reads the record).
+                # A branch's `failed` fails its task.
                 await self.nc.publish(self.names.ended_subject(event.task_id, event.kind))
 
     async def publish_token(self, chunk: TokenChunk) -> None:

@@ -19,11 +19,12 @@ from tether.nats.kv import Bucket, Entry
 from tether.schemas.builds import BuildInfo, Deployment
 from tether.schemas.codec import encode
 from tether.schemas.names import Names
-from tether.schemas.tasks import Heartbeat, WorkerBeat
+from tether.schemas.tasks import Heartbeat, StepRun, WorkerBeat
 
 LIVE_FOR = timedelta(seconds=30)
 """A worker whose last beat is older is not listed as serving anything."""
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
+_run_decoder = msgspec.json.Decoder(StepRun)
 _beat_decoder = msgspec.json.Decoder(WorkerBeat)
 _info_decoder = msgspec.json.Decoder(BuildInfo)
 _deployment_decoder = msgspec.json.Decoder(Deployment)
@@ -171,6 +172,20 @@ class Heartbeats:
     async def put(self, heartbeat: Heartbeat) -> None:
         what = f"the heartbeat of task {heartbeat.task_id!r}"
         await self._bucket.put(heartbeat.task_id, encode(heartbeat), what)
+
+    async def run_of(self, task_id: str, step: int, branch: int | None) -> StepRun | None:
+        """The step's last run (see `StepRun`); None when none was written (or it was
+        unreadable: then it counts as none)."""
+        found = await self._bucket.get(Names.run_key(task_id, step, branch))
+        if found is None:
+            return None
+        try:
+            return _run_decoder.decode(found.value)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+
+    async def put_run(self, task_id: str, step: int, branch: int | None, run: StepRun) -> None:
+        await self._bucket.put(Names.run_key(task_id, step, branch), encode(run))
 
     async def get(self, task_id: str) -> Heartbeat | None:
         """The running step's heartbeat, its `time` the last beat of the worker that

@@ -193,6 +193,12 @@ class Names(msgspec.Struct, frozen=True):
         return f"{task_id}.{step}" if branch is None else f"{task_id}.{step}.b{branch}"
 
     @staticmethod
+    def run_key(task_id: str, step: int, branch: int | None = None) -> str:
+        """Key of a step's last run in the heartbeats bucket: `<task_id>=<step>` or
+        `<task_id>=<step>=b<branch>` (one token; `=` is in no task id)."""
+        return f"{task_id}={step}" if branch is None else f"{task_id}={step}=b{branch}"
+
+    @staticmethod
     def once_key(task_id: str, step: int, name: str, branch: int | None = None) -> str:
         """Checkpoint key of a memoized side effect inside one step (or branch)."""
         return f"{Names.step_key(task_id, step, branch)}.once.{name}"

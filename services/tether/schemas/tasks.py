@@ -163,6 +163,11 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: datetime
     deadline_at: datetime | None = None
     failed_step: int | None = None
+    failed_branch: int | None = None
+    """The branch of `failed_step` (a parallel group) whose failure failed the task."""
+    failed_attempt: int | None = None
+    """The attempt of `failed_step` that gave up; None when no attempt did (a deadline, a
+    child, a rejected message). A redelivery of that attempt's message replays `failed`."""
     input_request: InputRequest | None = None
     generation: int = 1
     submit_seq: int = 0
@@ -308,6 +313,25 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     branch: int | None = None
     progress: float | None = None
     message: str | None = None
+    time: datetime
+
+
+class StepRun(msgspec.Struct, frozen=True, kw_only=True):
+    """The last attempt of a step that started and ran a while, or failed, under
+    `<task_id>=<step>` (`=b<branch>` for a branch) in `tether-heartbeats`: what tells a
+    delivery that came back whether the one before it ran (see `tether.worker.runs`)."""
+
+    generation: int
+    attempt: int
+    sequence: int
+    """The work message's stream sequence."""
+    delivered: int
+    """The message's delivery count when this was written."""
+    running: bool
+    """True: the attempt started (a later delivery finds that its worker died); False: it
+    failed and was sent back to run again."""
+    deaths: int = 0
+    """Attempts of this step during which the worker running it died."""
     time: datetime
 
 

@@ -7,9 +7,9 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from tether.clock import utcnow
-from tether.errors import InvalidTaskError, TaskConflictError, TaskExistsError, TaskNotFoundError
+from tether.errors import InvalidTaskError, TaskExistsError, TaskNotFoundError
 from tether.nats.recent import Versioned
-from tether.schemas.events import Failed, Submitted
+from tether.schemas.events import Cancelled, Failed, Submitted
 from tether.schemas.ids import validate_task_id
 from tether.schemas.tasks import (
     Checkpoint,
@@ -51,9 +51,13 @@ class ChildTasks:
         run by `build`.
 
         Raises InvalidTaskError (or InvalidNameError) for a plan that cannot run. The
-        child is created first, then the parent's record names it (`awaiting`): a
-        crash in between re-runs the step, which finds the same child (its id comes from
-        the step) and goes on. A child that already ended resumes the parent at once.
+        parent lists the child (`children`) before the child's record exists, so that
+        whoever ends the parent reaches every child its steps created; the child is
+        created and handed off, then the parent names it (`awaiting`). A crash anywhere
+        in between re-runs the step, which finds the same child (its id comes from the
+        step) and goes on, or gives the step up, which cancels the child if it is still
+        `pending`. A child that already ended resumes the parent at once. None: the
+        parent ended or moved on while the step ran, and no child is started.
         """
         if not steps:
             raise InvalidTaskError("a child task has no steps: give Child(...) at least one")
@@ -66,6 +70,11 @@ class ChildTasks:
         child = rules.new_child(
             parent, step, child_id, steps, metadata or {}, utcnow(), branch, build
         )
+        link = child.parent
+        assert link is not None
+        listed = await self._list_first(current, link, child_id)
+        if listed is None:
+            return None
         created = await self.store.records.create(child)
         if created is not None:
             await self.tasks.hand_off_first(child)
@@ -84,10 +93,29 @@ class ChildTasks:
                 return rules.list_child(record, child_id, utcnow())
             return rules.await_child(record, step, child_id, utcnow(), build)
 
-        stored, _ = await self.store.records.update(parent.task_id, linked, current)
+        stored, _ = await self.store.records.update(parent.task_id, linked, listed)
         if child.status.is_terminal:
             await self.resume_parent(child)
+        elif not rules.awaits(stored.record, link):
+            # The parent ended (or was retried) since the listing: its cancel or failure
+            # may have looked for the child before its record existed, so apply it here.
+            pending_only = stored.record.status is not TaskStatus.CANCELLED
+            await self._cancel(parent.task_id, child_id, pending_only)
         return stored.record
+
+    async def _list_first(
+        self, current: Versioned, link: ParentStep, child_id: str
+    ) -> Versioned | None:
+        """The parent as stored once it lists `child_id` (**list child**), before the
+        child's record is created; None if it no longer runs the step."""
+
+        def listed(record: TaskRecord) -> TaskRecord | None:
+            return (
+                rules.list_child(record, child_id, utcnow()) if rules.awaits(record, link) else None
+            )
+
+        stored, _ = await self.store.records.update(link.task_id, listed, current)
+        return stored if rules.awaits(stored.record, link) else None
 
     async def ask(
         self, current: Versioned, step: int, branch: int, request: InputRequest, attempt: int
@@ -99,6 +127,9 @@ class ChildTasks:
         spec = parent.spec(step).branch(branch)
         child_id = rules.child_id(parent.task_id, step, parent.generation, branch)
         child = rules.new_child(parent, step, child_id, [spec], {}, utcnow(), branch)
+        assert child.parent is not None
+        if await self._list_first(current, child.parent, child_id) is None:
+            return
         found = await self.store.records.create(child)
         if found is None:  # an earlier attempt asked already
             found = await self.store.records.require(child_id)
@@ -108,9 +139,6 @@ class ChildTasks:
             await self.tasks.emit(Submitted, child)
         if found.record.status is TaskStatus.PENDING:
             await self.tasks.wait_for_input(found, 0, request, attempt)
-        await self.store.records.update(
-            parent.task_id, lambda record: rules.list_child(record, child_id, utcnow()), current
-        )
 
     async def resume_parent(self, child: TaskRecord) -> None:
         """A child task ended: complete its parent's step with the result (as an answer
@@ -170,11 +198,43 @@ class ChildTasks:
         if changed:
             await self.tasks.emit(Failed, stored.record, link.step, error=error)
             await self.resume_parent(stored.record)
+            await self.cancel_pending(stored.record)
 
     async def cancel(self, record: TaskRecord) -> None:
-        """Cancel every child of `record` that has not ended."""
-        await asyncio.gather(*(self._cancel(child) for child in record.children))
+        """`record` was cancelled: cancel every child of it that has not ended."""
+        await self._cancel_children(record, pending_only=False)
 
-    async def _cancel(self, task_id: str) -> None:
-        with contextlib.suppress(TaskConflictError, TaskNotFoundError):  # it ended already
-            await self.tasks.cancel(task_id)
+    async def cancel_pending(self, record: TaskRecord) -> None:
+        """`record` failed: cancel each of its children still `pending`. Nothing waits for
+        them now, and one may never have been handed off (its starter died between its
+        record and its hand-off); those that started run on."""
+        await self._cancel_children(record, pending_only=True)
+
+    async def _cancel_children(self, record: TaskRecord, *, pending_only: bool) -> None:
+        if record.children:
+            await asyncio.gather(
+                *(self._cancel(record.task_id, c, pending_only) for c in record.children)
+            )
+
+    async def _cancel(self, parent_id: str, task_id: str, pending_only: bool) -> None:
+        """Cancel the child `task_id`. A listed id may have no record (its start died
+        before creating it) or name a task that is no child of `parent_id` (its start
+        found the id taken, and gave up): either is left alone."""
+        now = utcnow()
+
+        def cancel(record: TaskRecord) -> TaskRecord | None:
+            ours = record.parent is not None and record.parent.task_id == parent_id
+            started = record.status is not TaskStatus.PENDING
+            return None if not ours or (pending_only and started) else rules.cancel(record, now)
+
+        found = await self.store.records.get(task_id)
+        if found is None:
+            return
+        with contextlib.suppress(TaskNotFoundError):  # removed (`tether gc`) meanwhile
+            stored, changed = await self.store.records.update(task_id, cancel, found)
+            if changed:
+                # A first step may run for 100 ms before its task says `running`. The
+                # parent no longer waits for this child, so it is not resumed.
+                await self.store.notify_cancelled(task_id)
+                await self.tasks.emit(Cancelled, stored.record)
+                await self.cancel(stored.record)

@@ -264,18 +264,41 @@ class TaskService:
         attempt: int | None = None,
         current: Versioned | None = None,
     ) -> TaskRecord:
-        """Mark the task failed (unless it already ended) and emit `failed`; a failed
-        branch also stops its running siblings (the notice a cancel sends)."""
-        stored, changed = await self.store.records.update(
-            task_id, lambda record: rules.fail(record, step, error, utcnow()), current
-        )
+        """Mark the task failed (unless it already ended) and say so (`say_failed`); the
+        record keeps the branch and attempt that failed it, for a redelivery to replay."""
+
+        def failed(record: TaskRecord) -> TaskRecord | None:
+            changed = rules.fail(record, step, error, utcnow())
+            if changed is None:
+                return None
+            return msgspec.structs.replace(changed, failed_branch=branch, failed_attempt=attempt)
+
+        stored, changed = await self.store.records.update(task_id, failed, current)
         record = stored.record
         if changed:
-            await self.emit(Failed, record, step, branch=branch, attempt=attempt, error=error)
-            if branch is not None:
-                await self.store.notify_cancelled(task_id)
-            await self.children.resume_parent(record)
+            await self.say_failed(record)
         return record
+
+    async def say_failed(self, record: TaskRecord) -> None:
+        """What follows a failed record's write: emit `failed`; a failed branch also stops
+        its running siblings (the notice a cancel sends); a child resumes its parent.
+
+        A redelivery of the message whose attempt failed the task does it again (its
+        holder may have died before it did), from the record alone: the event is the
+        same, with the same message id, so a repeat within the window is a no-op."""
+        branch = record.failed_branch
+        await self.emit(
+            Failed,
+            record,
+            record.failed_step,
+            branch=branch,
+            attempt=record.failed_attempt,
+            error=record.error,
+        )
+        if branch is not None:
+            await self.store.notify_cancelled(record.task_id)
+        await self.children.resume_parent(record)
+        await self.children.cancel_pending(record)
 
     async def dead_letter(
         self,
@@ -369,6 +392,8 @@ class TaskService:
         if record.status is TaskStatus.FAILED and record.parent is not None:
             # a child's parent step fails with it: again after a crash here, harmlessly
             await self.children.resume_parent(record)
+        if record.status is TaskStatus.FAILED:  # again after a crash here, harmlessly
+            await self.children.cancel_pending(record)
         return record if changed else None
 
     # -- resuming ---------------------------------------------------------------------------
@@ -434,7 +459,7 @@ class TaskService:
         """Run a failed task again from the step that failed; earlier checkpoints are reused."""
         record = await self._change_or_conflict(
             task_id,
-            lambda record: rules.retry_from_failure(record, utcnow()),
+            lambda record: _unfailed(rules.retry_from_failure(record, utcnow())),
             "{status}: only a task that failed at a step can be retried",
         )
         step = record.current_step
@@ -468,3 +493,11 @@ class TaskService:
             reason = refusal.format(status=record.status.value)
             raise TaskConflictError(task_id, f"task {task_id!r} is {reason}")
         return record
+
+
+def _unfailed(record: TaskRecord | None) -> TaskRecord | None:
+    """A retried record forgets who failed it, so that a later failure its own write does
+    not name (a deadline, a child) is never taken for an attempt's (see `fail`)."""
+    if record is None:
+        return None
+    return msgspec.structs.replace(record, failed_branch=None, failed_attempt=None)

@@ -8,12 +8,16 @@ on to another worker emits no event that says its attempt is over, but it is.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from enum import Enum
 from typing import Protocol
 
 from tether import tracing
-from tether.schemas.tasks import TaskRecord, WorkMessage
+from tether.schemas.tasks import ErrorInfo, TaskRecord, WorkMessage
+from tether.worker.decisions import GiveUp, Retry
+
+log = logging.getLogger("tether.worker")
 
 
 class Outcome(str, Enum):
@@ -72,3 +76,20 @@ class Attempt:
             self._scope.close()
         if self._observer is not None:
             self._observer.attempt_ended(self._tool, outcome, time.monotonic() - self._began)
+
+
+def log_failure(work: WorkMessage, attempt: int, error: ErrorInfo, decided: Retry | GiveUp) -> None:
+    """Each failed attempt in the worker's log with its traceback: WARNING while it is
+    retried, ERROR when the step gives up."""
+    where = f"step {work.step}" + (f"[{work.branch}]" if work.branch is not None else "")
+    what = f"task {work.task_id} {where} {work.tool}, attempt {attempt}: {error.type}: "
+    what += error.message
+    if isinstance(decided, Retry):
+        what += f"; retrying in {decided.delay.total_seconds():.1f}s"
+        level = logging.WARNING
+    else:
+        what += "; giving up"
+        level = logging.ERROR
+    if error.traceback:
+        what += "\n" + error.traceback
+    log.log(level, "%s", what)

@@ -1,9 +1,10 @@
 """What to do with a step's message, and after a failed attempt (pure, no I/O).
 
 `decide` is step 2 of the protocol (schemas/README.md): from the task record and the
-step's checkpoint, whether to drop the message, replay the hand-off, complete from the
-checkpoint, leave a waiting task alone, or run the tool. `classify` and `outcome` are
-step 5: what an exception from the tool means, and whether to retry and after how long.
+step's checkpoint, whether to drop the message, replay the hand-off (or the failure),
+complete from the checkpoint, leave a waiting task alone, or run the tool. `classify`
+and `outcome` are step 5: what an exception from the tool means, and whether to retry
+and after how long.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ class Reject:
 @dataclass(frozen=True)
 class Drop:
     """A stale duplicate (the task ended, moved on, or is another generation): ack it."""
+
+
+@dataclass(frozen=True)
+class ReplayFailure:
+    """The step gave up and failed the task, but its holder may have died before saying
+    so: send the record's `failed` again (its message id makes a repeat a no-op), with
+    what follows it (the end notice, the siblings' stop, the parent's resume), and ack."""
 
 
 @dataclass(frozen=True)
@@ -85,20 +93,27 @@ class Execute:
 
 
 Decision = (
-    Reject | Drop | RepublishHandoff | ReplayFanIn | SayBranchDone | FromCheckpoint | Wait | Execute
+    Reject
+    | Drop
+    | ReplayFailure
+    | RepublishHandoff
+    | ReplayFanIn
+    | SayBranchDone
+    | FromCheckpoint
+    | Wait
+    | Execute
 )
 
 
-def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkMessage) -> Decision:
-    """Step 2 of the protocol, given the record and the step's checkpoint as read."""
+def decide(
+    record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkMessage, attempt: int = 1
+) -> Decision:
+    """Step 2 of the protocol, given the record and the step's checkpoint as read, for
+    the message's `attempt` (its delivery count plus its prior attempts)."""
     if record is None:
         return Reject(f"no task {work.task_id!r} exists")
     if rules.is_stale(record, work.step, work.generation):
-        branch = work.branch
-        if branch is not None and checkpoint is not None and work.generation == record.generation:
-            if rules.branch_counted(record, work.step, branch):
-                return SayBranchDone(checkpoint)
-        return Drop()
+        return _when_stale(record, checkpoint, work, attempt)
     mismatch = _branch_mismatch(record, work)
     if mismatch:
         return Reject(mismatch)
@@ -116,6 +131,34 @@ def decide(record: TaskRecord | None, checkpoint: Checkpoint | None, work: WorkM
     if record.awaiting is not None and record.current_step == work.step:
         return Wait()  # a child task runs this step; its end resumes it
     return Execute()
+
+
+def _when_stale(
+    record: TaskRecord, checkpoint: Checkpoint | None, work: WorkMessage, attempt: int
+) -> Decision:
+    """A message the task has nothing left to run for: replay the failure its step wrote,
+    say again that its counted branch completed, or drop it."""
+    if _failed_by(record, work, attempt):
+        return ReplayFailure()
+    branch = work.branch
+    if branch is not None and checkpoint is not None and work.generation == record.generation:
+        if rules.branch_counted(record, work.step, branch):
+            return SayBranchDone(checkpoint)
+    return Drop()
+
+
+def _failed_by(record: TaskRecord, work: WorkMessage, attempt: int) -> bool:
+    """Whether an attempt of this very step (or branch) failed the task: this message's,
+    or an earlier one of the same run. Only such a message may say so again; any other
+    (a sibling branch's, one of a task a deadline or a child failed) is stale."""
+    return (
+        record.status is TaskStatus.FAILED
+        and record.generation == work.generation
+        and record.failed_step == work.step
+        and record.failed_branch == work.branch
+        and record.failed_attempt is not None
+        and record.failed_attempt <= attempt
+    )
 
 
 def _branch_mismatch(record: TaskRecord, work: WorkMessage) -> str | None:

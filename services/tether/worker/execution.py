@@ -6,10 +6,11 @@ ends once (`attempts.Attempt`). `step.StepRunner` decides when a message comes t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -38,9 +39,9 @@ from tether.schemas.tasks import (
 )
 from tether.tasks import rules
 from tether.tasks.service import TaskService
-from tether.worker import decisions
+from tether.worker import decisions, run_marks, runs
 from tether.worker.app import Tool
-from tether.worker.attempts import Attempt, AttemptObserver, Outcome
+from tether.worker.attempts import Attempt, AttemptObserver, Outcome, log_failure
 from tether.worker.context import StepContext
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
@@ -83,6 +84,7 @@ class Execution:
     `StepRunner.supersede`)."""
     build: str | None = None
     """The worker's build: named on each step's checkpoint and events."""
+    _suspects: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def run(
         self,
@@ -94,11 +96,29 @@ class Execution:
     ) -> None:
         spec = found.record.spec(work.step).branch(work.branch)
         policy = tool.retry.overridden(spec.retry)
-        early = decisions.before_attempt(found.record, delivery.attempt, policy, utcnow())
-        if early is not None:
-            failure = Failure(early.error, retryable=False)
+        counted = await run_marks.count(self.store, delivery, work)
+        early = decisions.before_attempt(found.record, counted.attempt, policy, utcnow())
+        stop = runs.poisoned(counted) or (early.error if early is not None else None)
+        if stop is not None:
+            failure = Failure(stop, retryable=False)
             await self._settle_failure(delivery, tool, work, found, policy, failure)
             return
+        # A step its worker died in runs alone in this process: a crash in it is its own.
+        async with self._suspects if counted.deaths else contextlib.nullcontext():
+            await self._attempt(delivery, heartbeat, tool, work, found, policy, counted)
+
+    async def _attempt(
+        self,
+        delivery: Delivery,
+        heartbeat: StepHeartbeat,
+        tool: Tool,
+        work: WorkMessage,
+        found: Versioned,
+        policy: RetryPolicy,
+        counted: runs.Count,
+    ) -> None:
+        spec = found.record.spec(work.step).branch(work.branch)
+        mark = await run_marks.started(self.store, delivery, heartbeat, work, counted)
         started = await self._start(found, work, delivery.attempt)
         number = delivery.attempt
         attempt = Attempt(found.record, work, number, tool.agent, self.observer)
@@ -122,7 +142,9 @@ class Execution:
                 outcome = Outcome.CANCELLED
             except _Failed as failed:
                 failure = failed.failure
-                ended = await self._settle_failure(delivery, tool, work, found, policy, failure)
+                ended = await self._settle_failure(
+                    delivery, tool, work, found, policy, failure, mark
+                )
                 attempt.end(ended, failed.__cause__)
                 return
             await delivery.done()
@@ -292,19 +314,22 @@ class Execution:
         found: Versioned,
         policy: RetryPolicy,
         failure: Failure,
+        mark: run_marks.Mark | None = None,
     ) -> Outcome:
         """Retry later (`step_retrying`, nak with the delay) or give up (dead letter,
         failed task, term), as `decisions.outcome` says; a branch of a group that
         collects errors records its error as its output instead."""
         attempt = delivery.attempt
         decided = decisions.outcome(failure, policy, attempt, self.rng)
-        _log_failure(work, attempt, failure.error, decided)
+        log_failure(work, attempt, failure.error, decided)
         match decided:
             case Retry(delay):
                 retry_in_ms = int(delay.total_seconds() * 1000)
                 await self._running_event(
                     StepRetrying, work, attempt, error=failure.error, retry_in_ms=retry_in_ms
                 )
+                if mark is not None:  # the next delivery is the next attempt, not a death
+                    await mark(False)
                 await delivery.retry(delay)
                 return Outcome.RETRIED
             case GiveUp(error) if (
@@ -334,25 +359,6 @@ class Execution:
                 )
                 await delivery.give_up()
                 return Outcome.FAILED
-
-
-def _log_failure(
-    work: WorkMessage, attempt: int, error: ErrorInfo, decided: Retry | GiveUp
-) -> None:
-    """Each failed attempt in the worker's log with its traceback: WARNING while it is
-    retried, ERROR when the step gives up."""
-    where = f"step {work.step}" + (f"[{work.branch}]" if work.branch is not None else "")
-    what = f"task {work.task_id} {where} {work.tool}, attempt {attempt}: {error.type}: "
-    what += error.message
-    if isinstance(decided, Retry):
-        what += f"; retrying in {decided.delay.total_seconds():.1f}s"
-        level = logging.WARNING
-    else:
-        what += "; giving up"
-        level = logging.ERROR
-    if error.traceback:
-        what += "\n" + error.traceback
-    log.log(level, "%s", what)
 
 
 _NOT_IN_A_BRANCH = ErrorInfo(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from types import TracebackType
 
@@ -56,6 +56,8 @@ class StepHeartbeat:
         self._loop: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._shown = False
+        self.mark: Callable[[], Awaitable[None]] | None = None
+        """Written with the step's first beat: that its attempt started (`runs`)."""
         self.ended = False
         self.handed_over = False
         self.superseded = False
@@ -93,6 +95,11 @@ class StepHeartbeat:
     def held(self) -> bool:
         """Whether the step is in its worker's custody (see `tether.worker.custody`)."""
         return self._delivery.held
+
+    @property
+    def held_key(self) -> str:
+        """The key of the step's copy in custody ("" when not held)."""
+        return self._delivery.held_key
 
     def detach(self) -> None:
         self._ctx = self._tool = None
@@ -144,6 +151,11 @@ class StepHeartbeat:
                     log.warning("could not hold %s: %s", delivery.subject, exc)
         ctx = self._ctx
         if ctx is not None and not self._shown:
-            await self._store.heartbeats.put(ctx.heartbeat())
+            shown = self._store.heartbeats.put(ctx.heartbeat())
+            if self.mark is None:
+                await shown
+            else:
+                await asyncio.gather(shown, self.mark())
+                self.mark = None
             self._shown = True
         return delivery.held and self._shown

@@ -132,13 +132,9 @@ class StepRunner:
         for heartbeat in self._running.get(task_id, ()):
             heartbeat.end()
 
-    def stop_held(self) -> int:
-        """This worker was taken for dead and its held steps handed on: stop them here, so
-        each runs in one place and streams nothing more. Returns how many."""
-        held = [beat for beats in self._running.values() for beat in beats if beat.held]
-        for heartbeat in held:
-            heartbeat.hand_over()
-        return len(held)
+    def held(self) -> list[StepHeartbeat]:
+        """The running steps in this worker's custody."""
+        return [beat for beats in self._running.values() for beat in beats if beat.held]
 
     async def stop_ended(self, at_once: int = 64) -> int:
         """Read the record of every task with a running step, `at_once` at a time, and
@@ -172,7 +168,8 @@ class StepRunner:
         self, delivery: Delivery, heartbeat: StepHeartbeat, work: WorkMessage
     ) -> None:
         found, checkpoint = await self._read(work, delivery.attempt)
-        decision = decisions.decide(found.record if found else None, checkpoint, work)
+        record = found.record if found else None
+        decision = decisions.decide(record, checkpoint, work, delivery.attempt)
         match decision:
             case decisions.Reject(reason):
                 await self._reject(delivery, reason, work)
@@ -203,6 +200,10 @@ class StepRunner:
             case decisions.FromCheckpoint(stored):
                 assert found is not None
                 await self.tasks.complete_step(found, work.step, stored, skipped=True)
+                await delivery.done()
+            case decisions.ReplayFailure():
+                assert found is not None
+                await self.tasks.say_failed(found.record)
                 await delivery.done()
             case decisions.Drop() if found is not None and found.record.parent is not None:
                 await self.tasks.children.resume_parent(found.record)  # again: harmless

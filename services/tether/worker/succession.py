@@ -4,6 +4,16 @@ When a worker falls silent for `Liveness.dead_after`, a survivor claims its beat
 (compare-and-set), publishes each step it held again, under a new message id and with
 the attempts so far in `Tether-Prior-Attempts`, and removes the entries. Two survivors
 may race for one worker: the compare-and-set lets exactly one win.
+
+Three rules keep a step from being lost or run twice around a failover, when no worker
+can write for a while (a JetStream cluster electing a leader):
+- a survivor that could not store its own beat lately judges no other worker dead (their
+  beats failed as its own did);
+- a claim is followed through: a hand-on that fails is tried again every round until
+  every held step is published again and its entry removed, whatever the claimed worker
+  writes meanwhile;
+- the claimed worker stops a held step only once its entry is gone (`Worker`), that is,
+  once it is certain to run elsewhere.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -18,15 +29,19 @@ import msgspec
 
 from tether.clock import utcnow
 from tether.errors import NatsUnavailableError, RevisionConflictError
+from tether.nats.connection import disturbances
 from tether.nats.store import Store
 from tether.nats.workers import is_worker_key
 from tether.schemas.codec import encode
 from tether.schemas.tasks import HeldStep, WorkerBeat
 from tether.worker.custody import publish_again
+from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.liveness import Liveness
 
 log = logging.getLogger("tether.worker")
 CHECK_EVERY = 0.25
+LET_GO_FOR = 60.0
+"""Seconds a worker taken for dead looks for its held steps being handed on."""
 AT_ONCE = 512
 """Held steps a survivor hands on concurrently."""
 _beat_decoder = msgspec.json.Decoder(WorkerBeat)
@@ -54,14 +69,21 @@ class Succession:
         store: Store,
         own_key: str,
         liveness: Liveness | None = None,
-        taken: Callable[[str], None] | None = None,
+        held: Callable[[], list[StepHeartbeat]] | None = None,
+        beat_stored: Callable[[], float] | None = None,
     ) -> None:
         self._store = store
         self._own = own_key
-        self._taken = taken
-        """Called with the claimer's key when another worker claims this one (its beats
-        came too late): what it held runs elsewhere now."""
+        self._held = held
+        """The steps this worker holds: when another claims it (its beats came too late),
+        each stops here once it is handed on (`_let_go`)."""
+        self._claimed_at = -math.inf
+        self._letting_go: asyncio.Task[None] | None = None
+        self._beat_stored = beat_stored
+        """When (monotonic) this worker's own beat was last stored."""
         self._dead_after = (liveness or Liveness()).dead_after
+        self._claimed: set[str] = set()
+        """Workers this one claimed whose held steps are not all handed on yet."""
         self._seen: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._unfollow: Callable[[], Awaitable[None]] | None = None
@@ -79,10 +101,11 @@ class Succession:
         self._task = asyncio.create_task(self._watch())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._letting_go):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._unfollow is not None:
             await self._unfollow()
 
@@ -90,63 +113,108 @@ class Succession:
         if beat is None:
             self._seen.pop(key, None)
         elif key == self._own and beat.claimed_by not in (None, self._own):
-            if self._taken is not None:
-                self._taken(beat.claimed_by)
+            self._taken(beat.claimed_by)
         else:
             self._seen[key] = time.monotonic()
 
+    def _taken(self, by: str) -> None:
+        log.warning(
+            "worker %s was taken for dead by %s (its beats came too late): each step it "
+            "holds stops here once it is handed on to run elsewhere",
+            self._own,
+            by,
+        )
+        self._claimed_at = time.monotonic()
+        if self._held is not None and (self._letting_go is None or self._letting_go.done()):
+            self._letting_go = asyncio.create_task(self._let_go(self._held))
+
+    async def _let_go(self, held: Callable[[], list[StepHeartbeat]]) -> None:
+        """Stop each held step once its copy is gone from custody, that is once the
+        claimer has published it again (a claimer that fails tries again: until then the
+        step runs on here). Looks for `LET_GO_FOR` after the last claim heard."""
+        while time.monotonic() - self._claimed_at < LET_GO_FOR:
+            stopped = 0
+            for heartbeat in held():
+                if heartbeat.handed_over:
+                    continue
+                with contextlib.suppress(NatsUnavailableError):  # not certain: runs on
+                    if await self._store.workers.entry(heartbeat.held_key) is None:
+                        heartbeat.hand_over()
+                        stopped += 1
+            if stopped:
+                log.warning("worker %s stopped %d step(s) handed on elsewhere", self._own, stopped)
+            await asyncio.sleep(CHECK_EVERY)
+
     async def _watch(self) -> None:
-        last, reconnects = time.monotonic(), self._reconnects()
+        last, disturbed = time.monotonic(), self._disturbances()
         while True:
             await asyncio.sleep(CHECK_EVERY)
             now = time.monotonic()
-            if now - last > self._dead_after / 2 or self._reconnects() != reconnects:
-                # This process was stalled, or cut off from NATS: the beats it missed
-                # say nothing about the others. Start their clocks again.
+            if (
+                now - last > self._dead_after / 2
+                or self._disturbances() != disturbed
+                or not self._own_beat_recent(now)
+            ):
+                # This process was stalled, cut off from NATS, or could not store its
+                # own beat: the others' silence says nothing. Start their clocks again.
                 self._seen = dict.fromkeys(self._seen, now)
-            last, reconnects = now, self._reconnects()
+            last, disturbed = now, self._disturbances()
             silent = [
                 key
                 for key, seen in self._seen.items()
                 if key != self._own and now - seen > self._dead_after
             ]
-            for key in silent:
+            for key in [*self._claimed, *silent]:
                 try:
                     await self.take_over(key)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # NATS away: the next round tries again
-                    log.warning("could not hand on the steps of worker %s: %s", key, exc)
+                    log.warning(
+                        "could not hand on the steps of worker %s yet (%s); trying again",
+                        key,
+                        exc,
+                    )
 
-    def _reconnects(self) -> int:
-        return int(self._store.nc.stats["reconnects"])
+    def _own_beat_recent(self, now: float) -> bool:
+        if self._beat_stored is None:
+            return True
+        return now - self._beat_stored() <= self._dead_after / 2
+
+    def _disturbances(self) -> int:
+        return disturbances(self._store.nc)
 
     async def take_over(self, key: str) -> int:
         """Claim a silent worker and publish again every step it held; returns how many
-        (0 when another survivor claimed it first, or it came back)."""
+        (0 when another survivor claimed it first, or it came back). Once claimed, a call
+        that fails part way is made again (`_watch`) until every step is handed on."""
         store = self._store
-        found = await store.workers.entry(key)
-        if found is None:
-            self._seen.pop(key, None)
-            return 0
-        value, revision = found
-        beat = _beat_decoder.decode(value)
-        claim = msgspec.structs.replace(beat, claimed_by=self._own, time=utcnow())
-        try:
-            await store.workers.put_entry(key, encode(claim), last=revision)
-        except RevisionConflictError:  # it beat again, or another survivor claimed it
-            self._seen[key] = time.monotonic()
-            return 0
+        if key not in self._claimed:
+            found = await store.workers.entry(key)
+            if found is None:
+                self._seen.pop(key, None)
+                return 0
+            value, revision = found
+            beat = _beat_decoder.decode(value)
+            if beat.claimed_by != self._own:  # else: claimed by this process already
+                claim = msgspec.structs.replace(beat, claimed_by=self._own, time=utcnow())
+                try:
+                    await store.workers.put_entry(key, encode(claim), last=revision)
+                except RevisionConflictError:  # it beat again, or another claimed it
+                    self._seen[key] = time.monotonic()
+                    return 0
+            self._claimed.add(key)
         self._seen[key] = time.monotonic()  # ours now; if this process dies, another's
         count = 0
         keys = await store.workers.keys(key + ".>")
         for start in range(0, len(keys), AT_ONCE):
             batch = keys[start : start + AT_ONCE]
             count += sum(await asyncio.gather(*(self._hand_on(k) for k in batch)))
-        await store.workers.forget(beat.worker_id)
+        await store.workers.remove_entry(key)
+        self._claimed.discard(key)
         self._seen.pop(key, None)
         if count:
-            log.warning("worker %s is gone: %d of its steps run again", beat.worker_id, count)
+            log.warning("worker %s is gone: %d of its steps run again", key, count)
         return count
 
     async def _hand_on(self, key: str) -> int:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import random
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -143,6 +145,9 @@ class Worker(Service):
         self._store: Store | None = None
         self._beating: asyncio.Task[None] | None = None
         self._succession: Succession | None = None
+        self._beat_stored = -math.inf
+        """When (monotonic) this worker's beat was last stored: one that cannot store its
+        own judges no other worker dead (see `Succession`)."""
 
     async def start(self) -> None:
         self._nc = await connect(self.nats, self.connection_lost)
@@ -183,17 +188,9 @@ class Worker(Service):
         moving = self._rollout.move_left_steps(runner, self._stopping, self._draining)
         self._loops.append(asyncio.create_task(moving))
 
-        def taken(by: str) -> None:
-            stopped = runner.stop_held()
-            log.warning(
-                "worker %s was taken for dead by %s (its beats came too late): the %d step(s) "
-                "it held run elsewhere now, so they stop here",
-                self.worker_id,
-                by,
-                stopped,
-            )
-
-        self._succession = Succession(store, key, self.liveness, taken)
+        self._succession = Succession(
+            store, key, self.liveness, runner.held, lambda: self._beat_stored
+        )
         await self._succession.start()
         self._beating = asyncio.create_task(self._announcing(store))
         self._loops.append(asyncio.create_task(self._report(consumers)))
@@ -310,6 +307,7 @@ class Worker(Service):
         if self._rollout is not None:
             self._rollout.fleet.know(worker_key(self.worker_id), beat)
         await store.workers.announce(beat)
+        self._beat_stored = time.monotonic()
 
     def _beat(self) -> WorkerBeat:
         return WorkerBeat(

@@ -1,0 +1,95 @@
+"""Which attempt a delivery is (`tether.worker.runs`): only deliveries that started count."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tether.schemas.events import StepStarted
+from tether.schemas.tasks import StepRun, TaskStatus, WorkMessage
+from tether.worker.runs import Count, count, needs_look, poisoned, started_by_event
+
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
+
+
+def run(
+    attempt: int, *, running: bool, deaths: int = 0, seq: int = 7, delivered: int = 2
+) -> StepRun:
+    return StepRun(
+        generation=1,
+        attempt=attempt,
+        sequence=seq,
+        delivered=delivered,
+        running=running,
+        deaths=deaths,
+        time=NOW,
+    )
+
+
+def test_a_first_delivery_looks_at_nothing() -> None:
+    assert not needs_look(prior=0, delivered=1)
+    assert needs_look(prior=0, delivered=2) and needs_look(prior=1, delivered=1)
+
+
+def test_deliveries_that_never_started_cost_no_attempt() -> None:
+    assert count(prior=0, delivered=6, sequence=7, generation=1, last=None) == Count(1, 0)
+
+
+def test_a_run_whose_worker_died_counts_one_attempt_and_one_death_however_often_it_came_back() -> (
+    None
+):
+    died = run(2, running=True, deaths=1, delivered=3)
+    assert count(0, 4, 7, 1, died) == Count(3, 2)
+    assert count(0, 9, 7, 1, died) == Count(3, 2)  # deliveries 4..8 never started
+
+
+def test_a_failed_attempt_sent_back_is_the_next_attempt_not_a_death() -> None:
+    assert count(0, 3, 7, 1, run(2, running=False, deaths=1)) == Count(3, 1)
+
+
+def test_a_step_published_again_counts_from_its_prior_attempts_and_its_last_run() -> None:
+    held_and_died = run(2, running=True, seq=5)
+    assert count(prior=2, delivered=1, sequence=9, generation=1, last=held_and_died) == Count(3, 1)
+    assert count(prior=4, delivered=1, sequence=9, generation=1, last=None) == Count(5, 0)
+
+
+def test_a_run_of_another_generation_is_ignored() -> None:
+    assert count(0, 3, 7, 2, run(4, running=True, deaths=2)) == Count(1, 0)
+
+
+def test_the_same_delivery_given_out_again_is_the_same_attempt() -> None:
+    assert count(0, 2, 7, 1, run(2, running=True, delivered=2, deaths=1)) == Count(2, 1)
+
+
+def test_a_step_its_worker_died_in_three_times_is_a_suspected_poison() -> None:
+    assert poisoned(Count(4, 2)) is None
+    error = poisoned(Count(4, 3))
+    assert error is not None and error.type == "SuspectedPoison"
+    assert "its worker died 3 times while it ran" in error.message
+
+
+def started(step: int, attempt: int, generation: int = 1, branch: int | None = None) -> StepStarted:
+    return StepStarted(
+        task_id="t",
+        status=TaskStatus.RUNNING,
+        step=step,
+        branch=branch,
+        tool="x",
+        attempt=attempt,
+        time=NOW,
+        generation=generation,
+    )
+
+
+def test_a_first_delivery_that_died_before_its_first_beat_counts_by_its_step_started() -> None:
+    work = WorkMessage(task_id="t", step=2, tool="x", input=None)
+    found = started_by_event(started(2, 1), work, prior=0)
+    assert found is not None and count(0, 2, 7, 1, found) == Count(2, 1)
+
+
+def test_a_step_started_of_another_step_branch_generation_or_older_attempt_says_nothing() -> None:
+    work = WorkMessage(task_id="t", step=2, tool="x", input=None)
+    assert started_by_event(started(1, 1), work, prior=0) is None
+    assert started_by_event(started(2, 1, branch=0), work, prior=0) is None
+    assert started_by_event(started(2, 1, generation=2), work, prior=0) is None
+    assert started_by_event(started(2, 1), work, prior=1) is None
+    assert started_by_event(None, work, prior=0) is None
