@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from tether.schemas.events import StepStarted
 from tether.schemas.tasks import StepRun, TaskStatus, WorkMessage
-from tether.worker.runs import Count, count, needs_look, poisoned, started_by_event
+from tether.worker.runs import Count, count, poisoned, runs_elsewhere, started_by_event
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -25,9 +25,12 @@ def run(
     )
 
 
-def test_a_first_delivery_looks_at_nothing() -> None:
-    assert not needs_look(prior=0, delivered=1)
-    assert needs_look(prior=0, delivered=2) and needs_look(prior=1, delivered=1)
+def test_a_later_delivery_of_the_same_message_that_started_owns_the_step() -> None:
+    later = run(1, running=True, seq=7, delivered=2)
+    assert runs_elsewhere(later, sequence=7, delivered=1)  # handled again after NATS was away
+    assert not runs_elsewhere(later, sequence=7, delivered=3)
+    assert not runs_elsewhere(later, sequence=8, delivered=1)  # another message's run
+    assert not runs_elsewhere(run(1, running=False, delivered=2), sequence=7, delivered=1)
 
 
 def test_deliveries_that_never_started_cost_no_attempt() -> None:

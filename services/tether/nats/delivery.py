@@ -47,6 +47,7 @@ class Delivery:
         headers = msg.headers or {}
         self._prior = int(headers.get(PRIOR_ATTEMPTS) or 0)
         self._counted = 0
+        self._again = False
         self.msg_id: str = headers.get(MSG_ID) or f"s{self.stream_sequence}"
         self.ack_subject: str | None = msg.reply or None
 
@@ -66,6 +67,17 @@ class Delivery:
     def delivered(self) -> int:
         """How often JetStream handed this message out, as far as the consumer remembers."""
         return int(self._msg.metadata.num_delivered)
+
+    @property
+    def came_back(self) -> bool:
+        """Whether this delivery may not be its message's only one: delivered before,
+        published again after earlier attempts, or handled again after NATS was away
+        (its ack wait may have run out meanwhile, and the message gone to another)."""
+        return self._prior > 0 or self.delivered > 1 or self._again
+
+    def handle_again(self) -> None:
+        """It is handled again in place, after NATS was away (see `came_back`)."""
+        self._again = True
 
     def count(self, attempt: int) -> None:
         """The attempt this delivery is, as the worker counted it (only deliveries that

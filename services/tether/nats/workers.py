@@ -173,19 +173,29 @@ class Heartbeats:
         what = f"the heartbeat of task {heartbeat.task_id!r}"
         await self._bucket.put(heartbeat.task_id, encode(heartbeat), what)
 
-    async def run_of(self, task_id: str, step: int, branch: int | None) -> StepRun | None:
-        """The step's last run (see `StepRun`); None when none was written (or it was
-        unreadable: then it counts as none)."""
+    async def run_of(
+        self, task_id: str, step: int, branch: int | None
+    ) -> tuple[StepRun | None, int]:
+        """The step's last run (see `StepRun`), None when none was written (or it was
+        unreadable: then it counts as none), and the key's revision (0: none)."""
         found = await self._bucket.get(Names.run_key(task_id, step, branch))
         if found is None:
-            return None
+            return None, 0
         try:
-            return _run_decoder.decode(found.value)
+            return _run_decoder.decode(found.value), found.revision
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
+            return None, found.revision
 
-    async def put_run(self, task_id: str, step: int, branch: int | None, run: StepRun) -> None:
-        await self._bucket.put(Names.run_key(task_id, step, branch), encode(run))
+    async def put_run(
+        self, task_id: str, step: int, branch: int | None, run: StepRun, last: int | None = None
+    ) -> None:
+        """Write the step's run; with `last`, only if the key is still at that revision
+        (RevisionConflictError: another delivery wrote it since)."""
+        key, value = Names.run_key(task_id, step, branch), encode(run)
+        if last is None:
+            await self._bucket.put(key, value)
+        else:
+            await self._bucket.update(key, value, last)
 
     async def get(self, task_id: str) -> Heartbeat | None:
         """The running step's heartbeat, its `time` the last beat of the worker that

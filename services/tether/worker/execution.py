@@ -1,7 +1,6 @@
 """Executing one step: run the tool under its timeout and heartbeat, record what it
 returned and hand the task on, or settle its failure (retry or give up); each attempt
-ends once (`attempts.Attempt`). `step.StepRunner` decides when a message comes to this.
-"""
+ends once (`attempts.Attempt`). `step.StepRunner` decides when a message comes to this."""
 
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.outputs import UnstorableResult, checkpoint_of
 from tether.worker.record_start import RecordStart
-from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
+from tether.worker.results import Child, NeedsInput, NextSteps, Sleep, woken
 from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
@@ -93,19 +92,22 @@ class Execution:
         tool: Tool,
         work: WorkMessage,
         found: Versioned,
-    ) -> None:
+    ) -> run_marks.NotHere | None:
+        """Run the tool and settle the message, or say why not (`run_marks.started`)."""
         spec = found.record.spec(work.step).branch(work.branch)
         policy = tool.retry.overridden(spec.retry)
-        counted = await run_marks.count(self.store, delivery, work)
-        early = decisions.before_attempt(found.record, counted.attempt, policy, utcnow())
-        stop = runs.poisoned(counted) or (early.error if early is not None else None)
+        look = await run_marks.count(self.store, delivery, work)
+        if look.elsewhere:  # a later delivery of its message runs it (see `run_marks`)
+            return run_marks.NotHere.RUNS_ELSEWHERE
+        early = decisions.before_attempt(found.record, look.counted.attempt, policy, utcnow())
+        stop = runs.poisoned(look.counted) or (early.error if early is not None else None)
         if stop is not None:
             failure = Failure(stop, retryable=False)
             await self._settle_failure(delivery, tool, work, found, policy, failure)
-            return
-        # A step its worker died in runs alone in this process: a crash in it is its own.
-        async with self._suspects if counted.deaths else contextlib.nullcontext():
-            await self._attempt(delivery, heartbeat, tool, work, found, policy, counted)
+            return None
+        # A step its worker died in runs alone here: a crash in it is its own.
+        async with self._suspects if look.counted.deaths else contextlib.nullcontext():
+            return await self._attempt(delivery, heartbeat, tool, work, found, policy, look)
 
     async def _attempt(
         self,
@@ -115,10 +117,12 @@ class Execution:
         work: WorkMessage,
         found: Versioned,
         policy: RetryPolicy,
-        counted: runs.Count,
-    ) -> None:
+        look: run_marks.Look,
+    ) -> run_marks.NotHere | None:
         spec = found.record.spec(work.step).branch(work.branch)
-        mark = await run_marks.started(self.store, delivery, heartbeat, work, counted)
+        mark = await run_marks.started(self.store, delivery, heartbeat, work, look)
+        if isinstance(mark, run_marks.NotHere):
+            return mark  # another delivery runs it, or ran it after our read
         started = await self._start(found, work, delivery.attempt)
         number = delivery.attempt
         attempt = Attempt(found.record, work, number, tool.agent, self.observer)
@@ -135,10 +139,10 @@ class Execution:
             except _TaskEnded:
                 if heartbeat.handed_over:  # a survivor publishes it again: leave it
                     delivery.abandon()
-                    return
+                    return None
                 if heartbeat.superseded:  # back later, to find the step done (or run it)
                     await delivery.retry(SUPERSEDED_BACK_IN)
-                    return
+                    return None
                 outcome = Outcome.CANCELLED
             except _Failed as failed:
                 failure = failed.failure
@@ -146,9 +150,10 @@ class Execution:
                     delivery, tool, work, found, policy, failure, mark
                 )
                 attempt.end(ended, failed.__cause__)
-                return
+                return None
             await delivery.done()
             attempt.end(outcome)
+            return None
         finally:
             attempt.end(Outcome.HANDED_ON)  # unless it ended above: stopped, or NATS away
 
@@ -264,7 +269,7 @@ class Execution:
                 await self._start_child(found, work, result)
                 return Outcome.CHILD
             if isinstance(result, Sleep):  # a wait that answers itself with the output
-                result = _woken(result)
+                result = woken(result)
             if isinstance(result, NeedsInput):  # asked in a child task of the branch
                 request = result.request(utcnow())
                 await self.tasks.children.ask(found, work.step, work.branch, request, attempt)
@@ -366,17 +371,6 @@ _NOT_IN_A_BRANCH = ErrorInfo(
     message="a branch of a parallel step returned NextSteps: do that in the step after "
     "the group (a branch may return Child, NeedsInput or Sleep)",
 )
-
-
-def _woken(sleep: Sleep) -> NeedsInput:
-    """A branch's Sleep: its child task waits until then, and the timer that ends the
-    wait answers with the sleep's output (an answer sent earlier wakes it early)."""
-    wake = utcnow() + sleep.duration
-    return NeedsInput(
-        prompt=f"sleeping until {wake:%Y-%m-%d %H:%M:%S} UTC (an answer wakes it now)",
-        timeout=sleep.duration,
-        default=sleep.output,
-    )
 
 
 def _collects(found: Versioned, work: WorkMessage) -> bool:

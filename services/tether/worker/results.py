@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from tether.clock import utcnow
 from tether.durations import as_timedelta
 from tether.schemas.tasks import InputRequest, StepSpec
 from tether.tasks.plans import to_step
@@ -76,3 +77,14 @@ class NeedsInput(msgspec.Struct, frozen=True, kw_only=True):
         return InputRequest(
             prompt=self.prompt, schema=self.schema, expires_at=expires, default=self.default
         )
+
+
+def woken(sleep: Sleep) -> NeedsInput:
+    """A branch's Sleep: its child task waits until then, and the timer that ends the
+    wait answers with the sleep's output (an answer sent earlier wakes it early)."""
+    wake = utcnow() + sleep.duration
+    return NeedsInput(
+        prompt=f"sleeping until {wake:%Y-%m-%d %H:%M:%S} UTC (an answer wakes it now)",
+        timeout=sleep.duration,
+        default=sleep.output,
+    )

@@ -1,33 +1,67 @@
 """The I/O of counting attempts (see `runs`): read a step's last run where a delivery
-came back, and leave the `StepRun` that makes an attempt count."""
+came back, and leave the `StepRun` that makes an attempt count.
+
+A delivery that came back writes its `StepRun` by compare-and-set from the revision it
+read, before its tool runs: of two deliveries of one step that came back at once (a
+failover gave the message out again while NATS was away), only one runs it, and neither
+runs it once its checkpoint is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
 
 from tether.clock import utcnow
+from tether.errors import RevisionConflictError
 from tether.nats.delivery import Delivery
 from tether.nats.feeds import last_event
 from tether.nats.store import Store
 from tether.schemas.tasks import StepRun, WorkMessage
-from tether.worker import runs
+from tether.worker import decisions, runs
 from tether.worker.heartbeats import StepHeartbeat
 
-Mark = Callable[[bool], Awaitable[None]]
+CLAIM_TRIES = 3
 
 
-async def count(store: Store, delivery: Delivery, work: WorkMessage) -> runs.Count:
+class Mark(Protocol):
+    def __call__(self, running: bool, last: int | None = None) -> Awaitable[None]: ...
+
+
+class NotHere(Enum):
+    """Why a delivery that came back does not run its step after all."""
+
+    DONE_MEANWHILE = "done"
+    """Its checkpoint is stored, or its task moved on, since the delivery's first read."""
+    RUNS_ELSEWHERE = "elsewhere"
+    """Another delivery of the step started it since: it is that one's."""
+
+
+@dataclass(frozen=True)
+class Look:
+    counted: runs.Count
+    revision: int | None
+    """The `StepRun`'s revision as read (0: none); None for a first delivery (not read)."""
+    elsewhere: bool = False
+
+
+async def count(store: Store, delivery: Delivery, work: WorkMessage) -> Look:
     """Which attempt this delivery runs (set on it): its step's last run is read only for
     a delivery that came back, so a first delivery costs nothing."""
-    prior, delivered = delivery.prior, delivery.delivered
-    last = None
-    if runs.needs_look(prior, delivered):
-        last = await store.heartbeats.run_of(work.task_id, work.step, work.branch)
-        if last is None or last.generation != work.generation:
-            last = runs.started_by_event(await last_event(store, work.task_id), work, prior)
-    counted = runs.count(prior, delivered, delivery.stream_sequence, work.generation, last)
+    prior, delivered, sequence = delivery.prior, delivery.delivered, delivery.stream_sequence
+    if not delivery.came_back:
+        counted = runs.count(prior, delivered, sequence, work.generation, None)
+        return Look(counted, None)
+    last, revision = await store.heartbeats.run_of(work.task_id, work.step, work.branch)
+    # A held delivery's message is acknowledged: its copy here is the one that runs.
+    elsewhere = not delivery.held and runs.runs_elsewhere(last, sequence, delivered)
+    if last is None or last.generation != work.generation:
+        last = runs.started_by_event(await last_event(store, work.task_id), work, prior)
+    counted = runs.count(prior, delivered, sequence, work.generation, last)
     delivery.count(counted.attempt)
-    return counted
+    return Look(counted, revision, elsewhere)
 
 
 async def started(
@@ -35,24 +69,61 @@ async def started(
     delivery: Delivery,
     heartbeat: StepHeartbeat,
     work: WorkMessage,
-    counted: runs.Count,
-) -> Mark:
-    """Make the attempt count: its `StepRun` now, on a delivery that came back; with the
-    first beat on a first delivery (one that ends sooner never counts). Returns the mark,
-    for a failure to say the step goes back."""
-    mark = marker(store, delivery, work, counted)
-    if runs.needs_look(delivery.prior, delivery.delivered):
-        await mark(True)
-    else:
+    look: Look,
+) -> Mark | NotHere:
+    """Make the attempt count: its `StepRun` now (compare-and-set), on a delivery that
+    came back; with the first beat on a first delivery (one that ends sooner counts by its
+    `step_started`). Returns the mark, for a failure to say the step goes back, or why
+    the step does not run here after all."""
+    mark = marker(store, delivery, work, look.counted)
+    if look.revision is None:
         heartbeat.mark = lambda: mark(True)
-    return mark
+        return mark
+    # Checked before the mark too: a delivery that cannot reach NATS leaves no mark
+    # (the next delivery would take it for a run whose worker died).
+    if await _done(store, work):
+        return NotHere.DONE_MEANWHILE
+    if not await _claimed(store, delivery, work, mark, look.revision):
+        return NotHere.RUNS_ELSEWHERE
+    return NotHere.DONE_MEANWHILE if await _done(store, work) else mark
+
+
+async def _done(store: Store, work: WorkMessage) -> bool:
+    """Whether the step, read again, is no longer to run (`decisions.decide`): its
+    checkpoint is stored, or its task moved on or ended."""
+    found, checkpoint = await asyncio.gather(
+        store.records.get(work.task_id),
+        store.checkpoints.get(work.task_id, work.step, work.branch),
+    )
+    record = found.record if found is not None else None
+    return not isinstance(decisions.decide(record, checkpoint, work), decisions.Execute)
+
+
+async def _claimed(
+    store: Store, delivery: Delivery, work: WorkMessage, mark: Mark, revision: int
+) -> bool:
+    """Write the `running` mark by compare-and-set; False when a later delivery of the
+    message started the step. A conflict is not proof of that: during a failover a mark
+    of this delivery's may have been stored though its write timed out, or a read may
+    have been behind, so read again and try again."""
+    for _ in range(CLAIM_TRIES):
+        try:
+            await mark(True, revision)
+            return True
+        except RevisionConflictError:
+            last, revision = await store.heartbeats.run_of(work.task_id, work.step, work.branch)
+            if not delivery.held and runs.runs_elsewhere(
+                last, delivery.stream_sequence, delivery.delivered
+            ):
+                return False
+    return delivery.held
 
 
 def marker(store: Store, delivery: Delivery, work: WorkMessage, counted: runs.Count) -> Mark:
     """Writes the step's `StepRun`: `running` (the attempt started), or not (it failed
     and goes back, so the next delivery is the next attempt, not a death)."""
 
-    async def mark(running: bool) -> None:
+    async def mark(running: bool, last: int | None = None) -> None:
         run = StepRun(
             generation=work.generation,
             attempt=counted.attempt,
@@ -62,6 +133,6 @@ def marker(store: Store, delivery: Delivery, work: WorkMessage, counted: runs.Co
             deaths=counted.deaths,
             time=utcnow(),
         )
-        await store.heartbeats.put_run(work.task_id, work.step, work.branch, run)
+        await store.heartbeats.put_run(work.task_id, work.step, work.branch, run, last)
 
     return mark

@@ -27,10 +27,15 @@ class Count:
     deaths: int
 
 
-def needs_look(prior: int, delivered: int) -> bool:
-    """Whether a delivery reads its step's last run: only one that came back (delivered
-    again, or published again after earlier attempts)."""
-    return prior > 0 or delivered > 1
+def runs_elsewhere(last: StepRun | None, sequence: int, delivered: int) -> bool:
+    """Whether a later delivery of this same message started the step: this one is left
+    to it (it came back here after NATS was away, and its ack wait had run out)."""
+    return (
+        last is not None
+        and last.running
+        and last.sequence == sequence
+        and last.delivered > delivered
+    )
 
 
 def count(

@@ -43,6 +43,7 @@ from tether.worker.execution import Execution
 from tether.worker.fleet import FleetView
 from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.routing import Refuse
+from tether.worker.run_marks import NotHere
 
 log = logging.getLogger("tether.worker")
 AFTER_AN_ERROR = timedelta(seconds=1)
@@ -125,6 +126,7 @@ class StepRunner:
                 if delivery.settled or asyncio.get_running_loop().time() > deadline:
                     raise
                 log.warning("%s: NATS is away (%s); trying it again", delivery.subject, exc)
+                delivery.handle_again()
                 await asyncio.sleep(AFTER_AN_ERROR.total_seconds())
 
     def stop_task(self, task_id: str) -> None:
@@ -165,9 +167,9 @@ class StepRunner:
                 self._running.pop(work.task_id, None)
 
     async def _handle_work(
-        self, delivery: Delivery, heartbeat: StepHeartbeat, work: WorkMessage
+        self, delivery: Delivery, heartbeat: StepHeartbeat, work: WorkMessage, again: bool = True
     ) -> None:
-        found, checkpoint = await self._read(work, delivery.attempt)
+        found, checkpoint = await self._read(work, first=not delivery.came_back)
         record = found.record if found else None
         decision = decisions.decide(record, checkpoint, work, delivery.attempt)
         match decision:
@@ -177,7 +179,7 @@ class StepRunner:
                 assert found is not None
                 if await self._elsewhere(delivery, work, found):
                     return
-                await self.execution.run(delivery, heartbeat, self.tools[work.tool], work, found)
+                await self._execute(delivery, heartbeat, work, found, again)
             case decisions.RepublishHandoff(stored):
                 assert found is not None
                 await self.tasks.replay_hand_off(found.record, work.step, stored)
@@ -211,8 +213,25 @@ class StepRunner:
             case decisions.Drop() | decisions.Wait():
                 await delivery.done()
 
+    async def _execute(
+        self,
+        delivery: Delivery,
+        heartbeat: StepHeartbeat,
+        work: WorkMessage,
+        found: Versioned,
+        again: bool,
+    ) -> None:
+        tool = self.tools[work.tool]
+        not_here = await self.execution.run(delivery, heartbeat, tool, work, found)
+        if not_here is NotHere.DONE_MEANWHILE and again:  # by another holder: decide anew
+            await self._handle_work(delivery, heartbeat, work, again=False)
+        elif not_here is NotHere.RUNS_ELSEWHERE and not delivery.held:
+            pass  # left to the later delivery of its message, which settles it
+        elif not_here is not None:  # back soon, to be decided again
+            await delivery.retry(AFTER_AN_ERROR)
+
     async def _read(
-        self, work: WorkMessage, delivery: int
+        self, work: WorkMessage, first: bool
     ) -> tuple[Versioned | None, Checkpoint | None]:
         """The task record and the step's checkpoint, read at once.
 
@@ -223,7 +242,7 @@ class StepRunner:
         every entry on a reconnect), lets a first delivery skip both reads.
         """
         recent = self.store.records.recent
-        if delivery == 1 and recent is not None:
+        if first and recent is not None:
             found = recent.take(work.task_id, work.step, work.generation)
             if found is not None:
                 return found, None
