@@ -14,7 +14,8 @@ import pytest
 from tests.apps.tools import app as tools
 from tether import Client, NatsConfig, Worker
 from tether.errors import NatsUnavailableError
-from tether.nats.connection import connect, disturbances, unavailable
+from tether.nats.connection import connect
+from tether.nats.failures import disturbances, unavailable
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.nats.workers import worker_key

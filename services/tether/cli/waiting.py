@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from tether.nats.connection import away_for_now
+from tether.nats.failures import away_for_now
 from tether.service import Service
 
 log = logging.getLogger("tether.cli")

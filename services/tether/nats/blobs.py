@@ -23,7 +23,7 @@ from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
 from tether.nats import headers
-from tether.nats.connection import translating
+from tether.nats.failures import translating
 from tether.schemas.blobs import PREFIX, REF_KEY, is_ref
 
 log = logging.getLogger("tether.nats")

@@ -4,7 +4,7 @@ too, changed by compare-and-set: `entry`, `swap`.)"""
 
 from __future__ import annotations
 
-from tether.nats.connection import translating
+from tether.nats.failures import translating
 from tether.nats.kv import Bucket
 from tether.schemas.codec import checkpoint_decoder, encode
 from tether.schemas.names import Names

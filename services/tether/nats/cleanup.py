@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from nats.js.api import DeliverPolicy
 
 from tether.nats.blobs import object_stream, stored_blob
-from tether.nats.connection import translating
+from tether.nats.failures import translating
 from tether.nats.store import Store
 
 READ_TIMEOUT = 5.0

@@ -17,7 +17,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from tether.cancellation import raise_if_cancelled
-from tether.nats.connection import failures_translated, translated, translating
+from tether.nats.failures import failures_translated, translated, translating
 from tether.nats.replay import Replay
 from tether.nats.store import Store
 from tether.schemas.codec import event_decoder, record_decoder

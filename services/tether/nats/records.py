@@ -11,7 +11,8 @@ from nats.js.kv import KeyValue
 from tether.clock import utcnow
 from tether.errors import RevisionConflictError, TaskExistsError, TaskNotFoundError
 from tether.nats import headers
-from tether.nats.connection import jetstream_context, translating
+from tether.nats.connection import jetstream_context
+from tether.nats.failures import translating
 from tether.nats.jetstream import JetStream
 from tether.nats.kv import Bucket, Entry, Removed
 from tether.nats.recent import RecentRecords, Versioned

@@ -7,7 +7,7 @@ import msgspec
 from nats.js.errors import APIError
 
 from tether.errors import TetherError
-from tether.nats.connection import seam_error
+from tether.nats.failures import seam_error
 
 
 class ApiError(msgspec.Struct):

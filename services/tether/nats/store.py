@@ -24,7 +24,7 @@ from tether.errors import NatsUnavailableError
 from tether.nats import headers
 from tether.nats.blobs import Blobs
 from tether.nats.checkpoints import Checkpoints
-from tether.nats.connection import disturbances, jetstream_context, translating
+from tether.nats.connection import jetstream_context
 from tether.nats.consumers import (
     ConsumerOptions,
     ensure_dispatcher_consumer,
@@ -32,6 +32,7 @@ from tether.nats.consumers import (
     ensure_tool_consumer,
 )
 from tether.nats.delivery import Consumer
+from tether.nats.failures import disturbances, translating
 from tether.nats.inbox import Inbox
 from tether.nats.jetstream import Headers, JetStream
 from tether.nats.kv import Bucket

@@ -11,7 +11,7 @@ from nats.js.errors import NotFoundError
 
 from tether.clock import utcnow
 from tether.nats import headers
-from tether.nats.connection import translating
+from tether.nats.failures import translating
 from tether.schemas.names import Names
 
 SCAN_LIMIT = 1000

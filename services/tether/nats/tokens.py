@@ -14,7 +14,7 @@ import msgspec
 from nats.js.errors import NotFoundError
 
 from tether.errors import NatsUnavailableError
-from tether.nats.connection import translated
+from tether.nats.failures import translated
 from tether.nats.replay import Replay
 from tether.nats.store import Store
 from tether.schemas.tasks import TokenChunk

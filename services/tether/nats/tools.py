@@ -6,7 +6,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from tether.nats.connection import translating
+from tether.nats.failures import translating
 from tether.nats.kv import Bucket
 from tether.schemas.codec import encode
 from tether.schemas.names import Names

@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 
 from tether.clock import utcnow
 from tether.nats import headers
-from tether.nats.connection import translating
+from tether.nats.failures import translating
 from tether.nats.kv import Bucket, Entry
 from tether.schemas.builds import BuildInfo, Deployment
 from tether.schemas.codec import encode

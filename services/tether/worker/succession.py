@@ -29,7 +29,7 @@ import msgspec
 
 from tether.clock import utcnow
 from tether.errors import NatsUnavailableError, RevisionConflictError
-from tether.nats.connection import disturbances
+from tether.nats.failures import disturbances
 from tether.nats.store import Store
 from tether.nats.workers import is_worker_key
 from tether.schemas.codec import encode
