@@ -423,7 +423,9 @@ async function resumeParent(child) {
   const parent = read.value;
   if (TERMINAL.has(parent.status) || parent.current_step !== p.step || (parent.generation ?? 1) !== (p.generation ?? 1)) return;
   let { record } = await casRecord(p.task_id, (r) =>
-    (r.children ?? []).includes(child.task_id) ? null : { children: [...(r.children ?? []), child.task_id] },
+    (r.children ?? []).includes(child.task_id)
+      ? null
+      : { children: [...(r.children ?? []), child.task_id], starting: (r.starting ?? []).filter((id) => id !== child.task_id) },
   read);
   if (!record) return;
   const spec = specAt(record, p.step);

@@ -179,6 +179,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Set on a child task: the step its result completes."""
     children: list[str] = msgspec.field(default_factory=list)
     """Every child task this task started (cancelling it cancels them)."""
+    starting: list[str] = msgspec.field(default_factory=list)
+    """Child tasks being started, listed before their record exists so that ending this
+    task reaches them; each moves to `children` once created."""
     awaiting: str | None = None
     """The child task the current step waits for (no worker holds the step meanwhile)."""
     usage: Usage | None = None

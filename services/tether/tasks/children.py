@@ -51,9 +51,9 @@ class ChildTasks:
         run by `build`.
 
         Raises InvalidTaskError (or InvalidNameError) for a plan that cannot run. The
-        parent lists the child (`children`) before the child's record exists, so that
+        parent lists the child (`starting`) before the child's record exists, so that
         whoever ends the parent reaches every child its steps created; the child is
-        created and handed off, then the parent names it (`awaiting`). A crash anywhere
+        created and handed off, then the parent names it (`children`, `awaiting`). A crash anywhere
         in between re-runs the step, which finds the same child (its id comes from the
         step) and goes on, or gives the step up, which cancels the child if it is still
         `pending`. A child that already ended resumes the parent at once. None: the
@@ -106,13 +106,13 @@ class ChildTasks:
     async def _list_first(
         self, current: Versioned, link: ParentStep, child_id: str
     ) -> Versioned | None:
-        """The parent as stored once it lists `child_id` (**list child**), before the
-        child's record is created; None if it no longer runs the step."""
+        """The parent as stored once it lists `child_id` (**list child**) as `starting`,
+        before the child's record is created; None if it no longer runs the step."""
 
         def listed(record: TaskRecord) -> TaskRecord | None:
-            return (
-                rules.list_child(record, child_id, utcnow()) if rules.awaits(record, link) else None
-            )
+            if not rules.awaits(record, link):
+                return None
+            return rules.list_starting(record, child_id, utcnow())
 
         stored, _ = await self.store.records.update(link.task_id, listed, current)
         return stored if rules.awaits(stored.record, link) else None
@@ -137,6 +137,9 @@ class ChildTasks:
                 raise TaskExistsError(child_id)
         else:
             await self.tasks.emit(Submitted, child)
+        await self.store.records.update(
+            parent.task_id, lambda record: rules.list_child(record, child_id, utcnow())
+        )
         if found.record.status is TaskStatus.PENDING:
             await self.tasks.wait_for_input(found, 0, request, attempt)
 
@@ -211,10 +214,9 @@ class ChildTasks:
         await self._cancel_children(record, pending_only=True)
 
     async def _cancel_children(self, record: TaskRecord, *, pending_only: bool) -> None:
-        if record.children:
-            await asyncio.gather(
-                *(self._cancel(record.task_id, c, pending_only) for c in record.children)
-            )
+        ids = [*record.children, *record.starting]
+        if ids:
+            await asyncio.gather(*(self._cancel(record.task_id, c, pending_only) for c in ids))
 
     async def _cancel(self, parent_id: str, task_id: str, pending_only: bool) -> None:
         """Cancel the child `task_id`. A listed id may have no record (its start died

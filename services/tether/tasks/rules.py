@@ -128,12 +128,12 @@ def await_child(
     children); a first step that starts a child started its task on `build`."""
     if record.status.is_terminal or record.current_step != step or record.awaiting == child:
         return None
-    children = record.children if child in record.children else [*record.children, child]
     status = TaskStatus.RUNNING if record.status is TaskStatus.PENDING else record.status
     return msgspec.structs.replace(
         record,
         awaiting=child,
-        children=children,
+        children=_with(record.children, child),
+        starting=_without(record.starting, child),
         status=status,
         updated_at=now,
         build=record.build or build,
@@ -145,7 +145,28 @@ def list_child(record: TaskRecord, child: str, now: datetime) -> TaskRecord | No
     before its parent's step, re-run after a crash, has recorded that it waits for it."""
     if child in record.children:
         return None
-    return msgspec.structs.replace(record, children=[*record.children, child], updated_at=now)
+    return msgspec.structs.replace(
+        record,
+        children=[*record.children, child],
+        starting=_without(record.starting, child),
+        updated_at=now,
+    )
+
+
+def list_starting(record: TaskRecord, child: str, now: datetime) -> TaskRecord | None:
+    """The record with `child` among the children being started (None: listed already),
+    before the child's record exists."""
+    if child in record.children or child in record.starting:
+        return None
+    return msgspec.structs.replace(record, starting=[*record.starting, child], updated_at=now)
+
+
+def _with(ids: list[str], one: str) -> list[str]:
+    return ids if one in ids else [*ids, one]
+
+
+def _without(ids: list[str], one: str) -> list[str]:
+    return [i for i in ids if i != one]
 
 
 def awaits(record: TaskRecord, parent: ParentStep) -> bool:
