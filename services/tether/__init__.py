@@ -35,8 +35,8 @@ if TYPE_CHECKING:
         UnservedToolWarning,
     )
     from tether.nats import Layout, NatsConfig, NatsServer
+    from tether.schemas.tasks import RetryOverride, TaskRecord, TaskStatus, TokenChunk, Usage
     from tether.schemas.tasks import StepSpec as Step
-    from tether.schemas.tasks import TaskRecord, TaskStatus, TokenChunk, Usage
     from tether.tasks.plans import Parallel
     from tether.worker import (
         App,
@@ -71,7 +71,7 @@ _HOMES = {
         "UnservedToolWarning",
     ],
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
-    "tether.schemas.tasks": ["TaskRecord", "TaskStatus", "TokenChunk", "Usage"],
+    "tether.schemas.tasks": ["RetryOverride", "TaskRecord", "TaskStatus", "TokenChunk", "Usage"],
     "tether.tasks.plans": ["Parallel"],
     "tether.worker": [
         "App",
@@ -106,6 +106,7 @@ __all__ = [
     "OpenAIModel",
     "Parallel",
     "Price",
+    "RetryOverride",
     "RetryPolicy",
     "RetryableError",
     "Sleep",

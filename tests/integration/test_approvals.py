@@ -47,8 +47,10 @@ async def test_three_approvals_answered_out_of_order_each_reach_their_own_call(
     await handle.send_input({"call_id": c, "approved": False, "reason": "not c"})
     second = await _asked(handle, first.current_step)
     assert _pending(second) == [a, b]
-    with pytest.raises(InvalidTaskError, match="is not one of"):  # decided: nothing to answer
+    with pytest.raises(InvalidTaskError, match="is not one of") as wrong:  # decided already
         await handle.send_input({"call_id": c, "approved": True})
+    assert "properties" not in str(wrong.value)  # one useful line, not the whole schema
+    assert f"tether status {handle.task_id}" in str(wrong.value)
     await handle.send_input({"call_id": a, "approved": True, "arguments": {"to": f"z{tag}"}})
     third = await _asked(handle, second.current_step)
     assert _pending(third) == [b]

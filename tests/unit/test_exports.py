@@ -24,6 +24,7 @@ TETHER_ALL = [
     "OpenAIModel",
     "Parallel",
     "Price",
+    "RetryOverride",
     "RetryPolicy",
     "RetryableError",
     "Sleep",

@@ -142,6 +142,21 @@ def test_overridden_replaces_only_the_set_fields() -> None:
     assert partial.max_backoff == policy.max_backoff
 
 
+def test_a_step_takes_its_override_in_the_jsons_shape_too() -> None:
+    from tether import RetryOverride as Exported
+    from tether import Step
+    from tether.tasks.plans import validate_steps
+
+    step = Step(tool="t", retry={"max_attempts": 3}, parallel=None)
+    group = Step(parallel=[{"tool": "a", "retry": {"max_backoff_ms": 5}}, Step(tool="b")])
+
+    validate_steps([step, group], "task")
+    assert step.retry == Exported(max_attempts=3)
+    assert group.parallel is not None and group.parallel[0].retry == RetryOverride(max_backoff_ms=5)
+    with pytest.raises(TypeError, match="no field 'max_attemps': use max_attempts"):
+        Step(tool="t", retry={"max_attemps": 3})
+
+
 def test_override_is_still_validated() -> None:
     with pytest.raises(ValueError, match="max_attempts"):
         RetryPolicy().overridden(RetryOverride(max_attempts=0))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
 from tether.schemas.ids import TASK_ID_PATTERN, TOOL_NAME_PATTERN
+from tether.schemas.runs import StepRun as StepRun
 
 MAX_STEPS = 1000
 """Steps in one submitted plan."""
@@ -73,6 +74,14 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ) = None
     collect_errors: bool = False
 
+    def __post_init__(self) -> None:
+        # Python callers write the JSON's shape (`retry={"max_attempts": 3}`) too.
+        if isinstance(self.retry, dict):
+            msgspec.structs.force_setattr(self, "retry", _as(RetryOverride, self.retry))
+        if self.parallel is not None and any(isinstance(b, dict) for b in self.parallel):
+            branches = [_as(StepSpec, b) if isinstance(b, dict) else b for b in self.parallel]
+            msgspec.structs.force_setattr(self, "parallel", branches)
+
     def branch(self, branch: int | None) -> StepSpec:
         """The spec that runs: this step, or one branch of this group."""
         if branch is None:
@@ -86,6 +95,17 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         if self.parallel is None:
             return self.tool or "?"
         return "parallel(" + ", ".join(spec.label for spec in self.parallel) + ")"
+
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def _as(kind: type[_S], given: dict[str, Any]) -> _S:
+    unknown = sorted(set(given) - set(kind.__struct_fields__))
+    if unknown:
+        fields = ", ".join(kind.__struct_fields__)
+        raise TypeError(f"{kind.__name__} has no field {unknown[0]!r}: use {fields}")
+    return msgspec.convert(given, kind)
 
 
 Plan = Annotated[
@@ -316,25 +336,6 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     branch: int | None = None
     progress: float | None = None
     message: str | None = None
-    time: datetime
-
-
-class StepRun(msgspec.Struct, frozen=True, kw_only=True):
-    """The last attempt of a step that started and ran a while, or failed, under
-    `<task_id>=<step>` (`=b<branch>` for a branch) in `tether-heartbeats`: what tells a
-    delivery that came back whether the one before it ran (see `tether.worker.runs`)."""
-
-    generation: int
-    attempt: int
-    sequence: int
-    """The work message's stream sequence."""
-    delivered: int
-    """The message's delivery count when this was written."""
-    running: bool
-    """True: the attempt started (a later delivery finds that its worker died); False: it
-    failed and was sent back to run again."""
-    deaths: int = 0
-    """Attempts of this step during which the worker running it died."""
     time: datetime
 
 

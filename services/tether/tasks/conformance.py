@@ -37,5 +37,5 @@ def check_answer(task_id: str, request: InputRequest, answer: Any) -> None:
     if problem is not None:
         raise InvalidTaskError(
             f"answer to task {task_id!r} does not match its input request: {problem} "
-            f"(the schema: {request.schema})"
+            f"('tether status {task_id}' shows the question)"
         )
