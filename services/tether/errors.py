@@ -4,6 +4,7 @@
     ├── NatsUnavailableError       NATS could not be reached, or did not answer in time
     ├── RevisionConflictError      a compare-and-set lost: the key changed since it was read
     ├── JetStreamError             JetStream refused a request (its `code` and `err_code` kept)
+    ├── NotAllowedError            NATS refused this user a subject (its role's permissions)
     ├── MessageTooLargeError       a message or stored value larger than NATS allows
     ├── BlobNotFoundError          a `{"$blob": ...}` reference to nothing stored
     ├── TaskError                  something about one task
@@ -66,6 +67,19 @@ class JetStreamError(TetherError):
         self.description = description
         self.code = code
         self.err_code = err_code
+
+
+class NotAllowedError(TetherError):
+    """The NATS server refused this connection's user a publish (a permissions
+    violation): its role may not do this, so trying again cannot help."""
+
+    def __init__(self, subject: str, refusal: str) -> None:
+        super().__init__(
+            f"NATS refused this user {subject!r} ({refusal}): its role may not do this; "
+            "allow it to the user (deploy/nats/roles.conf) or act as a user that may"
+        )
+        self.subject = subject
+        self.refusal = refusal
 
 
 class NotProvisionedError(NatsUnavailableError):

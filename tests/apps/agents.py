@@ -97,6 +97,21 @@ async def snooze(ctx: StepContext, data: dict[str, Any]) -> Sleep:
 sleepy = app.agent("sleepy", model=MODEL, tools=["snooze", "web_search"], retry=QUICK)
 
 
+class Transfer(msgspec.Struct):
+    to: str
+    amount: int
+
+
+@app.tool(heartbeat=BEAT, approval=True)
+async def transfer(ctx: StepContext, data: Transfer) -> str:
+    """Move money (asks a person first, who may change the amount)."""
+    record(ctx, "transfer")
+    return f"sent {data.amount} to {data.to}"
+
+
+payer = app.agent("payer", model=MODEL, tools=["transfer"], retry=QUICK)
+
+
 billing = app.agent(
     "billing",
     model=MODEL,

@@ -1,7 +1,9 @@
 """The app of the deploy tests, in two builds (`TETHER_TEST_DEPLOY_VERSION`: v1 or v2):
 v2's `tally` returns `{"total": n}` where v1's returned `{"sum": n}`, and v2's `report`
 takes that shape, so a `report` step given v1's output on v2 would be refused.
-`TETHER_TEST_VERSIONING` (moving or pinned) is the app's policy."""
+`TETHER_TEST_VERSIONING` (moving or pinned) is the app's policy, `TETHER_TEST_WHEN_GONE`
+and `TETHER_TEST_BUILD_GRACE` (seconds) what its pinned steps do when their build is gone,
+`TETHER_TEST_PAUSE` (seconds) how long `count` and `tally` take."""
 
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ import msgspec
 
 from tests.apps.tools import record
 from tether import App, OpenAIModel, RetryPolicy, StepContext
+from tether.schemas.builds import WhenGone
 
 VERSION = os.environ.get("TETHER_TEST_DEPLOY_VERSION", "v1")
 VERSIONING = cast(Literal["moving", "pinned"], os.environ.get("TETHER_TEST_VERSIONING", "moving"))
-app = App("deploys", version=VERSION, versioning=VERSIONING)
-PAUSE = 0.02
+WHEN_GONE = cast(WhenGone, os.environ.get("TETHER_TEST_WHEN_GONE", "move"))
+GRACE = float(os.environ.get("TETHER_TEST_BUILD_GRACE", "60"))
+app = App("deploys", version=VERSION, versioning=VERSIONING, when_gone=WHEN_GONE, build_grace=GRACE)
+PAUSE = float(os.environ.get("TETHER_TEST_PAUSE", "0.02"))
 
 
 class Sum(msgspec.Struct, forbid_unknown_fields=True):

@@ -139,7 +139,7 @@ class Bench:
                 return asyncio.ensure_future(self.client.submit(steps, task_id=task_id))
             body = msgspec.json.encode(TaskSubmit(task_id=task_id, steps=steps))
             return await js.publish_async(
-                NAMES.submit_subject, body, headers={Header.MSG_ID: task_id}
+                NAMES.submit_subject(task_id), body, headers={Header.MSG_ID: task_id}
             )
         body = msgspec.json.encode(data)
         return await js.publish_async(BASE_STEPS[0], body, headers={Header.MSG_ID: f"{task_id}.0"})
@@ -170,7 +170,9 @@ class Bench:
         steps = [StepSpec(parallel=group), StepSpec(tool="third")]
         body = msgspec.json.encode(TaskSubmit(task_id=task_id, steps=steps))
         started = time.perf_counter()
-        await nc.jetstream().publish(NAMES.submit_subject, body, headers={Header.MSG_ID: task_id})
+        await nc.jetstream().publish(
+            NAMES.submit_subject(task_id), body, headers={Header.MSG_ID: task_id}
+        )
         finished = await asyncio.wait_for(waiter, timeout=120)
         await nc.close()
         return finished - started
@@ -206,7 +208,9 @@ class Bench:
         await nc.flush()
         spec = StepSpec(tool="grow", input={"turn": 0, "until": turns})
         body = msgspec.json.encode(TaskSubmit(task_id=task_id, steps=[spec]))
-        await nc.jetstream().publish(NAMES.submit_subject, body, headers={Header.MSG_ID: task_id})
+        await nc.jetstream().publish(
+            NAMES.submit_subject(task_id), body, headers={Header.MSG_ID: task_id}
+        )
         await asyncio.wait_for(done.wait(), timeout=300)
         await nc.close()
         figures = {f"bytes_at_step_{k}": float(written[k]) for k in at}

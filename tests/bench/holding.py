@@ -98,7 +98,9 @@ async def submit(nc: Any, tool: str, task_ids: list[str], seconds: float) -> Non
         spec = StepSpec(tool=tool, input={"seconds": seconds})
         body = msgspec.json.encode(TaskSubmit(task_id=task_id, steps=[spec]))
         acks.append(
-            await js.publish_async(NAMES.submit_subject, body, headers={Header.MSG_ID: task_id})
+            await js.publish_async(
+                NAMES.submit_subject(task_id), body, headers={Header.MSG_ID: task_id}
+            )
         )
     await asyncio.gather(*acks)
 

@@ -79,12 +79,12 @@ async def stays_up(process: subprocess.Popen[bytes], log: Path, seconds: float) 
 
 
 async def submit_raw(url: str, prefix: str, task_id: str) -> None:
-    """A TaskSubmit published on `<prefix>.submit` by plain nats-py: only a dispatcher
+    """A TaskSubmit published on `<prefix>.submit.<task_id>` by plain nats-py: only a dispatcher
     records it."""
     async with raw_connection(url) as raw:
         body = json.dumps({"task_id": task_id, "steps": [{"tool": "fast", "input": 1}]})
         headers = {"Nats-Msg-Id": task_id}
-        await raw.js.publish(f"{prefix}.submit", body.encode(), headers=headers)
+        await raw.js.publish(f"{prefix}.submit.{task_id}", body.encode(), headers=headers)
 
 
 async def test_a_worker_started_before_nats_waits_for_it_then_serves(tmp_path: Path) -> None:

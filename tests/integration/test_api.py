@@ -611,7 +611,7 @@ async def test_discovery_ping_info_and_stats(
     assert info["type"] == "io.nats.micro.v1.info_response" and info["name"] == "tether-api"
     endpoints = {e["name"]: (e["subject"], e["queue_group"]) for e in info["endpoints"]}
     # `blob` takes a reference, not a task (test_blobs.py); the agent verbs need an agent
-    every = [*VERBS, "blob", "builds", "continue", "message", "update_agent"]
+    every = [*VERBS, "blob", "builds", "deploy", "continue", "message", "update_agent"]
     assert endpoints == {verb: (config.names.api_subject(verb), "tether-api") for verb in every}
 
     before = (await stats(nc, api))["get"]
@@ -756,13 +756,15 @@ async def test_builds_lists_the_builds_and_refuses_a_change_it_cannot_make(
     listed = await calls.ok("builds", {}, BuildsReply)
     assert [row.build for row in listed.builds] == [worker.build]
     assert listed.builds[0].workers == 1 and listed.builds[0].state == "current"
-    code, message = await calls.fails("builds", {"action": "promote", "build": "v9"})
+    code, message = await calls.fails("builds", {"action": "promote", "build": worker.build})
+    assert code == "invalid" and ".api.deploy (the operator's)" in message
+    code, message = await calls.fails("deploy", {"action": "promote", "build": "v9"})
     assert code == "conflict" and "no worker has announced build 'v9'" in message
-    code, message = await calls.fails("builds", {"action": "ramp"})
-    assert code == "invalid" and "builds ramp needs a build" in message
-    code, _ = await calls.fails("builds", {"action": "ramp", "build": worker.build, "percent": 150})
+    code, message = await calls.fails("deploy", {"action": "ramp"})
+    assert code == "invalid" and "`build`" in message
+    code, _ = await calls.fails("deploy", {"action": "ramp", "build": worker.build, "percent": 150})
     assert code == "invalid"
     ramped = await calls.ok(
-        "builds", {"action": "ramp", "build": worker.build, "percent": 5}, BuildsReply
+        "deploy", {"action": "ramp", "build": worker.build, "percent": 5}, BuildsReply
     )
     assert ramped.deployment.ramp == worker.build and ramped.deployment.percent == 5

@@ -83,6 +83,28 @@ async def test_one_answer_without_a_call_id_decides_every_call_asked_about(
     assert model.requests(question)[-1]["tool_texts"] == ["The user denied this tool call."] * 2
 
 
+async def test_edited_arguments_are_checked_field_by_field_and_keep_the_others(
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
+) -> None:
+    pay = {"name": "transfer", "arguments": {"to": "ann", "amount": 500}}
+    question = model.conversation({"tool_calls": [pay]}, {"content": "Paid."})
+    handle = await client.submit_agent("payer", question)
+    (call_id,) = _pending(await _asked(handle, 0))
+
+    with pytest.raises(InvalidTaskError) as wrong:
+        await handle.send_input(
+            {"call_id": call_id, "approved": True, "arguments": {"amount": "5"}}
+        )
+    assert "$.arguments.amount: '5' is not of type 'integer'" in str(wrong.value)
+    await handle.send_input({"call_id": call_id, "approved": True, "arguments": {"amount": 5}})
+
+    assert await handle.wait(timeout=30) == "Paid."
+    assert model.requests(question)[-1]["tool_texts"] == [
+        '(The user changed the arguments to {"to": "ann", "amount": 5}.) sent 5 to ann'
+    ]
+    assert executions.read_text().count("transfer") == 1
+
+
 async def test_an_approval_nobody_answers_can_count_as_a_denial(
     client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:

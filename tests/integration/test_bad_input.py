@@ -36,6 +36,7 @@ from tether import (
 )
 from tether.schemas import DeadLetter, Failed, InvalidNameError, TaskRecord, TaskStatus
 from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
+from tether.tasks.plans import task_id_of
 from tether.testing import eventually
 
 VALID = [{"tool": "fast", "input": {"x": 1}}]
@@ -94,10 +95,15 @@ async def dead_letters(raw: Raw, names: Names, tool: str) -> AsyncIterator[DeadL
         await sub.unsubscribe()
 
 
+def submit_subject(names: Names, data: bytes) -> str:
+    """Where a sender puts `data`: on its own task id's subject, when it has a usable one."""
+    return names.submit_subject(task_id_of(data) or "unnamed")
+
+
 async def publish_submit(raw: Raw, names: Names, data: bytes, msg_id: str | None = None) -> int:
     """Publish raw bytes on the submit subject, as a client in any language could."""
     headers = {Header.MSG_ID: msg_id} if msg_id is not None else None
-    ack = await raw.js.publish(names.submit_subject, data, headers=headers)
+    ack = await raw.js.publish(submit_subject(names, data), data, headers=headers)
     return ack.seq
 
 
@@ -258,7 +264,7 @@ async def test_bad_submissions_get_clear_errors_and_the_dispatcher_keeps_serving
     for bad in BAD_SUBMISSIONS:
         letter = letters[bad.name]
         assert letter.tool == SUBMIT_DEAD_LETTER, bad.name
-        assert letter.subject == names.submit_subject, bad.name
+        assert letter.subject == submit_subject(names, bad.data), bad.name
         assert letter.task_id == bad.task_id, bad.name
         assert bad.expected in letter.error.message, (bad.name, letter.error.message)
         if bad.task_id is not None:
@@ -427,7 +433,7 @@ async def test_raw_duplicate_without_msg_id_changes_nothing(
     assert [r.task_id for r in await client.list()] == ["raw-dup"]
     assert read_executions(executions)[("raw-dup", 0)] == 1
     # With the header too (the task was submitted directly, not through the queue).
-    await raw.js.publish(names.submit_subject, again, headers={Header.MSG_ID: "raw-dup"})
+    await raw.js.publish(names.submit_subject("raw-dup"), again, headers={Header.MSG_ID: "raw-dup"})
     await eventually(lambda: drained(raw, names.submit_stream))
     assert await client.get("raw-dup") == before
 

@@ -58,6 +58,8 @@ async def test_a_budget_across_three_parallel_sub_agents_stops_within_one_call_t
     async def asking() -> Ledger:
         ledger = await _ledger(client, handle.task_id)
         assert ledger is not None and ledger.asking is not None, "a task of the tree asks"
+        # the ledger names the asker a moment before its question step has run
+        assert (await client.get(ledger.asking)).status is TaskStatus.WAITING
         return ledger
 
     ledger = await eventually(asking, timeout=30)
@@ -106,7 +108,7 @@ async def test_an_agent_that_says_so_fails_when_its_budget_is_spent(
     with pytest.raises(TaskFailedError) as failed:
         await handle.wait(timeout=30)
     assert failed.value.error.type == "TokenBudgetExceeded"
-    assert "raise it (update_agent" in failed.value.error.message
+    assert "raise it ('tether update-agent" in failed.value.error.message
     assert model.requests(question) == []
 
 

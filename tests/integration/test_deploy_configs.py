@@ -265,6 +265,7 @@ async def test_cluster_configs_hold_tethers_streams_at_r3_through_a_node_loss(
                     names.checkpoints_bucket,
                     names.tools_bucket,
                     names.heartbeats_bucket,
+                    names.builds_bucket,
                 )
             ),
             f"OBJ_{names.blobs_bucket}",

@@ -25,7 +25,9 @@ async def test_a_task_published_before_its_worker_starts_waits_and_then_complete
         "task_id": "early-bird",
         "steps": [{"tool": "fast", "input": {"n": 1}}, {"tool": "fast"}],
     }
-    await raw.js.publish(names.submit_subject, json.dumps(task).encode())  # any language
+    await raw.js.publish(
+        names.submit_subject("early-bird"), json.dumps(task).encode()
+    )  # any language
 
     async def pending() -> None:
         found = await client._store.records.get("early-bird")

@@ -40,6 +40,7 @@ from tests.integration.test_bad_input import (
     nothing_published,
     publish_submit,
     submission,
+    submit_subject,
     valid_task_completes,
 )
 from tether import Client, Dispatcher, InvalidTaskError, NatsConfig, TaskFailedError, Worker
@@ -266,7 +267,7 @@ async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatche
             assert record.error.type == "InvalidTask", (offset, record.error)
             assert "too large" in record.error.message.lower(), (offset, record.error)
             letter = await eventually(lambda task_id=task_id: box.for_task(task_id))
-            assert letter.subject == names.submit_subject
+            assert letter.subject == names.submit_subject(task_id)
             assert "too large" in letter.error.message.lower(), (offset, letter.error)
             await eventually(lambda: drained(raw, names.submit_stream))
             await valid_task_completes(client, f"after-h-k{offset}")
@@ -508,7 +509,7 @@ async def test_a_resubmit_after_a_server_restart_runs_nothing_twice(
             Client(config) as client,
             raw_connection(config.url) as raw,
         ):
-            subject = config.names.submit_subject
+            subject = config.names.submit_subject("dup")
             data = encode(TaskSubmit(task_id="dup", steps=[StepSpec(tool="fast", input={"x": 1})]))
             headers = {Header.MSG_ID: "dup"}
             await raw.js.publish(subject, data, headers=headers)
@@ -723,7 +724,7 @@ async def _fuzz_submit(
         event("refused by nats-py")
         return
     seq = await publish_submit(raw, names, data)
-    subject = names.submit_subject
+    subject = submit_subject(names, data)
 
     async def outcome() -> str:
         letter = letter_for(box, subject, task_id, data)

@@ -189,7 +189,9 @@ async def test_an_id_gc_removed_is_held_back_for_the_duplicate_window_not_hung(
     assert abs((free_at - utcnow()) - held_back) < timedelta(seconds=10)
 
     body = {"task_id": "gone-soon", "steps": [{"tool": "fast"}]}
-    await raw.nc.publish(config.names.submit_subject, msgspec.json.encode(body))  # no msg id
+    await raw.nc.publish(
+        config.names.submit_subject("gone-soon"), msgspec.json.encode(body)
+    )  # no msg id
 
     async def dead_lettered() -> str:
         letters = await client.dead_letters()

@@ -677,7 +677,7 @@ async def test_a_raw_json_submit_runs_a_group(
         ],
     }
     ack = await raw.js.publish(
-        names.submit_subject, json.dumps(body).encode(), headers={"Nats-Msg-Id": tid}
+        names.submit_subject(tid), json.dumps(body).encode(), headers={"Nats-Msg-Id": tid}
     )
     assert not ack.duplicate
 
@@ -700,7 +700,9 @@ async def test_a_raw_json_submit_with_a_nested_group_is_rejected(
     tid = f"raw-{uuid.uuid4().hex[:8]}"
     body = {"task_id": tid, "steps": [{"parallel": [{"parallel": [{"tool": "fast"}]}]}]}
     await raw.js.publish(
-        client._store.names.submit_subject, json.dumps(body).encode(), headers={"Nats-Msg-Id": tid}
+        client._store.names.submit_subject(tid),
+        json.dumps(body).encode(),
+        headers={"Nats-Msg-Id": tid},
     )
 
     with pytest.raises(TaskFailedError, match="groups do not nest") as failure:

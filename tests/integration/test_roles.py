@@ -405,16 +405,18 @@ async def test_two_builds_route_their_steps_and_a_ramp_is_set_within_their_roles
     running: RolesServer,
 ) -> None:
     """Workers of two builds consume their builds' subjects and send steps on to each
-    other (worker role); the API's `builds` writes where new tasks go (dispatcher role)."""
+    other (worker role); the API's `deploy`, asked by the operator, writes where new
+    tasks go (dispatcher role)."""
     since = running.mark()
     worker = running.config("worker")
     async with (
         Worker(app, worker, build="v1"),
         Worker(app, worker, build="v2"),
+        raw(running, "operator") as operator,
         raw(running, "client") as client,
     ):
         ramp = {"action": "ramp", "build": "v2", "percent": 50}
-        reply = await client.nc.request("tether.api.builds", json.dumps(ramp).encode(), 10)
+        reply = await operator.nc.request("tether.api.deploy", json.dumps(ramp).encode(), 10)
         assert json.loads(reply.data)["deployment"]["ramp"] == "v2", reply.data
         ids = []
         for _ in range(20):

@@ -4,6 +4,7 @@ included, though both run Tether under the same prefix on the same server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
@@ -13,14 +14,18 @@ from datetime import timedelta
 import nats
 import nats.errors
 import pytest
+from nats.js.errors import NotFoundError
 
 from tests.apps.tools import app
 from tests.conftest import ROOT
 from tests.servers import free_port, running_server
 from tether import Client, Dispatcher, NatsConfig, TaskNotFoundError, Worker
 from tether.api import ApiService
+from tether.testing import eventually
 
 TENANTS_CONF = ROOT / "deploy" / "nats" / "tenants.conf"
+REFUSED_WITHIN = 0.5
+"""Seconds a request the server drops waits for the answer that never comes."""
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +134,99 @@ def test_the_config_is_two_accounts_with_jetstream() -> None:
     text = TENANTS_CONF.read_text()
     assert re.findall(r"^  (\w+) \{$", text, re.MULTILINE) == ["ACME", "GLOBEX"]
     assert len(_USER.findall(text)) == 4
+
+
+@contextlib.asynccontextmanager
+async def _as(address: str, user: str) -> AsyncIterator[tuple[nats.NATS, list[str]]]:
+    """A plain connection as `user`, with the refusals the server sent it."""
+    refusals: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc).lower())
+
+    inbox = "_INBOX" if user.endswith("-admin") else f"_INBOX_{user}"
+    nc = await nats.connect(_config(address, user).url, error_cb=on_error, inbox_prefix=inbox)
+    try:
+        yield nc, refusals
+    finally:
+        await nc.close()
+
+
+async def _refused(refusals: list[str], subject: str) -> None:
+    async def seen() -> None:
+        assert any(f'publish to "{subject.lower()}"' in r for r in refusals), refusals
+
+    await eventually(seen, timeout=5)
+
+
+async def test_an_app_user_may_not_change_its_tenants_streams(tenants: str) -> None:
+    """Item 8 of issue 38: measured, `STREAM.UPDATE TETHER_STATUS` was accepted."""
+    async with _as(tenants, "acme-admin") as (admin, _):
+        before = (await admin.jetstream().stream_info("TETHER_STATUS")).config
+    config = before.as_dict()
+    config["description"] = "taken over"
+    subject = "$JS.API.STREAM.UPDATE.TETHER_STATUS"
+    async with _as(tenants, "acme-app") as (app_user, refusals):
+        with pytest.raises(nats.errors.TimeoutError):  # refused, so never answered
+            await app_user.request(subject, json.dumps(config).encode(), timeout=REFUSED_WITHIN)
+        await _refused(refusals, subject)
+    async with _as(tenants, "acme-admin") as (admin, _):
+        after = (await admin.jetstream().stream_info("TETHER_STATUS")).config
+    assert after.description == before.description != "taken over"
+
+
+async def test_an_app_user_may_not_delete_the_dispatchers_consumer(tenants: str) -> None:
+    """Item 8 of issue 38: measured, the dispatchers' consumer was deleted."""
+    subject = "$JS.API.CONSUMER.DELETE.TETHER_SUBMIT.dispatcher"
+    async with _as(tenants, "acme-app") as (app_user, refusals):
+        with pytest.raises(nats.errors.TimeoutError):
+            await app_user.request(subject, b"", timeout=REFUSED_WITHIN)
+        await _refused(refusals, subject)
+    async with _as(tenants, "acme-admin") as (admin, _):
+        info = await admin.jetstream().consumer_info("TETHER_SUBMIT", "dispatcher")
+    assert info.name == "dispatcher"
+
+
+@pytest.mark.parametrize(
+    ("what", "stream", "subject"),
+    [
+        ("tell an agent past the API", "TETHER_STATUS", "tether.status.victim.inbox"),
+        ("set a timer", "TETHER_WORK", "tether.timers.victim.deadline"),
+        ("store a blob chunk", "OBJ_tether-blobs", "$O.tether-blobs.C.forged"),
+        ("write a record", "KV_tether-tasks", "$KV.tether-tasks.victim"),
+    ],
+)
+async def test_an_app_user_writes_nothing_a_client_may_not(
+    tenants: str, what: str, stream: str, subject: str
+) -> None:
+    async with _as(tenants, "acme-app") as (app_user, refusals):
+        with pytest.raises(nats.errors.TimeoutError):  # no PubAck: the server dropped it
+            await app_user.jetstream().publish(subject, b"{}", timeout=REFUSED_WITHIN)
+        await _refused(refusals, subject)
+    async with _as(tenants, "acme-admin") as (admin, _):
+        with pytest.raises(NotFoundError):
+            await admin.jetstream().get_last_msg(stream, subject)
+
+
+async def test_an_app_user_may_not_move_its_tenants_deployment(tenants: str) -> None:
+    subject = "tether.api.deploy"
+    async with _as(tenants, "acme-app") as (app_user, refusals):
+        body = json.dumps({"action": "promote", "build": "v9"}).encode()
+        with pytest.raises(nats.errors.TimeoutError):
+            await app_user.request(subject, body, timeout=REFUSED_WITHIN)
+        await _refused(refusals, subject)
+
+
+async def test_an_app_user_does_a_clients_work(tenants: str) -> None:
+    """Submit, follow, status and cancel through the API: what the allow-list is for (a
+    refused action raises NotAllowedError at once, a refused read times out)."""
+    async with Client(_config(tenants, "acme-app"), act_through_api=True) as acme:
+        handle = await acme.submit([{"tool": "fast", "input": {"n": 1}}], strict=True)
+        events = [event.kind async for event in handle.events(timeout=20)]
+        assert (await handle.wait(timeout=20))["payload"] == {"n": 1}
+        slow = await acme.submit([{"tool": "slow", "input": {"sleep": 30}}])
+        assert (await acme.get(slow.task_id)).task_id == slow.task_id
+        assert (await acme.cancel(slow.task_id)).status.value == "cancelled"
+        listed = await acme.builds()
+    assert events[0] == "submitted" and events[-1] == "completed"
+    assert listed.deployment is not None

@@ -117,7 +117,9 @@ async def test_a_traceparent_set_by_another_languages_client_is_the_tasks_trace(
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     task = {"task_id": "traced-raw", "steps": [{"tool": "fast", "input": 1}]}
     headers = {"Nats-Msg-Id": "traced-raw", "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
-    await raw.js.publish(config.names.submit_subject, json.dumps(task).encode(), headers=headers)
+    await raw.js.publish(
+        config.names.submit_subject("traced-raw"), json.dumps(task).encode(), headers=headers
+    )
 
     spans = await _traced(int(trace_id, 16), ["execute_tool fast"])
 

@@ -3,7 +3,7 @@
 //   node client.mjs <nats-url> [prefix] [--no-api]
 //   node client.mjs <nats-url> [prefix] --agent <question>
 //
-// Submits the seed task on <prefix>.submit, follows its status events, reads its record
+// Submits the seed task on <prefix>.submit.<task id>, follows its status events, reads its record
 // from KV, runs a parallel group (fan-out, fan-in), then (unless --no-api) uses the request/reply API: get, cancel a running task,
 // get an unknown id. Prints one JSON summary line and exits 0, or exits 1 naming the
 // first thing that did not match the protocol (schemas/README.md).
@@ -71,9 +71,9 @@ async function submit(js, taskId, steps, metadata = { client: "node" }) {
   const body = JSON.stringify({ task_id: taskId, steps, ...(metadata ? { metadata } : {}) });
   const hdrs = headers();
   hdrs.set("Nats-Msg-Id", taskId); // a re-submit of the same id is a no-op
-  const ack = await js.publish(`${prefix}.submit`, body, { headers: hdrs });
+  const ack = await js.publish(`${prefix}.submit.${taskId}`, body, { headers: hdrs });
   check(ack.stream === SUBMIT_STREAM && !ack.duplicate, "unexpected PubAck on submit", ack);
-  const again = await js.publish(`${prefix}.submit`, body, { headers: hdrs });
+  const again = await js.publish(`${prefix}.submit.${taskId}`, body, { headers: hdrs });
   check(again.duplicate, "a re-submit with the same Nats-Msg-Id was not a duplicate", again);
 }
 

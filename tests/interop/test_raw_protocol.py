@@ -64,7 +64,7 @@ RECORD_FIELDS = {
 TERMINAL = {"completed", "failed", "cancelled"}
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry", "fork", "blob", "builds"]
-VERBS += ["continue", "message", "update_agent"]
+VERBS += ["continue", "message", "update_agent", "deploy"]
 
 
 @pytest.fixture
@@ -89,9 +89,9 @@ async def submit(nc: Nats, prefix: str, task_id: str, steps: list[dict[str, Any]
     js = nc.jetstream()
     body = json.dumps({"task_id": task_id, "steps": steps, "metadata": {"user": "alice"}})
     headers = {"Nats-Msg-Id": task_id}
-    ack = await js.publish(f"{prefix}.submit", body.encode(), headers=headers)
+    ack = await js.publish(f"{prefix}.submit.{task_id}", body.encode(), headers=headers)
     assert ack.stream == f"{prefix.upper()}_SUBMIT" and not ack.duplicate
-    again = await js.publish(f"{prefix}.submit", body.encode(), headers=headers)
+    again = await js.publish(f"{prefix}.submit.{task_id}", body.encode(), headers=headers)
     assert again.duplicate
 
 

@@ -148,11 +148,11 @@ nc.closed().then((err) => {
 let stopping = false;
 const jsm = await jetstreamManager(nc);
 
-// The stamp of the installation: layout 1 (see "Names").
+// The stamp of the installation: layout 2 (see "Names").
 const workInfo = await jsm.streams.info(WORK_STREAM).catch(() => null);
 if (!workInfo) fail(`stream ${WORK_STREAM} is missing: run 'tether provision' first`);
 const layout = workInfo.config.metadata?.["tether.layout"];
-if (layout !== "1") fail(`${WORK_STREAM} has layout ${layout ?? "(none)"}, this worker speaks layout 1`);
+if (layout !== "2") fail(`${WORK_STREAM} has layout ${layout ?? "(none)"}, this worker speaks layout 2`);
 
 const kvm = new Kvm(js);
 const tasksKv = await kvm.open(`${prefix}-tasks`);

@@ -23,7 +23,7 @@ def test_asyncapi_lists_every_channel_with_a_msgspec_payload() -> None:
     addresses = {c["address"] for c in document["channels"].values()}
     assert document["asyncapi"] == "3.0.0"
     assert {
-        "tether.submit",
+        "tether.submit.{task_id}",
         "tether.status.{task_id}",
         "tether.work.{tool}",
         "tether.dead.{tool}",

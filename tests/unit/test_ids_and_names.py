@@ -133,7 +133,9 @@ def test_default_names_match_design() -> None:
     assert names == DEFAULT_NAMES
     assert names.prefix == "tether"
     # subjects
-    assert names.submit_subject == "tether.submit"
+    assert names.submit_subject("t-1") == "tether.submit.t-1"
+    assert names.submit_subjects == "tether.submit.*"
+    assert names.submitted_id("tether.submit.t-1") == "t-1"
     assert names.work_subject("search") == "tether.work.search"
     assert names.work_subjects == "tether.work.>"
     assert names.status_subject("report-42") == "tether.status.report-42"
@@ -156,7 +158,7 @@ def test_default_names_match_design() -> None:
 
 def _all_names(names: Names) -> list[str]:
     return [
-        names.submit_subject,
+        names.submit_subjects,
         names.work_subject("search"),
         names.work_subjects,
         names.status_subject("T"),
@@ -178,7 +180,8 @@ def _all_names(names: Names) -> list[str]:
 
 def test_prefix_changes_every_subject_stream_and_bucket() -> None:
     names = Names(prefix="acme")
-    assert names.submit_subject == "acme.submit"
+    assert names.submit_subject("t") == "acme.submit.t"
+    assert names.submitted_id("acme.submit.t") == "t"
     assert names.work_subject("search") == "acme.work.search"
     assert names.work_subjects == "acme.work.>"
     assert names.status_subject("T") == "acme.status.T"
@@ -209,7 +212,7 @@ def test_prefix_with_dash_gives_valid_stream_names() -> None:
     assert names.submit_stream == "MY_APP_SUBMIT"
     assert names.dead_letter_stream == "MY_APP_DLQ"
     assert names.tasks_bucket == "my-app-tasks"
-    assert names.submit_subject == "my-app.submit"
+    assert names.submit_subject("t") == "my-app.submit.t"
     for stream in (
         names.submit_stream,
         names.work_stream,

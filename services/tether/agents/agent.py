@@ -8,9 +8,6 @@ the call in flight; a checkpointed turn or tool call never runs again.
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -20,17 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from tether import tracing
-from tether.agents.budget import (
-    BUDGET_ANSWER,
-    BudgetExceeded,
-    Ledger,
-    Price,
-    TreeBudget,
-    cost,
-    output_cap,
-    price_of,
-    worst_case,
-)
+from tether.agents import spending
+from tether.agents.budget import TreeBudget, cost, price_of
 from tether.agents.conversation import (
     AgentStep,
     Entry,
@@ -38,12 +26,15 @@ from tether.agents.conversation import (
     McpCall,
     Turn,
     as_step,
+    calls_of,
     rebuild,
 )
 from tether.agents.models import OpenAIModel, Reply, StructuredOutputsRefused, complete
 from tether.agents.output import OutputType
 from tether.agents.runtime import Runtime
 from tether.agents.schemas import function_tool
+from tether.agents.spending import Spent
+from tether.agents.spending import TokenBudgetExceeded as TokenBudgetExceeded
 from tether.agents.turns import (
     Next,
     ToolShape,
@@ -77,18 +68,29 @@ AGENT_INPUT_SCHEMA: dict[str, Any] = {
         "token_budget": {
             "type": "integer",
             "minimum": 1,
-            "description": "Tokens the task and the tasks below it may spend.",
+            "description": "Tokens the task and those below it may spend (at most the agent's).",
         },
         "cost_budget": {
             "type": "number",
             "exclusiveMinimum": 0,
-            "description": "Dollars the task and the tasks below it may spend.",
+            "description": "Dollars the task and those below it may spend (at most the agent's).",
         },
         "instructions": {"type": "string", "description": "This run's instructions."},
         "settings": {"type": "object", "description": "This run's model settings."},
     },
     "required": ["input"],
 }
+
+
+def agent_input_schema(token_budget: int | None, cost_budget: float | None) -> dict[str, Any]:
+    """What a run of an agent takes: a run may ask for less than its budgets, not more."""
+    properties = dict(AGENT_INPUT_SCHEMA["properties"])
+    for name, ceiling in (("token_budget", token_budget), ("cost_budget", cost_budget)):
+        if ceiling is not None:
+            properties[name] = {**properties[name], "maximum": ceiling}
+    return {**AGENT_INPUT_SCHEMA, "properties": properties}
+
+
 SUB_AGENT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"input": AGENT_INPUT_SCHEMA["properties"]["input"]},
@@ -97,24 +99,10 @@ SUB_AGENT_SCHEMA: dict[str, Any] = {
 """What a model sees of an agent it may call: a question (it runs as a child task)."""
 LLM_RETRY = RetryPolicy(max_attempts=8, initial_backoff=1, max_backoff=60)
 """Rate limits and overloaded providers pass; eight attempts over about two minutes."""
-BUDGET_POLL = 2.0
-"""Seconds a call waits, at first, while another task of its tree asks about the budget."""
 
 
 class MaxTurnsExceeded(TerminalError):
     """The agent did not answer within `max_turns` LLM turns."""
-
-
-class TokenBudgetExceeded(BudgetExceeded):
-    """The tree's token budget is spent (kept for code that catches this name)."""
-
-
-class _Spent(Exception):
-    """The call's reservation did not fit in the tree's budget."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        super().__init__(ledger.spent())
-        self.ledger = ledger
 
 
 @dataclass(frozen=True)
@@ -170,6 +158,7 @@ class Agent:
     async def run_step(self, ctx: StepContext, data: Any) -> Any:
         """The tool function: one LLM turn, or an approval gate, of this agent's task."""
         role = as_step(data)
+        spending.check_ceiling(self, role)
         if role.mcp is not None:
             return await self._call_mcp(ctx, role.mcp)
         if ctx.branch is not None and role.input is not None:
@@ -181,23 +170,24 @@ class Agent:
             return NextSteps(steps=steps, output={"guarded": "input"})
         journal, before = await self._journal(ctx, role)
         if role.budget:
-            return await self._ask_budget(ctx)
+            found = await TreeBudget(ctx, await self._runtime.root(ctx)).read()
+            return spending.budget_question(found[0] if found else None, before, self)
         if role.finish:
             return _guarded_answer(before)
         if role.approve is not None:
-            return self._gate(journal, role.approve)
+            return await self._gate(ctx, journal, role.approve)
         if role.dispatch is not None:
             return await self._dispatch(ctx, journal, role.dispatch)
         answered = before[-1].output if before and as_step(before[-1].spec.input).budget else None
         return await self._turn(ctx, journal, answered)
 
     async def _turn(self, ctx: StepContext, journal: Journal, answered: Any = None) -> Any:
-        tree = await self._tree(ctx, journal)
+        tree = TreeBudget(ctx, await self._runtime.root(ctx))
+        await spending.open_tree(tree, self, journal)
         steering = await ctx.inbox(journal.inbox_seq)
         if steering:  # told something since the last call: take it first (see conversation)
             limits = [e.token_budget for _, e in steering if isinstance(e, AgentUpdated)]
-            for limit in filter(None, limits):  # the latest wins: applied in order
-                await tree.change(functools.partial(Ledger.limited, tokens=limit))
+            await spending.take_limits(tree, [n for n in limits if n], journal)
             taken = [{"seq": seq, "entry": to_builtins(entry)} for seq, entry in steering]
             return NextSteps(steps=[self._turn_step(journal.turns + 1)], output={"inbox": taken})
         if answered is not None:  # a person answered about the spent budget
@@ -212,8 +202,8 @@ class Agent:
         typed = self._typed(journal)
         try:
             reply = await self._call(ctx, journal, specs, typed, waiting, tree)
-        except _Spent as spent:
-            return await self._spent(ctx, journal, tree, spent.ledger)
+        except Spent as spent:
+            return await spending.when_spent(ctx, self, journal, tree, spent, answered)
         except StructuredOutputsRefused:
             if typed is None or typed.tool or self.model.structured_outputs is not None:
                 raise
@@ -263,52 +253,6 @@ class Agent:
                 "the task ('tether dlq retry ID'): its turns so far are kept, none is sent again"
             )
 
-    async def _tree(self, ctx: StepContext, journal: Journal) -> TreeBudget:
-        """The budget of this task's tree; its first agent turn with a budget opens it."""
-        tree = TreeBudget(ctx, await self._runtime.root(ctx))
-        tokens = journal.token_budget or self.token_budget
-        usd = journal.cost_budget or self.cost_budget
-        if journal.turns == 0 and (tokens or usd):
-            await tree.open(tokens, usd)
-        return tree
-
-    async def _spent(
-        self, ctx: StepContext, journal: Journal, tree: TreeBudget, ledger: Ledger
-    ) -> Any:
-        """The call did not fit: fail, ask a person, or wait for the task that asks."""
-        said = f"agent {self.name!r}: {ledger.spent()}"
-        if ledger.stopped:
-            raise BudgetExceeded(f"{said}, and a person said to stop")
-        if self.on_budget == "fail":
-            error = TokenBudgetExceeded if ledger.tokens is not None else BudgetExceeded
-            raise error(
-                f"{said}: raise it (update_agent, or the agent's token_budget or cost_budget) "
-                "and retry the task ('tether dlq retry ID'); nothing it did is run again"
-            )
-        again = self._turn_step(journal.turns + 1)
-
-        def ask(ledger: Ledger) -> Ledger | None:
-            free = ledger.asking in (None, ctx.task_id)
-            return msgspec.structs.replace(ledger, asking=ctx.task_id) if free else None
-
-        if await tree.change(ask) is not None:
-            gate = StepSpec(tool=self.name, input=to_builtins(AgentStep(budget=True)))
-            return NextSteps(steps=[gate, again], output={"budget": ledger.spent()})
-        wait = min(BUDGET_POLL * 1.5**journal.budget_waits, 60.0)  # another task asks
-        return NextSteps(
-            steps=[again], output={"budget": f"waiting for {ledger.asking}"}, after=wait
-        )
-
-    async def _ask_budget(self, ctx: StepContext) -> NeedsInput:
-        found = await TreeBudget(ctx, await self._runtime.root(ctx)).read()
-        said = found[0].spent() if found is not None else "budget reached"
-        return NeedsInput(
-            prompt=f'{said}: raise it or stop? ({{"tokens": N}}, {{"usd": X}} or {{"stop": true}})',
-            schema=BUDGET_ANSWER,
-            timeout=self.budget_timeout,
-            default={"stop": True},
-        )
-
     def _typed(self, journal: Journal) -> Typed | None:
         if self.output is None:
             return None
@@ -336,7 +280,8 @@ class Agent:
         model = self.model if journal.model is None else replace(self.model, name=journal.model)
         price = price_of(model.name, self.model.price)
         key = ctx.idempotency_key
-        await self._reserve(tree, key, price, journal.messages, specs, options)
+        follow = spending.defaults_followed(self, ctx, journal)
+        await spending.reserve(self, tree, key, price, (journal.messages, specs, options), follow)
         try:
             with tracing.chat_span(model.name, ctx.task_id) as span:
                 async with self._runtime.using(self.model) as client:
@@ -357,47 +302,16 @@ class Agent:
             await tree.change(lambda ledger: ledger.settle(key, spent.total_tokens, spent.cost_usd))
         return reply
 
-    async def _reserve(
-        self,
-        tree: TreeBudget,
-        key: str,
-        price: Price | None,
-        messages: list[dict[str, Any]],
-        specs: list[dict[str, Any]],
-        options: dict[str, Any],
-    ) -> None:
-        """Hold the call's worst case in the tree's budget (if it has one), or `_Spent`."""
-        found = await tree.read()
-        if found is None:
-            return
-        if found[0].usd is not None and price is None:
-            raise TerminalError(
-                f"agent {self.name!r}: no price for the model {self.model.name!r}, so a "
-                "budget in dollars cannot hold: give it one (OpenAIModel(..., price=Price("
-                "input=..., output=...)), dollars per million tokens) or add it to "
-                "tether.agents.PRICES"
-            )
-        cap = output_cap({**self.model.settings, **options})
-        tokens = worst_case(messages, specs, cap)
-        usd = 0.0 if price is None else ((tokens - cap) * price.input + cap * price.output) / 1e6
-        for attempt in itertools.count():
-            if await tree.change(lambda ledger: ledger.reserve(key, tokens, usd)) is not None:
-                tree.held = True
-                return
-            found = await tree.read()
-            if found is None:
-                return
-            if found[0].spent_for(tokens, usd):
-                raise _Spent(found[0])
-            # It fits once calls in flight elsewhere in the tree settle: wait for them.
-            await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
-
-    def _gate(self, journal: Journal, pending: list[str]) -> NeedsInput:
+    async def _gate(self, ctx: StepContext, journal: Journal, pending: list[str]) -> NeedsInput:
         """Ask a person about the calls in `pending` (each on its own, or all at once)."""
         denial = {"approved": False, "reason": "no answer came in time"}
+        turn = _pending(journal)
+        _, specs = await self._tools(ctx)
+        schemas = {spec["function"]["name"]: spec["function"]["parameters"] for spec in specs}
+        calls = {c.id: schemas[c.name] for c in calls_of(turn.message) if c.name in schemas}
         return NeedsInput(
-            prompt=approval_prompt(_pending(journal), pending),
-            schema=approval_schema(pending),
+            prompt=approval_prompt(turn, pending),
+            schema=approval_schema(pending, {c: calls[c] for c in pending if c in calls}),
             timeout=self.approval_timeout,
             default=denial if self.approval_timeout_denies else msgspec.UNSET,
         )

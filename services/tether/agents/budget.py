@@ -160,6 +160,29 @@ class Ledger(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         """A new token limit (`update_agent`): set as told, lower too."""
         return msgspec.structs.replace(self, tokens=tokens)
 
+    def at_least(self, tokens: int | None, usd: float | None) -> Ledger:
+        """The limits raised to `tokens` and `usd` where those are higher (an agent whose
+        default budget was raised since the tree opened with it); never lowered, and a
+        limit the tree does not have is not added."""
+        higher_tokens = None if self.tokens is None else max(self.tokens, tokens or 0)
+        higher_usd = None if self.usd is None else max(self.usd, usd or 0.0)
+        if (higher_tokens, higher_usd) == (self.tokens, self.usd):
+            return self
+        return msgspec.structs.replace(self, tokens=higher_tokens, usd=higher_usd)
+
+    def short(self, tokens: int, usd: float) -> str:
+        """Why a call of this worst case does not fit: what it needs, and the least limit
+        that holds it once the calls in flight have settled."""
+        if self.stopped:
+            return "a person said to stop"
+        needs = []
+        if self.tokens is not None and self.spent_tokens + tokens > self.tokens:
+            least = self.spent_tokens + tokens
+            needs.append(f"up to {tokens:,} tokens (a limit of at least {least:,})")
+        if self.usd is not None and self.spent_usd + usd > self.usd:
+            needs.append(f"up to ${usd:.4f} (a limit of at least ${self.spent_usd + usd:.4f})")
+        return "the next call needs " + " and ".join(needs) if needs else "calls in flight hold it"
+
     def spent(self) -> str:
         """`"budget of 50,000 tokens spent (49,200 so far, 4,500 in flight)"` and the like."""
         held_tokens = sum(t for t, _ in self.held.values())
@@ -201,6 +224,15 @@ class TreeBudget:
         """Create the ledger (the tree's root agent, on its first turn)."""
         opened = Ledger(tokens=tokens, usd=usd)
         await self._checkpoints.create_memo(self.key, msgspec.json.encode(opened))
+
+    async def limit(self, tokens: int, spent: Usage) -> None:
+        """A new token limit (`update_agent`), opening the ledger if the tree has none yet
+        (what the task has `spent` so far counts against it)."""
+        opened = msgspec.json.encode(
+            Ledger(tokens=tokens, spent_tokens=spent.total_tokens, spent_usd=spent.cost_usd)
+        )
+        if await self._checkpoints.create_memo(self.key, opened) != opened:
+            await self.change(lambda ledger: ledger.limited(tokens))
 
     async def change(self, change: Callable[[Ledger], Ledger | None]) -> Ledger | None:
         """Apply `change(ledger) -> Ledger | None` by compare-and-set; the new ledger, or

@@ -13,13 +13,14 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import openai
 
 from tether.agents.budget import tree_root
 from tether.agents.conversation import AgentStep, Entry, as_step, rebuild
 from tether.agents.models import OpenAIModel
+from tether.agents.owners import bound_caller, check_same_caller
 from tether.errors import TerminalError
 from tether.schemas.tasks import Checkpoint, TaskRecord, TaskStatus, ToolInfo
 from tether.worker.context import StepContext
@@ -46,7 +47,7 @@ class Runtime:
         """By task id and creation time: a task removed by `gc` and a new one under its
         id never share a history."""
         self._tools: dict[str, tuple[ToolInfo, float]] = {}
-        self._threads: OrderedDict[tuple[str, datetime], list[dict[str, Any]]] = OrderedDict()
+        self._threads: OrderedDict[tuple[str, datetime], _Thread] = OrderedDict()
         """Finished conversations follow-ups continue, by task id and creation time."""
         self.no_json_schema: set[OpenAIModel] = set()
         """Models whose endpoint refused `response_format` `json_schema`."""
@@ -96,11 +97,15 @@ class Runtime:
 
     async def thread(self, ctx: StepContext, task_id: str | None) -> list[dict[str, Any]]:
         """The messages of the finished conversation `task_id` and of those it continues,
-        without their system messages ([] for None). A finished task does not change, so
-        each is read once per process; only the newest record is read again (a task
-        removed by `gc` and one made under its id never share a thread)."""
-        unread: list[tuple[tuple[str, datetime], AgentStep, list[Entry]]] = []
-        messages: list[dict[str, Any]] = []
+        without their system messages ([] for None). Every task of the thread must be
+        bound to the caller this task's tree is bound to (`owners`). A finished task does
+        not change, so each is read once per process; only the newest record is read
+        again (a task removed by `gc` and one made under its id never share a thread)."""
+        if task_id is None:
+            return []
+        mine, named = await self.owner(ctx), task_id
+        unread: list[tuple[tuple[str, datetime], AgentStep, list[Entry], str | None]] = []
+        below = _Thread(messages=[], owners=frozenset())
         while task_id is not None:
             record = await ctx.other_task(task_id)
             if record is None:
@@ -108,23 +113,39 @@ class Runtime:
                     f"the conversation a follow-up continues, task {task_id!r}, does not "
                     "exist (or was removed by 'tether gc'): start a new conversation"
                 )
+            theirs = bound_caller(record.metadata)
+            check_same_caller(named, theirs, mine)  # before anything of it is read
             key = (task_id, record.created_at)
             if key in self._threads:
                 self._threads.move_to_end(key)
-                messages = self._threads[key]
+                below = self._threads[key]
                 break
             opening, entries = finished_conversation(record, await ctx.checkpoints_of(record))
-            unread.append((key, opening, entries))
+            unread.append((key, opening, entries, theirs))
             task_id = opening.after
             if len(unread) > MAX_THREAD:
                 raise TerminalError(f"a follow-up continues more than {MAX_THREAD} tasks")
-        for key, opening, entries in reversed(unread):
-            rebuilt = rebuild("", opening, entries, messages, finished=True).messages
-            messages = [m for m in rebuilt if m.get("role") != "system"]
-            self._threads[key] = messages
+        for owner in below.owners:  # a thread cached for another follow-up: its owners too
+            check_same_caller(named, owner, mine)
+        for key, opening, entries, owner in reversed(unread):
+            rebuilt = rebuild("", opening, entries, below.messages, finished=True).messages
+            below = _Thread(
+                messages=[m for m in rebuilt if m.get("role") != "system"],
+                owners=below.owners | {owner},
+            )
+            self._threads[key] = below
         while len(self._threads) > HISTORY_CACHE:
             self._threads.popitem(last=False)
-        return messages
+        return below.messages
+
+    async def owner(self, ctx: StepContext) -> str | None:
+        """The caller this task's tree is bound to (its root's binding: a child task
+        carries none of its own)."""
+        root = await self.root(ctx)
+        if root == ctx.task_id:
+            return bound_caller(ctx.metadata)
+        record = await ctx.other_task(root)
+        return None if record is None else bound_caller(record.metadata)
 
     async def root(self, ctx: StepContext) -> str:
         """The root of the task's tree (a task's parent never changes: read once)."""
@@ -163,6 +184,13 @@ class Runtime:
         if info is not None:
             self._tools[name] = (info, time.monotonic())
         return info
+
+
+class _Thread(NamedTuple):
+    """A finished conversation's messages, and the callers its tasks are bound to."""
+
+    messages: list[dict[str, Any]]
+    owners: frozenset[str | None]
 
 
 def finished_conversation(

@@ -24,9 +24,26 @@ from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import StepSpec
 
 
-def approval_schema(pending: Sequence[str]) -> dict[str, Any]:
-    """The answer to an approval gate: for one call (`call_id`) or every call listed."""
+def approval_schema(
+    pending: Sequence[str], parameters: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The answer to an approval gate: for one call (`call_id`) or every call listed.
+
+    `parameters`: per call, the JSON Schema of its tool's arguments. Edited `arguments`
+    are a patch over the model's (each field given replaces that field), so each field
+    given is checked against it when the answer comes, and a wrong one is named to the
+    person who approved."""
+    checks, defs = [], {}
+    for call_id, schema in (parameters or {}).items():
+        patch = {key: value for key, value in schema.items() if key not in ("required", "$defs")}
+        defs.update({k: v for k, v in (schema.get("$defs") or {}).items() if k not in defs})
+        when = {"properties": {"call_id": {"const": call_id}}, "required": ["call_id"]}
+        checks.append({"if": when, "then": {"properties": {"arguments": patch}}})
+    extra: dict[str, Any] = {"allOf": checks} if checks else {}
+    if defs:
+        extra["$defs"] = defs
     return {
+        **extra,
         "type": "object",
         "properties": {
             "approved": {"type": "boolean", "description": "Run the tool call(s)?"},
@@ -170,7 +187,7 @@ def after_approval(
             continue
         call = calls[call_id]
         if isinstance(answer.get("arguments"), dict):
-            call = ToolCall(call.id, call.name, json.dumps(answer["arguments"]))
+            call = ToolCall(call.id, call.name, json.dumps(_patched(call, answer["arguments"])))
             edited[call_id] = call.arguments
         branch = _branch(agent, call, tools)
         if isinstance(branch, str):
@@ -180,6 +197,15 @@ def after_approval(
             branches.append(branch)
     done = Turn(message=pending.message, run=run, results=results, edited=edited)
     return Next(output=to_builtins(done), steps=[_group(branches)] if branches else [])
+
+
+def _patched(call: ToolCall, edit: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments with the fields a person edited replaced."""
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError:
+        return edit
+    return {**arguments, **edit} if isinstance(arguments, dict) else edit
 
 
 def _answered(asked: Sequence[str], answer: Any) -> list[str]:

@@ -19,7 +19,7 @@ from faststream.specification import AsyncAPI
 
 from tether.api.verbs import VERBS
 from tether.schemas.api import ErrorReply
-from tether.schemas.builds import BuildInfo, Deployment
+from tether.schemas.builds import BuildInfo, BuildTool, Deployment
 from tether.schemas.events import AnyStatusEvent
 from tether.schemas.names import DEFAULT_NAMES, Names
 from tether.schemas.tasks import (
@@ -52,6 +52,7 @@ MESSAGES: dict[str, Any] = {
     "ToolInfo": ToolInfo,
     "WorkerBeat": WorkerBeat,
     "BuildInfo": BuildInfo,
+    "BuildTool": BuildTool,
     "Deployment": Deployment,
     "HeldStep": HeldStep,
     "StepRun": StepRun,
@@ -80,10 +81,11 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
     channels = [
         (
             "submit",
-            names.submit_subject,
+            names.submit_subject("{task_id}"),
             "receive",
             "TaskSubmit",
-            "Submit a task (JetStream, stream TETHER_SUBMIT). Set Nats-Msg-Id to the task id.",
+            "Submit a task (JetStream, stream TETHER_SUBMIT) on its own id's subject; the "
+            "payload's task_id must be that id. Set Nats-Msg-Id to the task id.",
         ),
         (
             "status",
@@ -243,6 +245,14 @@ def _buckets(names: Names) -> list[tuple[str, str, str, str, str]]:
             "send",
             "HeldStep",
             "A step the worker holds (keyed by the step message's Nats-Msg-Id).",
+        ),
+        (
+            "kv.builds",
+            kv(names.builds_bucket, "{build}.{tool}"),
+            "send",
+            "BuildTool",
+            "One tool of one build, written once (create-only) by the build's first worker "
+            "that serves it: the bucket's stream refuses a second message on a key.",
         ),
         (
             "blobs",

@@ -42,7 +42,7 @@ from tether.schemas.api import (
     TaskRequest,
     UpdateAgentRequest,
 )
-from tether.schemas.builds import BuildsReply, BuildsRequest
+from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
 from tether.schemas.codec import encode
 from tether.schemas.ids import validate_task_id
 from tether.schemas.names import Names
@@ -144,7 +144,7 @@ def build_broker(
         return await _list(client(), request)
 
     _control_routes(route, client)
-    _builds_route(route, client)
+    _builds_route(route, client, names)
 
     @route("blob")
     async def blob(request: BlobRequest) -> BlobReply:
@@ -162,12 +162,26 @@ def build_broker(
 
 
 def _builds_route(
-    route: Callable[[str], Callable[[Any], Any]], client: Callable[[], Client]
+    route: Callable[[str], Callable[[Any], Any]], client: Callable[[], Client], names: Names
 ) -> None:
+    """`builds` lists; `deploy` changes where tasks go, on a subject of its own that
+    deploy/nats/roles.conf lets only the operator publish to."""
+
     @route("builds")
     async def builds(request: BuildsRequest) -> BuildsReply:
+        if request.action != "list":
+            raise InvalidRequestError(
+                f"builds {request.action} is not asked of {names.api_subject('builds')}, "
+                f"which lists only: ask {names.api_subject('deploy')} (the operator's)"
+            )
+        return await client().builds()
+
+    @route("deploy")
+    async def deploy(request: DeployRequest) -> BuildsReply:
+        """Served to whoever may publish here: the operator alone, by its NATS grant."""
+        change = BuildsRequest(action=request.action, build=request.build, percent=request.percent)
         try:
-            return await client().builds(request)
+            return await client().builds(change)
         except ValueError as exc:
             raise InvalidRequestError(str(exc)) from exc
 

@@ -21,7 +21,7 @@ from tether.schemas.api import (
     TaskRequest,
     UpdateAgentRequest,
 )
-from tether.schemas.builds import BuildsReply, BuildsRequest
+from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
 from tether.schemas.tasks import TaskRecord
 
 
@@ -31,6 +31,9 @@ class Verb:
     request: type[Any]
     reply: type[Any]
     description: str
+    operator: bool = False
+    """Only the operator's NATS user may ask it: no other role of deploy/nats/roles.conf
+    (or app user of tenants.conf) may publish to its subject, whatever the API checks."""
 
 
 VERBS = {
@@ -48,11 +51,13 @@ VERBS = {
         Verb("message", MessageRequest, TaskRecord, "Tell a running agent task something."),
         Verb("update_agent", UpdateAgentRequest, TaskRecord, "Change a running agent's settings."),
         Verb("blob", BlobRequest, BlobReply, "The value a blob reference names, if it fits."),
+        Verb("builds", BuildsRequest, BuildsReply, "The builds workers run (a list only)."),
         Verb(
-            "builds",
-            BuildsRequest,
+            "deploy",
+            DeployRequest,
             BuildsReply,
-            "The builds workers run; ramp, promote or roll back one (where new tasks go).",
+            "The operator's: ramp, promote or roll back a build (where new tasks go).",
+            operator=True,
         ),
     ]
 }

@@ -1,5 +1,5 @@
 """`tether builds`: the builds workers run, and where new tasks go (ramp, promote,
-rollback)."""
+rollback: the operator's, refused at once to any other NATS user)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tether.cli import render
 from tether.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, JsonOption, NatsOption, PrefixOption
 from tether.cli.output import format_time
 from tether.cli.running import ExitCode, connected, run
-from tether.schemas.builds import BuildsReply, BuildsRequest
+from tether.schemas.builds import BuildsReply, DeployRequest
 
 BuildArgument = Annotated[str, typer.Argument(metavar="BUILD", help="A build's name, e.g. v2.")]
 
@@ -38,9 +38,17 @@ def builds_table(reply: BuildsReply) -> Table:
     return table
 
 
-async def _builds(nats: str, prefix: str, request: BuildsRequest, as_json: bool) -> ExitCode:
+async def _builds(nats: str, prefix: str, change: DeployRequest | None, as_json: bool) -> ExitCode:
+    """List the builds, after `change` (written as this NATS user: the operator's)."""
     async with connected(nats, prefix) as client:
-        reply = await client.builds(request)
+        if change is None:
+            reply = await client.builds()
+        elif change.action == "ramp":
+            reply = await client.ramp(change.build, change.percent)
+        elif change.action == "promote":
+            reply = await client.promote(change.build)
+        else:
+            reply = await client.rollback(change.build)
     if as_json:
         render.print_json(reply)
         return ExitCode.OK
@@ -60,7 +68,7 @@ def builds_ls(
 ) -> None:
     """List the builds, oldest first: their workers, steps, share of new tasks, and how
     their tools do not fit the build before."""
-    run(_builds(nats, prefix, BuildsRequest(), as_json), as_json)
+    run(_builds(nats, prefix, None, as_json), as_json)
 
 
 def ramp(
@@ -73,7 +81,7 @@ def ramp(
     as_json: JsonOption = False,
 ) -> None:
     """Send a share of new tasks (by task id) to BUILD; the rest go where they went."""
-    request = BuildsRequest(action="ramp", build=build, percent=percent)
+    request = DeployRequest(action="ramp", build=build, percent=percent)
     run(_builds(nats, prefix, request, as_json), as_json)
 
 
@@ -84,7 +92,7 @@ def promote(
     as_json: JsonOption = False,
 ) -> None:
     """Send every new task, and every moving step, to BUILD."""
-    run(_builds(nats, prefix, BuildsRequest(action="promote", build=build), as_json), as_json)
+    run(_builds(nats, prefix, DeployRequest(action="promote", build=build), as_json), as_json)
 
 
 def rollback(
@@ -95,7 +103,7 @@ def rollback(
 ) -> None:
     """Send new tasks and moving steps back to the build before BUILD (pinned tasks stay
     on BUILD while its workers run)."""
-    run(_builds(nats, prefix, BuildsRequest(action="rollback", build=build), as_json), as_json)
+    run(_builds(nats, prefix, DeployRequest(action="rollback", build=build), as_json), as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,9 +19,11 @@ HEARTBEAT_POLL = 0.3
 STALL_POLL = 1.0
 """Seconds between looks at what a followed task waits for (see `Client.stall`)."""
 CATCH_UP = 2.0
-"""Seconds `watch` waits for the terminal event after the record has ended, and for the
-text written before an event (both follow at once; the wait only matters if a writer
-died in between, or NATS is away)."""
+"""Seconds `watch` waits, after the record has ended, for the next event while none comes
+(it waits on while they do: a follower resuming after NATS was away may be behind), and
+for the text written before an event (both follow at once; the wait only matters if a
+writer died in between, or NATS is away)."""
+CATCH_UP_AT_MOST = 30.0
 
 
 def live_heartbeat(record: TaskRecord, heartbeat: Heartbeat | None) -> Heartbeat | None:
@@ -79,6 +81,7 @@ class Following:
         self.text = TextFeed(handle, lambda chunk: view.show(self._transcript.chunk(chunk)))
         self.ended = asyncio.Event()
         """Set once the events of the task's current run have all been shown."""
+        self.shown = 0
 
     async def events(self) -> None:
         async for event in self._handle.events():
@@ -88,7 +91,20 @@ class Following:
                 written = 0  # reconnecting: show the event now, the text follows
             await self.text.reach(written, CATCH_UP)
             self._view.show(self._transcript.event(event))
+            self.shown += 1
         self.ended.set()
+
+    async def catch_up(self) -> None:
+        """Wait for the rest of the events while they come, `CATCH_UP` for each."""
+        waited = 0.0
+        while waited < CATCH_UP_AT_MOST:
+            before = self.shown
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.ended.wait()), CATCH_UP)
+                return
+            waited += CATCH_UP
+            if self.shown == before:
+                return
 
     def close(self) -> None:
         self._view.show(self._transcript.close())
@@ -142,8 +158,7 @@ async def follow(
     try:
         with view:
             record = await handle.wait_until_done()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(following.ended.wait(), CATCH_UP)
+            await following.catch_up()
             with contextlib.suppress(TimeoutError):  # the text ends before the task does
                 await asyncio.wait_for(asyncio.shield(text), CATCH_UP)
             following.close()

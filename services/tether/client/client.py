@@ -163,9 +163,9 @@ class Client(Reads, Service):
             await self._queue(submit)
 
     async def _queue(self, submit: TaskSubmit) -> None:
-        """Submit on `tether.submit`, for the dispatcher to record; wait (briefly) until it
-        has, so `get` right after `submit` finds the task. Without a dispatcher the task
-        stays queued and is recorded when one starts."""
+        """Submit on `tether.submit.<task_id>`, for the dispatcher to record; wait
+        (briefly) until it has, so `get` right after `submit` finds the task. Without a
+        dispatcher the task stays queued and is recorded when one starts."""
         store = self._connected()
         await store.records.check_free(submit.task_id)
         if not await store.publish_submit(submit, tracing.current()):

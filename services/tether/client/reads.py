@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+from tether.client.remote import RemoteActions
 from tether.clock import utcnow
+from tether.errors import NotAllowedError
+from tether.nats.connection import Refused, unless_refused
 from tether.nats.feeds import AllEvents, dead_letters, last_event, task_events, task_history
 from tether.nats.store import Store
 from tether.nats.tokens import last_text_sequence
-from tether.schemas.builds import BuildsReply, BuildsRequest
+from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
 from tether.schemas.events import AnyStatusEvent, StepRetrying
 from tether.schemas.tasks import (
     DeadLetter,
@@ -41,6 +44,7 @@ class Reads:
     """The read half of `Client`: tasks, their events and plans, workers and tools."""
 
     _store: Store | None
+    act_through_api: bool = False
     _live: tuple[float, set[str]] | None = None
     _reading_live: asyncio.Future[set[str]] | None = None
 
@@ -145,20 +149,38 @@ class Reads:
     async def builds(self, request: BuildsRequest | None = None) -> BuildsReply:
         """The builds workers run, with their workers and steps; a request with an
         `action` changes where tasks go first (see `ramp`, `promote`, `rollback`)."""
-        return await builds.builds(self._connected(), request)
+        if request is None or request.action == "list" or not request.build:
+            return await builds.builds(self._connected(), request)
+        return await self._deploy(
+            DeployRequest(action=request.action, build=request.build, percent=request.percent)
+        )
 
     async def ramp(self, build: str, percent: float) -> BuildsReply:
         """Send `percent` % of new tasks (by task id) to `build`, the rest where they went."""
-        return await self.builds(BuildsRequest(action="ramp", build=build, percent=percent))
+        return await self._deploy(DeployRequest(action="ramp", build=build, percent=percent))
 
     async def promote(self, build: str) -> BuildsReply:
         """Send every new task, and every moving step, to `build`."""
-        return await self.builds(BuildsRequest(action="promote", build=build))
+        return await self._deploy(DeployRequest(action="promote", build=build))
 
     async def rollback(self, build: str) -> BuildsReply:
         """Send new tasks and moving steps back to the build before `build`; tasks pinned
         to it stay on it while its workers run."""
-        return await self.builds(BuildsRequest(action="rollback", build=build))
+        return await self._deploy(DeployRequest(action="rollback", build=build))
+
+    async def _deploy(self, request: DeployRequest) -> BuildsReply:
+        """The operator's change: asked of the API's `deploy` when acting through it, else
+        written here; either way only the operator's NATS user is allowed it, and any
+        other is refused at once (NotAllowedError), not after a timeout."""
+        store = self._connected()
+        if self.act_through_api:
+            return await RemoteActions(store).deploy(request)
+        change = BuildsRequest(action=request.action, build=request.build, percent=request.percent)
+        subject = store.names.kv_subject(store.names.workers_bucket, store.names.DEPLOYMENT_KEY)
+        try:
+            return await unless_refused(store.nc, builds.builds(store, change), subject)
+        except Refused as exc:
+            raise NotAllowedError(subject, str(exc).removeprefix("nats: ")) from None
 
     async def dead_letters(self, limit: int = 20) -> builtins.list[DeadLetter]:
         """The latest `limit` dead letters, oldest first."""

@@ -1,18 +1,21 @@
-"""The task actions (cancel, retry, answer, fork, steer) asked of the API service rather than done
-here: for a process whose NATS user may read tasks but not write them (the MCP gateway
-and the dashboard under `deploy/nats/roles.conf`), so a compromised one cannot rewrite a
-task's record, checkpoints or work."""
+"""The task actions (cancel, retry, answer, fork, steer) and the operator's deploys asked
+of the API service rather than done here: for a process whose NATS user may read tasks
+but not write them (the MCP gateway and the dashboard under `deploy/nats/roles.conf`), so
+a compromised one cannot rewrite a task's record, checkpoints or work. A subject the
+server refuses this user fails at once with NotAllowedError (nats-py would wait out the
+timeout, then blame the API)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from tether.api.errors import raised
-from tether.errors import NatsUnavailableError
+from tether.errors import NatsUnavailableError, NotAllowedError
+from tether.nats.connection import Refused, unless_refused
 from tether.nats.store import Store
 from tether.schemas.api import (
     ErrorReply,
@@ -22,6 +25,7 @@ from tether.schemas.api import (
     TaskRequest,
     UpdateAgentRequest,
 )
+from tether.schemas.builds import BuildsReply, DeployRequest
 from tether.schemas.codec import encode
 from tether.schemas.tasks import TaskRecord
 
@@ -30,6 +34,8 @@ ACTION_TIMEOUT = 30.0
 
 _error_decoder = msgspec.json.Decoder(ErrorReply)
 _record_decoder = msgspec.json.Decoder(TaskRecord)
+_builds_decoder = msgspec.json.Decoder(BuildsReply)
+R = TypeVar("R")
 
 
 class RemoteActions:
@@ -60,10 +66,23 @@ class RemoteActions:
         request = UpdateAgentRequest(task_id=task_id, update_id=update_id, **changes)
         return await self._call("update_agent", request, task_id)
 
+    async def deploy(self, request: DeployRequest) -> BuildsReply:
+        """Ramp, promote or roll back a build: the operator's (`tether.api.deploy`)."""
+        return await self._ask("deploy", request, request.build, _builds_decoder)
+
     async def _call(self, verb: str, request: msgspec.Struct, task_id: str) -> TaskRecord:
+        return await self._ask(verb, request, task_id, _record_decoder)
+
+    async def _ask(
+        self, verb: str, request: msgspec.Struct, task_id: str, decoder: msgspec.json.Decoder[R]
+    ) -> R:
         subject = self._store.names.api_subject(verb)
+        nc = self._store.nc
+        asked = nc.request(subject, encode(request), timeout=self._timeout)
         try:
-            reply = await self._store.nc.request(subject, encode(request), timeout=self._timeout)
+            reply = await unless_refused(nc, asked, subject)
+        except Refused as exc:
+            raise NotAllowedError(subject, str(exc).removeprefix("nats: ")) from None
         except (NoRespondersError, NatsTimeoutError) as exc:
             raise NatsUnavailableError(
                 f"no API service answered {subject}: this process acts on tasks through "
@@ -72,5 +91,5 @@ class RemoteActions:
         try:
             refused = _error_decoder.decode(reply.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return _record_decoder.decode(reply.data)
+            return decoder.decode(reply.data)
         raise raised(refused, task_id)

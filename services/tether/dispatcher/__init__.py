@@ -1,4 +1,4 @@
-"""The dispatcher: accepts submissions from `tether.submit`."""
+"""The dispatcher: accepts submissions from `tether.submit.<task_id>`."""
 
 from tether.dispatcher.dispatcher import Dispatcher
 

@@ -1,4 +1,4 @@
-"""The dispatcher: turns submissions on `tether.submit` into task records and first steps,
+"""The dispatcher: turns submissions on `tether.submit.<task_id>` into task records and first steps,
 and fails tasks whose timers fired (a deadline, an input wait that expired)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import NESTED, submit_decoder
-from tether.schemas.names import SUBMIT_DEAD_LETTER
+from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
 from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit, Timer
 from tether.service import Service
 from tether.tasks import rules
@@ -70,7 +70,7 @@ class Dispatcher(Service):
             asyncio.create_task(self._serve(submissions, lambda d: self._accept(store, d))),
             asyncio.create_task(self._serve(timers, self._fire)),
         ]
-        log.info("dispatcher consuming %s", self.layout.names.submit_subject)
+        log.info("dispatcher consuming %s", self.layout.names.submit_subjects)
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -110,8 +110,9 @@ class Dispatcher(Service):
         await delivery.done()
 
     async def _accept(self, store: Store, delivery: Delivery) -> None:
+        named = store.names.submitted_id(delivery.subject)
         try:
-            submit = _decode(delivery.data)
+            submit = _decode(delivery.data, named, store.names)
             assert self._known_tools is not None
             if submit.strict:
                 await self._known_tools.check(submit.steps)
@@ -119,7 +120,8 @@ class Dispatcher(Service):
             else:
                 missing = await self._known_tools.unknown(submit.steps)
         except InvalidTaskError as exc:
-            await self._reject(store, delivery, str(exc))
+            # A record only for the task the subject names: never for another's id.
+            await self._reject(store, delivery, str(exc), task_id_of(delivery.data) == named)
             return
         seq = delivery.stream_sequence
         record = rules.new_record(submit, utcnow(), seq, note=waiting_note(missing))
@@ -163,9 +165,10 @@ class Dispatcher(Service):
         await delivery.give_up()
 
 
-def _decode(data: bytes) -> TaskSubmit:
-    """The submission, or InvalidTaskError saying what is wrong: every decode failure is
-    the sender's, so none may leave the message to come back for ever."""
+def _decode(data: bytes, named: str, names: Names) -> TaskSubmit:
+    """The submission on the subject of task `named`, or InvalidTaskError saying what is
+    wrong: every decode failure is the sender's, so none may leave the message to come
+    back for ever."""
     try:
         submit = submit_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -173,6 +176,11 @@ def _decode(data: bytes) -> TaskSubmit:
     except RecursionError as exc:
         raise InvalidTaskError(NESTED) from exc
     validate_submit(submit)
+    if submit.task_id != named:
+        raise InvalidTaskError(
+            f"a submission on the subject of task {named!r} is for task {submit.task_id!r}: "
+            f"publish it on {names.submit_subject(submit.task_id)}"
+        )
     return submit
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from tether.agents.owners import MCP_METADATA_KEY
 from tether.client import Client
 from tether.errors import (
     InvalidTaskError,
@@ -21,8 +22,9 @@ from tether.errors import (
 )
 from tether.gateway import errors
 from tether.gateway.callers import seal
+from tether.gateway.follow_ups import check_follow_ups
 from tether.gateway.inputs import AnswerError, answer, input_key
-from tether.gateway.tasks import MCP_METADATA_KEY, Whereabouts, owner
+from tether.gateway.tasks import Whereabouts, owner
 from tether.gateway.tools import RUN_PLAN, plan_steps, tool_step
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
@@ -94,6 +96,7 @@ class TaskBackend:
         as the client has its id (the 2026-07-28 spec requires it).
         """
         steps = await self._steps(name, arguments)
+        await check_follow_ups(steps, self.client.tool, lambda after: self.record(after, caller))
         request: dict[str, Any] = {"tool": name}
         if ttl_ms is not None:
             request["ttl_ms"] = ttl_ms

@@ -12,13 +12,11 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from tether.agents.owners import MCP_METADATA_KEY
 from tether.gateway.callers import sealed
 from tether.gateway.inputs import input_requests
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
 from tether.tasks.stalls import Stall
-
-MCP_METADATA_KEY = "mcp"
-"""Key in a task's metadata under which the gateway keeps what the MCP client asked for."""
 
 _STATUS = {
     TaskStatus.PENDING: "working",

@@ -10,11 +10,13 @@ from datetime import datetime, timedelta
 
 from nats.js.api import DeliverPolicy
 
+from tether.nats import headers
 from tether.nats.blobs import object_stream, stored_blob
 from tether.nats.failures import translating
 from tether.nats.store import Store
 
 READ_TIMEOUT = 5.0
+_REMOVED = ("DEL", "PURGE")
 
 
 @translating
@@ -57,22 +59,28 @@ class Cleanup:
             self._window = timedelta(seconds=2 * longest)
         return self._window
 
-    def values(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:
-        """The latest value of every key of a KV bucket."""
+    async def values(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:
+        """The latest value of every key of a KV bucket; a removed key is skipped, even
+        when its delete marker carries a note (a removed task's id is held back by one
+        that says when it is free: see `Records.mark_removed`)."""
         names = self._names
-        return self._values(names.kv_stream(bucket), names.kv_subject(bucket))
+        prefix = names.kv_subject(bucket)
+        async for key, value, removed in self._values(names.kv_stream(bucket), prefix):
+            if not removed:
+                yield key, value
 
     async def stored_blobs(self) -> AsyncIterator[tuple[str, datetime]]:
         """Every blob's digest and when it was stored, from the Object Store's own meta
         subjects (nats-py's `ObjectStore.list` can wait for ever on a race of its watcher)."""
         bucket = self._names.blobs_bucket
-        async for _, meta in self._values(object_stream(bucket), f"$O.{bucket}.M."):
+        async for _, meta, _ in self._values(object_stream(bucket), f"$O.{bucket}.M."):
             found = stored_blob(meta)
             if found is not None:
                 yield found
 
-    async def _values(self, stream: str, prefix: str) -> AsyncIterator[tuple[str, bytes]]:
-        """The latest message of every subject under `prefix`, read as one ordered stream."""
+    async def _values(self, stream: str, prefix: str) -> AsyncIterator[tuple[str, bytes, bool]]:
+        """The latest message of every subject under `prefix`, read as one ordered stream,
+        and whether it is a KV delete marker."""
         info = await self._store.js.stream_info(stream)
         if not info.state.messages:
             return
@@ -85,8 +93,9 @@ class Cleanup:
         try:
             while True:
                 msg = await sub.next_msg(timeout=READ_TIMEOUT)
+                removed = (msg.headers or {}).get(headers.KV_OPERATION) in _REMOVED
                 if msg.data:
-                    yield msg.subject[len(prefix) :], msg.data
+                    yield msg.subject[len(prefix) :], msg.data, removed
                 if msg.metadata.num_pending == 0:
                     return
         finally:

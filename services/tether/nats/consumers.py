@@ -82,7 +82,7 @@ async def ensure_timers_consumer(js: JetStreamContext, names: Names = DEFAULT_NA
 
 
 async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
-    config = _dispatchers_consumer(names.dispatcher_consumer, names.submit_subject)
+    config = _dispatchers_consumer(names.dispatcher_consumer, names.submit_subjects)
     await _ensure_consumer(js, names.submit_stream, config)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol
@@ -50,6 +51,12 @@ class Delivery:
         self._again = False
         self.msg_id: str = headers.get(MSG_ID) or f"s{self.stream_sequence}"
         self.ack_subject: str | None = msg.reply or None
+        self._fetched = time.monotonic()
+
+    @property
+    def waited(self) -> float:
+        """Seconds since it was fetched: its ack wait runs from then."""
+        return time.monotonic() - self._fetched
 
     @property
     def attempt(self) -> int:

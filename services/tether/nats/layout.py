@@ -52,11 +52,15 @@ class Layout:
         return cls(names=config.names, replicas=config.replicas)
 
 
+KV_DUPLICATE_WINDOW = timedelta(minutes=2)
+"""nats-py's for a KV bucket without a TTL."""
+
+
 def _seconds(value: timedelta) -> float:
     return value.total_seconds()
 
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 """The version of the installation's shape (streams, buckets and their settings) this
 Tether provisions; raise it whenever that shape changes. A Tether that finds a higher one
 leaves the installation as it is."""
@@ -72,7 +76,7 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
     streams = [
         StreamConfig(
             name=names.submit_stream,
-            subjects=[names.submit_subject],
+            subjects=[names.submit_subjects],
             retention=RetentionPolicy.WORK_QUEUE,
             duplicate_window=_seconds(layout.duplicate_window),
         ),
@@ -110,11 +114,39 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
             # that lost its last chunks would reuse their sequences, and a follower
             # resuming by sequence would skip new text. Text is batched, so this is cheap.
         ),
+        builds_stream_config(layout),
     ]
     for config in streams:
         config.num_replicas = layout.replicas
         config.storage = StorageType.FILE
     return streams
+
+
+def builds_stream_config(layout: Layout) -> StreamConfig:
+    """The builds bucket's stream, made as nats-py makes a KV bucket's but create-only:
+    one message per key, and discard-new per key, so the server refuses any second write
+    to a key (a put, a delete marker; rollups are off) whoever sends it. A build's tool
+    (`<build>.<tool>`) is written once, by the build's first worker that serves it; only
+    a purge of the build's keys (a stream admin's right: `tether gc`) frees them.
+    nats-py's `create_key_value` cannot ask for `discard_new_per_subject`, hence the
+    stream by hand (opened with `js.key_value`)."""
+    names = layout.names
+    bucket = names.builds_bucket
+    return StreamConfig(
+        name=names.kv_stream(bucket),
+        subjects=[names.kv_subject(bucket, ">")],
+        retention=RetentionPolicy.LIMITS,
+        max_msgs_per_subject=1,
+        discard=DiscardPolicy.NEW,
+        discard_new_per_subject=True,
+        allow_rollup_hdrs=False,
+        deny_delete=True,
+        allow_direct=layout.replicas == 1,  # as the other buckets (`bucket_configs`)
+        duplicate_window=_seconds(KV_DUPLICATE_WINDOW),
+        max_msgs=-1,
+        max_bytes=-1,
+        max_consumers=-1,
+    )
 
 
 def work_stream_config(layout: Layout, stamped: bool = True) -> StreamConfig:
@@ -176,7 +208,7 @@ def layout_digest(layout: Layout) -> str:
 def expected_streams(names: Names) -> list[str]:
     """Every stream Tether's installation under `names` has (buckets and store included)."""
     buckets = [names.tasks_bucket, names.checkpoints_bucket, names.tools_bucket]
-    buckets += [names.heartbeats_bucket, names.workers_bucket]
+    buckets += [names.heartbeats_bucket, names.workers_bucket, names.builds_bucket]
     streams = [names.submit_stream, names.work_stream, names.status_stream]
     streams += [names.dead_letter_stream, names.index_stream, names.tokens_stream]
     return [*streams, *(names.kv_stream(b) for b in buckets), f"OBJ_{names.blobs_bucket}"]

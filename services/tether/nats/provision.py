@@ -189,6 +189,8 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         assert config.name is not None
         current = (await js.stream_info(config.name)).config
         config.num_replicas = max(config.num_replicas or 1, current.num_replicas or 1)
+        if config.allow_direct and config.num_replicas > 1:
+            config.allow_direct = False  # replicated: read from the leader (`bucket_configs`)
         # Fixed when the stream was made (an older Tether made its tokens stream `async`;
         # remove that stream to have it made anew).
         config.persist_mode = current.persist_mode

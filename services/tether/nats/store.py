@@ -114,7 +114,9 @@ class Store:
         store = cls(nc, js, names, jetstream)
         store.records = Records(jetstream, await bucket(names.tasks_bucket), layout.index_tasks)
         store.checkpoints = Checkpoints(await bucket(names.checkpoints_bucket), names)
-        store.workers = Workers(await bucket(names.workers_bucket), nc)
+        store.workers = Workers(
+            await bucket(names.workers_bucket), nc, await bucket(names.builds_bucket)
+        )
         store.heartbeats = Heartbeats(await bucket(names.heartbeats_bucket), store.workers)
         store.tools = Tools(await bucket(names.tools_bucket), names, js)
         store.submissions = Submissions(js, names)
@@ -269,7 +271,8 @@ class Store:
         `extra`: more headers (the submitter's trace context)."""
         data = encode(submit)  # the client checks the size first; `publish` the exact limit
         sent = {**(extra or {}), headers.MSG_ID: submit.task_id}
-        ack = await self._jetstream.publish(self.names.submit_subject, data, sent)
+        subject = self.names.submit_subject(submit.task_id)
+        ack = await self._jetstream.publish(subject, data, sent)
         return not ack.duplicate
 
     async def dead_letter(self, letter: DeadLetter) -> None:

@@ -1,9 +1,11 @@
-"""Workers in `<prefix>-workers` (their beats and the steps they hold) and the running
-steps' heartbeats in `<prefix>-heartbeats`."""
+"""Workers in `<prefix>-workers` (their beats, the steps they hold, the `Deployment`), the
+builds they announced in `<prefix>-builds`, and the running steps' heartbeats in
+`<prefix>-heartbeats`."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -13,20 +15,23 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from tether.clock import utcnow
+from tether.errors import TetherError
 from tether.nats import headers
+from tether.nats.connection import jetstream_context
 from tether.nats.failures import translating
 from tether.nats.kv import Bucket, Entry
-from tether.schemas.builds import BuildInfo, Deployment
+from tether.schemas.builds import BuildInfo, BuildTool, Deployment
 from tether.schemas.codec import encode
 from tether.schemas.names import Names
 from tether.schemas.tasks import Heartbeat, StepRun, WorkerBeat
 
+log = logging.getLogger("tether.nats")
 LIVE_FOR = timedelta(seconds=30)
 """A worker whose last beat is older is not listed as serving anything."""
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 _run_decoder = msgspec.json.Decoder(StepRun)
 _beat_decoder = msgspec.json.Decoder(WorkerBeat)
-_info_decoder = msgspec.json.Decoder(BuildInfo)
+_build_tool_decoder = msgspec.json.Decoder(BuildTool)
 _deployment_decoder = msgspec.json.Decoder(Deployment)
 Heard = Callable[[str, WorkerBeat | None], None]
 HeardBuilds = Callable[[str, BuildInfo | Deployment | None], None]
@@ -34,7 +39,7 @@ HeardBuilds = Callable[[str, BuildInfo | Deployment | None], None]
 
 def worker_key(worker_id: str) -> str:
     """The worker's key in the workers bucket: one token (its steps are under it), which
-    does not start with `_` (the builds' keys do)."""
+    does not start with `_` (the `Deployment`'s does)."""
     return re.sub(r"[^A-Za-z0-9_=-]", "_", worker_id).lstrip("_") or "worker"
 
 
@@ -44,27 +49,30 @@ def is_worker_key(key: str) -> bool:
 
 @translating
 class Workers:
-    """Each worker's beat under its key, and each step it holds under `<key>.<msg id>`."""
+    """Each worker's beat under its key, and each step it holds under `<key>.<msg id>`;
+    the `Deployment` beside them, and each build's tools (`BuildTool` under `<build>.<tool>`)
+    in a bucket of its own whose keys are written once (`layout.builds_stream_config`)."""
 
-    def __init__(self, bucket: Bucket, nc: NatsClient) -> None:
+    def __init__(self, bucket: Bucket, nc: NatsClient, builds: Bucket) -> None:
         self._bucket = bucket
         self._nc = nc
+        self._builds = builds
 
     async def follow(
         self, heard: Heard, builds: HeardBuilds | None = None
     ) -> Callable[[], Awaitable[None]]:
         """Hear every worker's beat, and its removal (`heard(key, None)`), as it is written:
         a KV put is a plain message on the key's subject, so this costs no consumer.
-        `builds` hears the builds' entries (`BuildInfo`, the `Deployment`). Returns the
-        stop."""
+        `builds` hears the `Deployment`, and a build's `BuildInfo` whenever one of its
+        tools is added (read again whole: a key alone is one tool). Returns the stop."""
         subject = self._bucket.subject("")
 
         async def received(msg: Msg) -> None:
             key = msg.subject[len(subject) :]
             removed = (msg.headers or {}).get(headers.KV_OPERATION) in ("DEL", "PURGE")
             if not is_worker_key(key):
-                if builds is not None:
-                    builds(key, None if removed else _decode_build_entry(key, msg.data))
+                if builds is not None and key == Names.DEPLOYMENT_KEY:
+                    builds(key, None if removed else _decode_deployment(msg.data))
                 return
             if removed:
                 heard(key, None)
@@ -75,11 +83,25 @@ class Workers:
                 return  # not a beat: nothing a watcher can act on
             heard(key, beat)
 
-        subscription = await self._nc.subscribe(subject + "*", cb=received)
+        subscriptions = [await self._nc.subscribe(subject + "*", cb=received)]
+        if builds is not None:
+            announced = self._builds.subject("")
+
+            async def heard_build(msg: Msg) -> None:
+                key = msg.subject[len(announced) :]
+                try:
+                    info = await self.build(Names.build_of_key(key))
+                except TetherError as exc:  # NATS away: a later tool or a restart says it
+                    log.warning("could not read build %s after it changed: %s", key, exc)
+                    return
+                builds(key, info)
+
+            subscriptions.append(await self._nc.subscribe(announced + ">", cb=heard_build))
 
         async def stop() -> None:
-            with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
+            for subscription in subscriptions:
+                with contextlib.suppress(Exception):
+                    await subscription.unsubscribe()
 
         return stop
 
@@ -125,21 +147,49 @@ class Workers:
         await self._bucket.update(Names.DEPLOYMENT_KEY, encode(deployment), last or 0)
 
     async def build(self, build: str) -> BuildInfo | None:
-        found = await self._bucket.get(Names.build_key(build))
-        return None if found is None else _info_decoder.decode(found.value)
+        """The build as its keys describe it (None: no worker of it announced a tool)."""
+        return BuildInfo.of(await self._build_tools(Names.build_keys(build)))
 
-    async def announce_build(self, info: BuildInfo) -> None:
-        await self._bucket.put(Names.build_key(info.build), encode(info))
+    async def build_tool(self, build: str, tool: str) -> BuildTool | None:
+        found = await self._builds.get(Names.build_key(build, tool))
+        return None if found is None else _decode_build_tool(found.value)
+
+    async def create_build_tool(self, entry: BuildTool) -> BuildTool | None:
+        """Add a tool to its build if the build has none of that name: None when written,
+        else the one written first (never replaced: the server refuses a second write)."""
+        key = Names.build_key(entry.build, entry.tool)
+        while await self._builds.create(key, encode(entry)) is None:
+            there = await self.build_tool(entry.build, entry.tool)
+            if there is not None:
+                return there
+            # forgotten (`tether gc`) between the create and the read: create it again
+        return None
 
     async def forget_build(self, build: str) -> None:
-        await self._bucket.remove(Names.build_key(build))
+        """Purge the build's keys (`<build>.*`), which frees them (a delete marker would be
+        a second write, refused): a stream admin's right, not a worker's."""
+        stream = Names.kv_stream(self._builds.name)
+        subject = self._builds.subject(Names.build_keys(build))
+        await jetstream_context(self._nc).purge_stream(stream, subject=subject)
 
     async def builds(self) -> list[BuildInfo]:
         """Every build a worker announced, oldest first."""
-        keys = [key for key in await self._bucket.keys("*") if key.startswith("_build_")]
-        found = [await self._bucket.get(key) for key in keys]
-        infos = [_info_decoder.decode(entry.value) for entry in found if entry is not None]
+        tools: dict[str, list[BuildTool]] = {}
+        for entry in await self._build_tools(Names.build_keys()):
+            tools.setdefault(entry.build, []).append(entry)
+        infos = [info for keys in tools.values() if (info := BuildInfo.of(keys)) is not None]
         return sorted(infos, key=lambda info: info.first_seen)
+
+    async def _build_tools(self, pattern: str) -> list[BuildTool]:
+        """The keys that match, each a `BuildTool` of the build and tool its key names
+        (any other value is no tool of that build, whoever wrote it)."""
+        tools = []
+        for key in await self._builds.keys(pattern):
+            found = await self._builds.get(key)
+            entry = None if found is None else _decode_build_tool(found.value)
+            if entry is not None and Names.build_key(entry.build, entry.tool) == key:
+                tools.append(entry)
+        return tools
 
     async def list(self) -> list[WorkerBeat]:
         """Every worker that beat within `LIVE_FOR`, by id."""
@@ -152,11 +202,17 @@ class Workers:
         return workers
 
 
-def _decode_build_entry(key: str, data: bytes) -> BuildInfo | Deployment | None:
+def _decode_deployment(data: bytes) -> Deployment | None:
     try:
-        if key == Names.DEPLOYMENT_KEY:
-            return _deployment_decoder.decode(data)
-        return _info_decoder.decode(data)
+        return _deployment_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _decode_build_tool(data: bytes) -> BuildTool | None:
+    """None for what is no `BuildTool` (the server keeps anything a permitted user sent)."""
+    try:
+        return _build_tool_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 

@@ -62,13 +62,30 @@ class Names(msgspec.Struct, frozen=True):
         return f"{self.prefix}-tools"
 
     @property
+    def builds_bucket(self) -> str:
+        """A `BuildTool` per build and tool it serves, under `build_key`, written once by
+        the build's first worker that serves the tool: its stream refuses a second message
+        on a key, whoever sends it (`Layout`)."""
+        return f"{self.prefix}-builds"
+
+    @property
     def blobs_bucket(self) -> str:
         return f"{self.prefix}-blobs"
 
     # -- subjects ------------------------------------------------------------
+    def submit_subject(self, task_id: str) -> str:
+        """`<prefix>.submit.<task_id>`: a raw submission names its task in its subject,
+        so a grant can be per id and what lands here from elsewhere (a push consumer's
+        deliveries) is refused unless it is that task's (`Dispatcher`)."""
+        return f"{self.prefix}.submit.{task_id}"
+
     @property
-    def submit_subject(self) -> str:
-        return f"{self.prefix}.submit"
+    def submit_subjects(self) -> str:
+        return f"{self.prefix}.submit.*"
+
+    def submitted_id(self, subject: str) -> str:
+        """The task id a submission's subject names."""
+        return subject[len(self.prefix) + len(".submit.") :]
 
     def work_subject(self, tool: str, build: str | None = None) -> str:
         """`<prefix>.work.<tool>`, which any worker of the tool takes, or
@@ -182,9 +199,20 @@ class Names(msgspec.Struct, frozen=True):
     no worker's key is (theirs do not start with `_`)."""
 
     @staticmethod
-    def build_key(build: str) -> str:
-        """The key in the workers bucket of a build's `BuildInfo`."""
-        return f"_build_{build_token(build)}"
+    def build_key(build: str, tool: str) -> str:
+        """The key in the builds bucket of a build's tool (its `BuildTool`):
+        `<build token>.<tool>`, two tokens (a tool's name has no dot)."""
+        return f"{build_token(build)}.{tool}"
+
+    @staticmethod
+    def build_keys(build: str | None = None) -> str:
+        """The pattern of a build's keys in the builds bucket (of every build's: None)."""
+        return f"{'*' if build is None else build_token(build)}.*"
+
+    @staticmethod
+    def build_of_key(key: str) -> str:
+        """The build a key of the builds bucket is of."""
+        return build_of_token(key.split(".", 1)[0])
 
     @staticmethod
     def step_key(task_id: str, step: int, branch: int | None = None) -> str:

@@ -136,7 +136,7 @@ class InputRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TaskSubmit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Published on `tether.submit` by any client; the publisher owns the task id."""
+    """Published on `tether.submit.<task_id>` by any client; the publisher owns the task id."""
 
     task_id: TaskId
     steps: Plan

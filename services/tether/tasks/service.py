@@ -56,6 +56,7 @@ from tether.tasks.conformance import check_answer
 from tether.tasks.forks import Forks
 from tether.tasks.parallel import ParallelSteps
 from tether.tasks.rules import event_output
+from tether.tasks.steering import steering_refusal
 
 DEAD_LETTER_DATA_LIMIT = 64 * 1024
 Change = Callable[[TaskRecord], TaskRecord | None]
@@ -432,12 +433,8 @@ class TaskService:
         """Tell a running agent something (`MessageSent`, `AgentUpdated`): it reads it
         before its next LLM call, once, in the order told (see `nats.inbox`)."""
         record = (await self.store.records.require(task_id)).record
-        if record.status.is_terminal:
-            raise TaskConflictError(
-                task_id,
-                f"task {task_id!r} is {record.status.value}: a finished agent reads no more "
-                "messages; ask it a follow-up instead (continue_agent)",
-            )
+        if (refused := steering_refusal(record, kind)) is not None:
+            raise TaskConflictError(task_id, refused)
         if not await self.runs_an_agent(record):
             raise TaskConflictError(
                 task_id, f"task {task_id!r} runs no agent: only an agent reads messages"

@@ -21,7 +21,7 @@ from starlette.templating import Jinja2Templates
 
 from tether.client import Client
 from tether.clock import utcnow
-from tether.errors import BlobNotFoundError, TaskConflictError, TetherError
+from tether.errors import BlobNotFoundError, NotAllowedError, TaskConflictError, TetherError
 from tether.schemas.blobs import is_ref
 from tether.schemas.tasks import TaskRecord, TaskStatus
 from tether.tasks.stalls import NO_DISPATCHER
@@ -36,6 +36,11 @@ COUNTS_EVERY = 0.25
 (which is read fresh), yet bounded however many pages ask."""
 SCAN = 2_000
 """Records a filtered list (by tool or text) reads at most for one page."""
+ACTIONS = ("cancel", "retry", "input", "message", "fork")
+"""The task actions the pages offer, each asked of the API verb of the same name (its
+NATS user must be allowed `<prefix>.api.<action>`: deploy/nats/roles.conf's dashboard)."""
+_ACTION_CODES: dict[type[Exception], int] = {TaskConflictError: 409, NotAllowedError: 403}
+"""An action NATS refused this dashboard's user (NotAllowedError) answers at once, 403."""
 
 
 def build_app(
@@ -171,7 +176,7 @@ class Pages:
             context = await _task_context(self._client, task_id)
             if context is None:
                 return self._missing(request, str(exc))
-            code = 409 if isinstance(exc, TaskConflictError) else 400
+            code = next((c for k, c in _ACTION_CODES.items() if isinstance(exc, k)), 400)
             return self._page(request, "task.html", code, error=str(exc), **context)
         return RedirectResponse(f"/tasks/{where}?" + urlencode({"note": note}), status_code=303)
 
@@ -295,4 +300,4 @@ async def _act(client: Client, task_id: str, verb: str, form: dict[str, str]) ->
         new_input = views.answer_from_form({}, {"json": raw}) if raw else None
         handle = await client.fork(task_id, step, input=new_input)
         return f"forked from {task_id} at step {step}", handle.task_id
-    raise ValueError(f"no action {verb!r}: cancel, retry, input, message or fork")
+    raise ValueError(f"no action {verb!r}: {', '.join(ACTIONS)}")

@@ -253,7 +253,7 @@ class App:
         started it, so it keeps its instructions, tools and model through a deploy
         (default: the app's).
         """
-        from tether.agents.agent import AGENT_INPUT_SCHEMA, LLM_RETRY
+        from tether.agents.agent import LLM_RETRY, agent_input_schema
         from tether.agents.agent import Agent as AgentType
         from tether.agents.models import OpenAIModel as Model
         from tether.agents.output import output_type as typed_output
@@ -297,7 +297,7 @@ class App:
                 description=description or f"Agent {name!r} on {chosen.name}: {instructions}",
                 retry=retry or LLM_RETRY,
                 max_concurrency=chosen.max_concurrency,
-                schema=AGENT_INPUT_SCHEMA,
+                schema=agent_input_schema(token_budget, cost_budget),
                 output_schema=None if output is None else output.schema,
                 agent=True,
                 calls=(*agent.tools, *input_checks, *output_checks, *agent.handoffs),

@@ -1,7 +1,6 @@
 """A worker's part in a deploy: it announces its build, keeps the view of the fleet its
 hand-offs are routed by (`tether.worker.routing`), sends on the steps left on builds
-whose workers are all gone, and, draining, stays until the steps routed to its build
-are done, so a rolling deploy loses nothing and re-runs nothing."""
+whose workers are all gone (a drain is `tether.worker.draining`'s)."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ from tether.nats.consumers import ConsumerOptions
 from tether.nats.delivery import Consumer
 from tether.nats.store import Store
 from tether.schemas.tasks import WorkerBeat
+from tether.worker.announcing import announce_build
 from tether.worker.app import Tool
-from tether.worker.builds import build_info
 from tether.worker.fleet import FleetView
 from tether.worker.liveness import Liveness
 from tether.worker.step import StepRunner
@@ -31,11 +30,20 @@ fleet changed (each look puts back those that must stay: a message each)."""
 MOVE_AT_ONCE = 64
 MOVE_WAIT = 0.25
 """Seconds a look waits for the steps of a gone build's consumer."""
+NUDGE = 0.05
+"""Seconds a round waits past a grace's end, so that it finds the grace over."""
 ANY_LEFT = ("*", "*")
 """The key in `Rollout._looked` of the last look at the subjects that found no step left
 on a gone build."""
-DRAIN_LOOK = 0.25
-"""Seconds between looks, while draining, at the steps still routed to this build."""
+SETTLE = 5.0
+"""Seconds after a gone build's grace ends during which its subjects are looked at every
+round: a survivor hands a dead worker's held steps back onto them about when the build is
+seen gone (perhaps just after a look that found none), and with a short grace, after it."""
+
+
+def _settling(end: datetime, last: datetime, now: datetime) -> bool:
+    """Whether a grace that ends at `end` calls for a look `now`, the last at `last`."""
+    return end <= now and (last < end or now - end < timedelta(seconds=SETTLE))
 
 
 class Rollout:
@@ -58,13 +66,14 @@ class Rollout:
         look."""
 
     async def start(self, key: str, beat: WorkerBeat) -> None:
-        """Follow the fleet, then announce this build with its tools' shapes, saying how
-        they do not fit the build before it (steps whose input that build made will
+        """Announce this build with its tools' shapes (refused when it was announced with
+        others: `announcing`), follow the fleet, and say how they do not fit the build
+        before it (steps whose input that build made will
         not move here)."""
+        info = await announce_build(
+            self._store.workers, self._build, self._tools.values(), utcnow()
+        )
         await self.fleet.start()
-        known = await self._store.workers.builds()
-        info = build_info(self._build, self._tools.values(), known, utcnow())
-        await self._store.workers.announce_build(info)
         self.fleet.know(key, beat, info)  # routes with itself in the fleet from the start
         for tool, changes in info.changes.items():
             if tool in self._tools:
@@ -88,11 +97,14 @@ class Rollout:
     ) -> None:
         """Send on the steps left on a build no worker runs any more (`StepRunner.move`):
         one request a round while some are left, none while every build this worker
-        knows of is up, and between, one when the fleet changes or `LOOK_AGAIN` passes
-        (a build gone until `tether gc` forgets it costs no request a second)."""
+        knows of is up, and between, one when the fleet changes, one a round from the
+        moment a pinned step's grace ends for `SETTLE` (its steps move or fail then,
+        wherever the dead worker's held steps were put back meanwhile), and one every
+        `LOOK_AGAIN` (a build gone until `tether gc` forgets it costs no request a
+        second)."""
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), MOVE_EVERY)
+                await asyncio.wait_for(stopping.wait(), self._until_next_round())
             if draining.is_set() or not self._some_build_gone() or not self._due(*ANY_LEFT):
                 continue
             again = True
@@ -113,20 +125,38 @@ class Rollout:
 
     def _due(self, tool: str, build: str) -> bool:
         """Look again when the fleet changed, when a pinned step's grace on the gone
-        build ended since the last look, or `LOOK_AGAIN` after it."""
+        build (any, for `ANY_LEFT`) ended since the last look or less than `SETTLE`
+        ago, or `LOOK_AGAIN` after it."""
         now, last = utcnow(), self._looked.get((tool, build))
         if last is not None and last[0] == self.fleet.version:
-            ends = self._grace_ends(tool, build)
             recent = now - last[1] < timedelta(seconds=LOOK_AGAIN)
-            if recent and not (ends is not None and last[1] < ends <= now):
+            ends = self._grace_ends(tool, build)
+            if recent and not any(_settling(end, last[1], now) for end in ends):
                 return False
         self._looked[(tool, build)] = (self.fleet.version, now)
         return True
 
-    def _grace_ends(self, tool: str, build: str) -> datetime | None:
+    def _grace_ends(self, tool: str, build: str) -> list[datetime]:
+        """When the grace of the pinned steps on a gone build ends (for `ANY_LEFT`: on
+        each gone build of a tool served here)."""
         fleet = self.fleet.fleet
-        gone = fleet.gone_since.get((tool, build))
-        return None if gone is None else gone + timedelta(seconds=fleet.shape(tool, build).grace_s)
+        gone = fleet.gone_since
+        pairs = (
+            [(tool, build)]
+            if (tool, build) != ANY_LEFT
+            else [pair for pair in gone if pair[0] in self._tools and pair[1] != self._build]
+        )
+        return [
+            gone[pair] + timedelta(seconds=fleet.shape(*pair).grace_s)
+            for pair in pairs
+            if pair in gone
+        ]
+
+    def _until_next_round(self) -> float:
+        """`MOVE_EVERY`, or less, to look just as a grace ends (its steps move then)."""
+        now = utcnow()
+        ends = [(end - now).total_seconds() for end in self._grace_ends(*ANY_LEFT) if end > now]
+        return min([MOVE_EVERY, *(seconds + NUDGE for seconds in ends)])
 
     def _is_gone(self, tool: str, build: str) -> bool:
         return build != self._build and build not in self.fleet.fleet.serving.get(tool, {})
@@ -143,31 +173,3 @@ class Rollout:
             self._gone[(tool.name, build)] = consumer
         for delivery in await consumer.fetch(MOVE_AT_ONCE, MOVE_WAIT):
             await runner.move(delivery, build)
-
-    async def drain(self, busy: Callable[[], bool], lost: Callable[[], bool]) -> None:
-        """Wait while this worker runs steps (`busy`) or steps routed to its build wait,
-        unless another worker of its build that is not draining serves every tool here:
-        the steps of tasks pinned to it finish here."""
-        quiet = 0
-        while quiet < 2 and not lost():
-            await asyncio.sleep(DRAIN_LOOK)
-            if busy():
-                quiet = 0
-            elif self._others_of_my_build():
-                return
-            elif await self._nothing_routed_here():
-                quiet += 1
-            else:
-                quiet = 0
-
-    def _others_of_my_build(self) -> bool:
-        serving = self.fleet.fleet.serving
-        return all(serving.get(tool, {}).get(self._build) for tool in self._tools)
-
-    async def _nothing_routed_here(self) -> bool:
-        try:
-            routed = await self._store.routed_steps()
-        except Exception as exc:  # NATS away: look again
-            log.debug("no look at the steps routed here: %s", exc)
-            return False
-        return not any(build == self._build and tool in self._tools for tool, build in routed)

@@ -51,6 +51,9 @@ AFTER_AN_ERROR = timedelta(seconds=1)
 TRY_IN_PLACE_FOR = timedelta(seconds=30)
 """How long a step is tried again in this process while NATS is away, before it is left
 to a redelivery (or, held, published again)."""
+LATE_START = 0.25
+"""Seconds a fetched message may wait for its step to start (a busy event loop) before it
+is handled as one that may also have gone to another worker (see `Delivery.came_back`)."""
 
 
 @dataclass
@@ -169,6 +172,7 @@ class StepRunner:
     async def _handle_work(
         self, delivery: Delivery, heartbeat: StepHeartbeat, work: WorkMessage, again: bool = True
     ) -> None:
+        await _if_late(delivery)
         found, checkpoint = await self._read(work, first=not delivery.came_back)
         record = found.record if found else None
         decision = decisions.decide(record, checkpoint, work, delivery.attempt)
@@ -332,3 +336,13 @@ class StepRunner:
             subject = self.store.names.work_subject(work.tool, placed)
             await self.store.publish_raw(subject, delivery.data, sent)
         await delivery.done()
+
+
+async def _if_late(delivery: Delivery) -> None:
+    """A busy process: before its first beat the ack wait may run out, and the message go
+    to another worker. Restart the clock and count it as one that came back, whose run is
+    marked (compare-and-set) before it starts."""
+    if delivery.waited > LATE_START and not delivery.came_back:
+        with contextlib.suppress(Exception):
+            await delivery.extend()
+        delivery.handle_again()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -29,8 +30,10 @@ from tether.service import Service
 from tether.worker.app import App, Tool
 from tether.worker.builds import default_build, validate_build
 from tether.worker.custody import Custody
+from tether.worker.draining import Drain, say_ran_out, say_stopping
 from tether.worker.liveness import Liveness
 from tether.worker.rollout import Rollout
+from tether.worker.serving import FETCH_TIMEOUT, Fetching
 from tether.worker.step import StepRunner
 from tether.worker.stopping import StopClock
 from tether.worker.succession import Succession
@@ -40,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.worker")
 
-FETCH_TIMEOUT = 1.0
 CANCEL_GRACE = 5.0
 REPORT_EVERY = 5.0
 """Seconds between reads of the tools' consumer state, with metrics on (one request
@@ -48,24 +50,6 @@ per tool)."""
 UNLIMITED_IN_FLIGHT = 10_000
 """The consumer's max-ack-pending for a tool without `max_concurrency`: steps delivered
 and not yet held (a held step is acknowledged), across every worker."""
-START_AHEAD = 256
-"""Messages a worker takes before their tools run: more would wait in this process while
-their ack wait runs out (a burst of 10,000 steps is taken a few hundred at a time)."""
-
-
-async def _take(semaphore: asyncio.Semaphore, most: int) -> int:
-    """Acquire one permit (waiting), then as many more as are free, up to `most`."""
-    await semaphore.acquire()
-    taken = 1
-    while taken < most and not semaphore.locked():
-        await semaphore.acquire()
-        taken += 1
-    return taken
-
-
-def _give(semaphore: asyncio.Semaphore, count: int) -> None:
-    for _ in range(count):
-        semaphore.release()
 
 
 def default_worker_id() -> str:
@@ -132,14 +116,16 @@ class Worker(Service):
         self._stopping = asyncio.Event()
         self._stop_clock: StopClock | None = None
         self._hurried = False
-        self._draining = asyncio.Event()
+        self._drain = Drain(self.build, self.tools)
+        self._draining = self._drain.started
         """Set first on any stop: the loops of the tools' shared consumers end (a drain
-        goes on taking the steps routed to its build until none are left)."""
+        goes on taking the steps routed to its build as its last worker: `Drain`)."""
         self._loops: list[asyncio.Task[None]] = []
         self._build_loops: list[asyncio.Task[None]] = []
         self._rollout: Rollout | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
-        self._ahead = asyncio.Semaphore(START_AHEAD)
+        self._fetching = Fetching(concurrency, lambda: self.is_lost)
+        self._ahead = self._fetching.ahead
         self._started_at = utcnow()
         self._custody: Custody | None = None
         self._store: Store | None = None
@@ -157,6 +143,7 @@ class Worker(Service):
         self._custody = Custody(store, key)
         self._rollout = Rollout(store, self.build, self.tools, self._options, self.liveness)
         await self._rollout.start(key, self._beat())
+        self._drain.follow(store, self._rollout.fleet)
         runner = StepRunner(
             store,
             self.tools,
@@ -181,9 +168,19 @@ class Worker(Service):
             # routed to this one.
             shared, own = consumers[tool.name]
             slots = asyncio.Semaphore(self.concurrency)
-            serving = self._serve(shared, runner, tool, slots, self._draining)
+            run = functools.partial(self._spawn, runner, slots)
+            serving = self._fetching.serve(
+                shared, tool.name, slots, self._draining, self._drain.takes, run
+            )
             self._loops.append(asyncio.create_task(serving))
-            routed = self._serve(own, runner, tool, slots, self._stopping)
+            routed = self._fetching.serve(
+                own,
+                tool.name,
+                slots,
+                self._stopping,
+                functools.partial(self._drain.takes, tool.name),
+                run,
+            )
             self._build_loops.append(asyncio.create_task(routed))
         moving = self._rollout.move_left_steps(runner, self._stopping, self._draining)
         self._loops.append(asyncio.create_task(moving))
@@ -238,38 +235,6 @@ class Worker(Service):
                     ", ".join(sorted(self.tools)),
                 )
 
-    async def _serve(
-        self,
-        consumer: Consumer,
-        runner: StepRunner,
-        tool: Tool,
-        slots: asyncio.Semaphore,
-        stop: asyncio.Event,
-    ) -> None:
-        most = min(self.concurrency, START_AHEAD)
-        want = 1
-        while not (stop.is_set() or self.is_lost):
-            # An idle consumer waits for its next message with one slot: its tool's other
-            # consumer (its build's, or the shared one) may take the rest meanwhile.
-            free = await _take(slots, want)
-            if stop.is_set():
-                _give(slots, free)
-                break  # stopped while every slot was busy: fetch nothing more
-            # Take no more than can start soon: a message's ack wait runs from its delivery.
-            ahead = await _take(self._ahead, free)
-            _give(slots, free - ahead)
-            try:
-                deliveries = await consumer.fetch(ahead, FETCH_TIMEOUT, stop)
-            except Exception as exc:  # disconnected: nats-py reconnects by itself
-                log.warning("fetch for %s failed: %s", tool.name, exc)
-                deliveries = []
-                await asyncio.sleep(FETCH_TIMEOUT / 4)
-            for delivery in deliveries:
-                self._spawn(runner, delivery, slots)
-            _give(slots, ahead - len(deliveries))
-            _give(self._ahead, ahead - len(deliveries))
-            want = most if deliveries else 1
-
     async def _announcing(self, store: Store) -> None:
         """The worker's liveness (and that of every step it holds), until it has left:
         through a stop's grace too, while its last steps finish."""
@@ -321,7 +286,7 @@ class Worker(Service):
             draining=self._draining.is_set(),
         )
 
-    def _spawn(self, runner: StepRunner, delivery: Delivery, slots: asyncio.Semaphore) -> None:
+    def _spawn(self, runner: StepRunner, slots: asyncio.Semaphore, delivery: Delivery) -> None:
         ahead = [self._ahead]  # given back once: when the tool runs, or the step is settled
 
         def started() -> None:
@@ -358,10 +323,12 @@ class Worker(Service):
         grace = self.shutdown_grace.total_seconds()
         drain = None if self.drain is None or self._hurried else self.drain.total_seconds()
         clock = self._stop_clock = StopClock(grace if drain is None else drain, grace)
-        self._say_stopping(drain, grace)
+        say_stopping(self.worker_id, len(self._in_flight), drain, grace)
         self._draining.set()
-        if drain is not None:
-            await self._drain(clock)
+        if drain is not None and self._store is not None:  # (not started: nothing to drain)
+            with contextlib.suppress(Exception):  # draining, said at once
+                await self._announce(self._store)
+            await self._drain.run(clock, lambda: bool(self._in_flight), lambda: self.is_lost)
         self._stopping.set()
         self._loops += self._build_loops
         if self._loops:
@@ -376,14 +343,7 @@ class Worker(Service):
         pending = await clock.wait(set(self._in_flight))
         if pending:
             if drain is not None and not self._hurried:
-                log.warning(
-                    "the drain of worker %s ran out of its %.0f s: %d step(s) still running "
-                    "go back to their queues and run again on another worker (a longer "
-                    "--drain-timeout lets them finish)",
-                    self.worker_id,
-                    drain,
-                    len(pending),
-                )
+                say_ran_out(self.worker_id, drain, len(pending))
             for task in pending:
                 task.cancel()
             _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
@@ -407,37 +367,6 @@ class Worker(Service):
                 self.shutdown_grace.total_seconds(),
             )
             self._stop_clock.hurry()
-
-    async def _drain(self, clock: StopClock) -> None:
-        """Take the steps routed to this build until none are left (`Rollout.drain`) or
-        the clock runs out."""
-        if self._store is not None:
-            with contextlib.suppress(Exception):  # draining, said at once
-                await self._announce(self._store)
-        if self._rollout is not None:
-            draining = asyncio.ensure_future(
-                self._rollout.drain(lambda: bool(self._in_flight), lambda: self.is_lost)
-            )
-            for left in await clock.wait({draining}):
-                left.cancel()
-
-    def _say_stopping(self, drain: float | None, grace: float) -> None:
-        if drain is not None:
-            log.info(
-                "draining worker %s: it takes no new step and exits when its %d running "
-                "step(s) finish, within %.0f s (a second Ctrl-C or SIGTERM stops it now)",
-                self.worker_id,
-                len(self._in_flight),
-                drain,
-            )
-        elif self._in_flight:
-            log.info(
-                "stopping worker %s: %d step(s) running get %.1f s to finish, then go back "
-                "to their queues",
-                self.worker_id,
-                len(self._in_flight),
-                grace,
-            )
 
     async def _close_tools(self) -> None:
         for tool in self.tools.values():

@@ -1,0 +1,215 @@
+"""The budget side of an agent's turn, around the ledger of `agents.budget`.
+
+- A run may ask for less than its agent's `token_budget`/`cost_budget`, never more: the
+  agent's budget is a ceiling, refused (not clamped) when a run asks past it, so whoever
+  asked learns it at once rather than finding a smaller budget spent later.
+- The tree's ledger opens at its first turn with a budget, or mid-run when `update_agent`
+  gives a token budget to a tree that had none; from then on every call is bounded.
+- A root that took its agent's default follows that default upwards: raise the agent's
+  budget, restart its workers, retry, and the tree may spend the new amount.
+- A call that does not fit fails the task (`on_budget="fail"`, saying how to raise it and
+  retry), or asks a person, saying what the next call needs (and why an answer given was
+  not enough), or waits for the task of the tree that asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from tether.agents.budget import (
+    BUDGET_ANSWER,
+    BudgetExceeded,
+    Ledger,
+    Price,
+    TreeBudget,
+    output_cap,
+    worst_case,
+)
+from tether.agents.conversation import AgentStep, Entry, Journal
+from tether.errors import TerminalError
+from tether.schemas.codec import to_builtins
+from tether.schemas.tasks import StepSpec
+from tether.worker.results import NeedsInput, NextSteps
+
+if TYPE_CHECKING:
+    from tether.agents.agent import Agent
+    from tether.worker.context import StepContext
+
+BUDGET_POLL = 2.0
+"""Seconds a call waits, at first, while another task of its tree asks about the budget."""
+
+
+class TokenBudgetExceeded(BudgetExceeded):
+    """The tree's token budget is spent (kept for code that catches this name)."""
+
+
+class BudgetAboveCeiling(TerminalError):
+    """A run asked for a larger budget than its agent's, which is the most it may have."""
+
+
+class Spent(Exception):
+    """The call's reservation (`tokens`, `usd`) did not fit in the tree's budget."""
+
+    def __init__(self, ledger: Ledger, tokens: int, usd: float) -> None:
+        super().__init__(ledger.spent())
+        self.ledger, self.tokens, self.usd = ledger, tokens, usd
+
+
+def check_ceiling(agent: Agent, start: AgentStep) -> None:
+    """Refuse a run that asks for more than the agent's budget (less is fine)."""
+    asked: list[tuple[str, float, float, str]] = []
+    if agent.token_budget is not None and start.token_budget is not None:
+        asked.append(("token_budget", start.token_budget, agent.token_budget, "{:,}"))
+    if agent.cost_budget is not None and start.cost_budget is not None:
+        asked.append(("cost_budget", start.cost_budget, agent.cost_budget, "${:,.2f}"))
+    for field, wanted, ceiling, shown in asked:
+        if wanted > ceiling:
+            raise BudgetAboveCeiling(
+                f"agent {agent.name!r}: this run asks for a {field} of {shown.format(wanted)}, "
+                f"more than the agent's {shown.format(ceiling)}, the most a run may have: "
+                f"ask for {shown.format(ceiling)} or less, or leave it out (an operator may "
+                "raise a running task with update_agent)"
+            )
+
+
+async def open_tree(tree: TreeBudget, agent: Agent, journal: Journal) -> TreeBudget:
+    """The tree's budget; its first agent turn with a budget opens it."""
+    tokens = journal.token_budget or agent.token_budget
+    usd = journal.cost_budget or agent.cost_budget
+    if journal.turns == 0 and (tokens or usd):
+        await tree.open(tokens, usd)
+    return tree
+
+
+async def take_limits(tree: TreeBudget, limits: list[int], journal: Journal) -> None:
+    """Apply `update_agent`'s token budgets in order (the latest wins), opening the
+    ledger if the tree has none: the next call is bounded by it."""
+    for limit in limits:
+        await tree.limit(limit, journal.usage)
+
+
+def defaults_followed(agent: Agent, ctx: StepContext, journal: Journal) -> Ledger | None:
+    """The limits a root that took its agent's default budget rises to (None: it took
+    none: the run gave its own, or an update set one, or it is a task below a root)."""
+    if ctx.parent is not None:
+        return None
+    tokens = agent.token_budget if journal.token_budget is None else None
+    usd = agent.cost_budget if journal.cost_budget is None else None
+    return Ledger(tokens=tokens, usd=usd) if tokens or usd else None
+
+
+async def reserve(
+    agent: Agent,
+    tree: TreeBudget,
+    key: str,
+    price: Price | None,
+    call: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]],
+    follow: Ledger | None,
+) -> None:
+    """Hold the call's worst case (`call`: its messages, tools and options) in the tree's
+    budget, if it has one, raised first to `follow`'s limits; or `Spent`."""
+    found = await tree.read()
+    if found is None:
+        return
+    if found[0].usd is not None and price is None:
+        raise TerminalError(
+            f"agent {agent.name!r}: no price for the model {agent.model.name!r}, so a "
+            "budget in dollars cannot hold: give it one (OpenAIModel(..., price=Price("
+            "input=..., output=...)), dollars per million tokens) or add it to "
+            "tether.agents.PRICES"
+        )
+    messages, specs, options = call
+    cap = output_cap({**agent.model.settings, **options})
+    tokens = worst_case(messages, specs, cap)
+    usd = 0.0 if price is None else ((tokens - cap) * price.input + cap * price.output) / 1e6
+
+    def held(ledger: Ledger) -> Ledger | None:
+        if follow is not None:
+            ledger = ledger.at_least(follow.tokens, follow.usd)
+        return ledger.reserve(key, tokens, usd)
+
+    for attempt in itertools.count():
+        if await tree.change(held) is not None:
+            tree.held = True
+            return
+        found = await tree.read()
+        if found is None:
+            return
+        if found[0].spent_for(tokens, usd):
+            raise Spent(found[0], tokens, usd)
+        # It fits once calls in flight elsewhere in the tree settle: wait for them.
+        await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
+
+
+async def when_spent(
+    ctx: StepContext,
+    agent: Agent,
+    journal: Journal,
+    tree: TreeBudget,
+    spent: Spent,
+    answered: Any = None,
+) -> NextSteps:
+    """The call did not fit: fail, ask a person (saying why), or wait for the task that
+    asks."""
+    ledger = spent.ledger
+    said = f"agent {agent.name!r}: {ledger.spent()}"
+    if ledger.stopped:
+        raise BudgetExceeded(f"{said}, and a person said to stop")
+    if agent.on_budget == "fail":
+        raise _failure(ctx, journal, spent, said)
+    again = StepSpec(tool=agent.name, input=to_builtins(AgentStep(turn=journal.turns + 1)))
+
+    def ask(ledger: Ledger) -> Ledger | None:
+        free = ledger.asking in (None, ctx.task_id)
+        return msgspec.structs.replace(ledger, asking=ctx.task_id) if free else None
+
+    if await tree.change(ask) is not None:
+        why = ledger.short(spent.tokens, spent.usd)
+        if answered is not None:
+            given = msgspec.json.encode(answered).decode()
+            why = f"the answer {given} was not enough: {why}"
+        gate = StepSpec(tool=agent.name, input=to_builtins(AgentStep(budget=True)))
+        return NextSteps(steps=[gate, again], output={"budget": f"{ledger.spent()}; {why}"})
+    wait = min(BUDGET_POLL * 1.5**journal.budget_waits, 60.0)  # another task asks
+    return NextSteps(steps=[again], output={"budget": f"waiting for {ledger.asking}"}, after=wait)
+
+
+def _failure(ctx: StepContext, journal: Journal, spent: Spent, said: str) -> BudgetExceeded:
+    """The error of a spent budget under `on_budget="fail"`, with the way to raise it
+    that works for this task (then `tether dlq retry` runs it on from where it failed)."""
+    ledger, task = spent.ledger, ctx.task_id
+    why = ledger.short(spent.tokens, spent.usd)
+    retry = f"then retry it ('tether dlq retry {task}'): nothing it did is run again"
+    if ledger.tokens is not None and ledger.spent_tokens + spent.tokens > ledger.tokens:
+        least = ledger.spent_tokens + spent.tokens
+        return TokenBudgetExceeded(
+            f"{said}; {why}: raise it ('tether update-agent {task} --budget {least}', or "
+            f"client.update_agent({task!r}, token_budget={least})), {retry}"
+        )
+    if journal.cost_budget is None and ctx.parent is None:
+        how = "raise the agent's cost_budget (app.agent(..., cost_budget=X)), restart its workers"
+        return BudgetExceeded(f"{said}; {why}: {how}, {retry}")
+    return BudgetExceeded(
+        f"{said}; {why}: a tree's budget in dollars set by its run stays as set: start the "
+        "run again with a larger cost_budget (or let a person raise it: on_budget='ask')"
+    )
+
+
+def budget_question(found: Ledger | None, before: list[Entry], agent: Agent) -> NeedsInput:
+    """Ask a person to raise the spent budget or stop, saying why (the turn that found it
+    spent said what the next call needs, and why an answer was not enough)."""
+    told = before[-1].output if before else None
+    if isinstance(told, dict) and isinstance(told.get("budget"), str):
+        said = told["budget"]
+    else:
+        said = found.spent() if found is not None else "budget reached"
+    return NeedsInput(
+        prompt=f'{said}: raise it or stop? ({{"tokens": N}}, {{"usd": X}} or {{"stop": true}})',
+        schema=BUDGET_ANSWER,
+        timeout=agent.budget_timeout,
+        default={"stop": True},
+    )

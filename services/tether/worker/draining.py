@@ -1,0 +1,117 @@
+"""A stopping worker's drain: it takes no new step and lets its running steps finish, so
+a rolling deploy re-runs nothing; as its build's last worker of a tool it also takes the
+steps routed to its build until none is left (pinned tasks have nowhere else to go)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Collection
+
+from tether.nats.store import Store
+from tether.worker.fleet import FleetView
+from tether.worker.stopping import StopClock
+
+log = logging.getLogger("tether.worker")
+DRAIN_LOOK = 0.25
+"""Seconds between looks, while draining, at the steps still routed to this build (and,
+for a serving loop paused by the drain, at whether this worker became its build's last)."""
+
+
+class Drain:
+    """What a worker may still take once it is stopping, and its wait for what it must
+    finish. Any step it took while draining would be cut short, and run twice, should the
+    drain time out; so it takes one only where no other worker would: from its build's
+    subject of a tool no other worker of its build that is not draining serves."""
+
+    def __init__(self, build: str, tools: Collection[str]) -> None:
+        self.started = asyncio.Event()
+        """Set first on any stop: nothing new is taken but as `takes` says."""
+        self._build = build
+        self._tools = tools
+        self._store: Store | None = None
+        self._fleet: FleetView | None = None
+
+    def follow(self, store: Store, fleet: FleetView) -> None:
+        """Judge who is its build's last worker by `fleet` (this worker's own beat in it
+        says it drains as soon as the drain starts: `Worker.stop`)."""
+        self._store, self._fleet = store, fleet
+
+    def takes(self, tool: str | None = None) -> bool:
+        """Whether a new message may be taken now: any before the drain; during it, only
+        one of `tool`'s routed to this build, as the last worker of its build serving
+        `tool` (None: the tool's shared subject, which other builds' workers take)."""
+        if not self.started.is_set():
+            return True
+        return tool is not None and self._last_of_build(tool)
+
+    def _last_of_build(self, tool: str) -> bool:
+        if self._fleet is None:
+            return True  # no view of the fleet: as if alone, so no routed step is left behind
+        return not self._fleet.fleet.serving.get(tool, {}).get(self._build)
+
+    async def run(
+        self, clock: StopClock, busy: Callable[[], bool], lost: Callable[[], bool]
+    ) -> None:
+        """Wait (`wait`) until the clock runs out."""
+        waiting = asyncio.ensure_future(self.wait(busy, lost))
+        for left in await clock.wait({waiting}):
+            left.cancel()
+
+    async def wait(self, busy: Callable[[], bool], lost: Callable[[], bool]) -> None:
+        """Wait while this worker runs steps (`busy`) or, as its build's last worker of
+        some tool, steps of that tool routed to its build wait."""
+        quiet = 0
+        while quiet < 2 and not lost():
+            await asyncio.sleep(DRAIN_LOOK)
+            if busy():
+                quiet = 0
+            elif not any(self._last_of_build(tool) for tool in self._tools):
+                return  # others of its build take what is routed to it
+            elif await self._nothing_routed_here():
+                quiet += 1
+            else:
+                quiet = 0
+
+    async def _nothing_routed_here(self) -> bool:
+        if self._store is None:
+            return True
+        try:
+            routed = await self._store.routed_steps()
+        except Exception as exc:  # NATS away: look again
+            log.debug("no look at the steps routed here: %s", exc)
+            return False
+        return not any(
+            build == self._build and tool in self._tools and self._last_of_build(tool)
+            for tool, build in routed
+        )
+
+
+def say_stopping(worker_id: str, running: int, drain: float | None, grace: float) -> None:
+    if drain is not None:
+        log.info(
+            "draining worker %s: it takes no new step and exits when its %d running "
+            "step(s) finish, within %.0f s (a second Ctrl-C or SIGTERM stops it now)",
+            worker_id,
+            running,
+            drain,
+        )
+    elif running:
+        log.info(
+            "stopping worker %s: %d step(s) running get %.1f s to finish, then go back "
+            "to their queues",
+            worker_id,
+            running,
+            grace,
+        )
+
+
+def say_ran_out(worker_id: str, drain: float, running: int) -> None:
+    log.warning(
+        "the drain of worker %s ran out of its %.0f s: %d step(s) still running go back to "
+        "their queues and run again on another worker (a longer --drain-timeout lets them "
+        "finish)",
+        worker_id,
+        drain,
+        running,
+    )
