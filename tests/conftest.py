@@ -10,17 +10,20 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from tether import Client, Dispatcher, Layout, NatsConfig, Worker
+from tether import App, Client, Dispatcher, Layout, NatsConfig, Worker
 from tether.api import ApiService
+from tether.nats.connection import close, connect
+from tether.nats.store import Store
 from tether.schemas.names import Names
 from tether.testing import nats_server_url
 from tether.testing.llm import ScriptedModel
@@ -97,6 +100,34 @@ def inline_only(config: NatsConfig) -> Layout:
 async def client(config: NatsConfig) -> AsyncIterator[Client]:
     async with Client(config) as c:
         yield c
+
+
+@pytest.fixture
+async def store(client: Client) -> AsyncIterator[Store]:
+    """The test's installation as its `client` lays it out, on a connection of the
+    test's own: what tests read and write under the client, without its private store."""
+    nc = await connect(client.nats)
+    try:
+        yield await Store.open(nc, client.layout, provision=False)  # the client provisioned
+    finally:
+        await close(nc)
+
+
+MakeWorker = Callable[..., Awaitable[Worker]]
+"""`await make_worker(app, **options)`: a started `Worker` (any of its keyword options)."""
+
+
+@pytest.fixture
+async def make_worker(config: NatsConfig) -> AsyncIterator[MakeWorker]:
+    """Start in-process workers on the test's server: `await make_worker(app,
+    concurrency=1)`. Every worker made is stopped at teardown, the last first, whether
+    the test passed or failed (a stop that raises does not skip the others)."""
+    async with contextlib.AsyncExitStack() as started:
+
+        async def make(apps: App | Sequence[App], **options: Any) -> Worker:
+            return await started.enter_async_context(Worker(apps, config, **options))
+
+        yield make
 
 
 @dataclass(frozen=True)
@@ -205,13 +236,12 @@ def stop_worker(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None
 
 
 @pytest.fixture
-async def agent_worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
+async def agent_worker(make_worker: MakeWorker, model: ScriptedModel) -> Worker:
     """A worker in this process serving the test agents (`tests/apps/agents.py`), on the
     scripted model."""
     from tests.apps.agents import app
 
-    async with Worker(app, config) as worker:
-        yield worker
+    return await make_worker(app)
 
 
 @pytest.fixture(scope="module")

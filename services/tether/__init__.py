@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tether.schemas.tasks import RetryOverride, TaskRecord, TaskStatus, TokenChunk, Usage
     from tether.schemas.tasks import StepSpec as Step
     from tether.tasks.plans import Parallel
-    from tether.worker import (
+    from tether.tools import (
         App,
         Child,
         NeedsInput,
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
         RetryPolicy,
         Sleep,
         StepContext,
-        Worker,
     )
+    from tether.worker import Worker
 
 _HOMES = {
     "tether.agents": ["Agent", "BudgetExceeded", "OpenAIModel", "Price"],
@@ -73,7 +73,7 @@ _HOMES = {
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
     "tether.schemas.tasks": ["RetryOverride", "TaskRecord", "TaskStatus", "TokenChunk", "Usage"],
     "tether.tasks.plans": ["Parallel"],
-    "tether.worker": [
+    "tether.tools": [
         "App",
         "Child",
         "NeedsInput",
@@ -81,8 +81,8 @@ _HOMES = {
         "RetryPolicy",
         "Sleep",
         "StepContext",
-        "Worker",
     ],
+    "tether.worker": ["Worker"],
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 _RENAMED = {"Step": ("tether.schemas.tasks", "StepSpec")}

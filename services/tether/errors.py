@@ -1,9 +1,12 @@
-"""Tether's exceptions.
+"""Tether's exceptions: every class below `TetherError`, wherever it lives (its module in
+parentheses, `agents` for `tether.agents.errors`; the rest are here). A unit test fails
+on a subclass this tree leaves out.
 
     TetherError
     ├── NatsUnavailableError       NATS could not be reached, or did not answer in time
+    │   └── NotProvisionedError    no installation under the prefix (or it may not be made)
     ├── RevisionConflictError      a compare-and-set lost: the key changed since it was read
-    ├── JetStreamError             JetStream refused a request (its `code` and `err_code` kept)
+    ├── JetStreamError             JetStream refused a request (`code`, `err_code` kept)
     ├── NotAllowedError            NATS refused this user a subject (its role's permissions)
     ├── MessageTooLargeError       a message or stored value larger than NATS allows
     ├── BlobNotFoundError          a `{"$blob": ...}` reference to nothing stored
@@ -19,12 +22,28 @@
     ├── InvalidNameError           (tether.schemas.ids) a task id or tool name unfit for subjects
     ├── NatsServerError            (tether.nats.server) the embedded nats-server did not start
     ├── GatewayError               (tether.gateway) the MCP gateway could not serve
-    ├── AnswerError                (tether.gateway.inputs) an elicitation answer of the wrong shape
+    ├── AnswerError                (tether.gateway.inputs) an elicitation answer unfit to use
+    ├── DashboardError             (tether.ui) the dashboard could not start
     ├── AppLoadError               (tether.cli.loading) MODULE:ATTR names no App
     ├── DefinitionError            a tool, agent or app defined so that it cannot run
     └── StepError                  raised by tools
         ├── TerminalError          fail the task now, do not retry
+        │   ├── GuardrailTripped           an agent's guardrail refused its input or answer
+        │   ├── BudgetExceeded             (agents) the task tree's budget is spent
+        │   │   └── TokenBudgetExceeded    (agents) its token budget is spent
+        │   ├── BudgetAboveCeiling         (agents) a run asked for more than its agent's
+        │   ├── MaxTurnsExceeded           (agents) no answer within `max_turns` turns
+        │   ├── InvalidOutput              (agents) answers unfit for the `output_type`
+        │   ├── ForeignConversation        (agents) a follow-up of another caller's task
+        │   ├── ModelAuthError             (agents) the endpoint refused the API key
+        │   ├── ContextLengthExceeded      (agents) past the model's context window
+        │   ├── ModelRequestError          (agents) the endpoint rejected the request
+        │   │   └── StructuredOutputsRefused   (agents) it rejected `json_schema`
+        │   ├── ModelOutputTruncated       (agents) cut off at the output token limit
+        │   ├── ModelContentFiltered       (agents) stopped by the content filter
+        │   └── ModelQuotaExceeded         (agents) the account has no quota left
         └── RetryableError         retry the step, optionally after `retry_after`
+            └── RateLimited                (agents) a 429, waited out in place
 
 Tools may raise any exception: everything but TerminalError is retried.
 """

@@ -53,15 +53,15 @@ async def held_entries(store: Store) -> list[str]:
 
 
 async def test_a_held_step_is_off_the_consumers_books_and_its_entry_goes_with_it(
-    config: NatsConfig, client: Client, dispatcher: object
+    config: NatsConfig, client: Client, store: Store, dispatcher: object
 ) -> None:
     gate.clear()
     async with Worker(held, config, worker_id="holder"):
         handle = await client.submit([{"tool": "waits"}])
 
         async def is_held() -> None:
-            assert await held_entries(client._store) == [f"holder.{handle.task_id}.0"]
-            backlog = await client._store.tools.backlog("waits")
+            assert await held_entries(store) == [f"holder.{handle.task_id}.0"]
+            backlog = await store.tools.backlog("waits")
             assert backlog is not None and backlog[:2] == (0, 0), backlog  # acked
 
         await eventually(is_held, timeout=10)
@@ -69,24 +69,28 @@ async def test_a_held_step_is_off_the_consumers_books_and_its_entry_goes_with_it
         assert (await handle.wait(timeout=10)) == 1
 
         async def released() -> None:
-            assert await held_entries(client._store) == []
+            assert await held_entries(store) == []
 
         await eventually(released, timeout=10)
 
 
 async def test_a_held_step_that_fails_is_retried_with_its_attempts_counted(
-    config: NatsConfig, client: Client, dispatcher: object
+    config: NatsConfig, client: Client, store: Store, dispatcher: object
 ) -> None:
     async with Worker(held, config):
         handle = await client.submit([{"tool": "fails_late"}])
         assert (await handle.wait(timeout=20)) == 2
     starts = [e.attempt async for e in handle.events(timeout=5) if isinstance(e, StepStarted)]
     assert starts == [1, 2]
-    assert await held_entries(client._store) == []
+    assert await held_entries(store) == []
 
 
 async def test_a_held_step_whose_handling_fails_runs_again_rather_than_waiting_for_ever(
-    config: NatsConfig, client: Client, dispatcher: object, monkeypatch: pytest.MonkeyPatch
+    config: NatsConfig,
+    client: Client,
+    store: Store,
+    dispatcher: object,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A held step's message is acknowledged, so nothing would redeliver it when its
     handling fails for good (NATS away for longer than the worker tries in place): the
@@ -112,13 +116,14 @@ async def test_a_held_step_whose_handling_fails_runs_again_rather_than_waiting_f
     ]
     assert starts == [1, 2] and not failures  # step 0 ran again after the failure
     assert await handle.output(0) == 2
-    assert await held_entries(client._store) == []
+    assert await held_entries(store) == []
 
 
 @pytest.mark.slow
 async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     registered: None,
     executions: Path,
@@ -129,14 +134,14 @@ async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
     handles = [await client.submit(plan) for plan in plans]
 
     async def all_held() -> None:
-        assert len(await held_entries(client._store)) == len(handles)
-        backlog = await client._store.tools.backlog("slow")
+        assert len(await held_entries(store)) == len(handles)
+        backlog = await store.tools.backlog("slow")
         assert backlog is not None and backlog[1] == 0, backlog  # nothing left to redeliver
 
     await eventually(all_held, timeout=20)
     survivor = start_worker(config, APP, log=tmp_path / "survivor.log")
     try:
-        await eventually(lambda: _workers(client, 2), timeout=20)
+        await eventually(lambda: _workers(store, 2), timeout=20)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         results = [await h.wait(timeout=30) for h in handles]
@@ -154,12 +159,12 @@ async def test_a_sigkilled_workers_held_steps_run_again_on_a_survivor(
         ]
         assert starts == [1, 2]
         assert (await handle.get()).status is TaskStatus.COMPLETED
-    assert await held_entries(client._store) == []
-    assert [w.worker_id for w in await client._store.workers.list()] == []
+    assert await held_entries(store) == []
+    assert [w.worker_id for w in await store.workers.list()] == []
 
 
-async def _workers(client: Client, n: int) -> Any:
-    workers = await client._store.workers.list()
+async def _workers(store: Store, n: int) -> Any:
+    workers = await store.workers.list()
     assert len(workers) == n, workers
 
 
@@ -167,6 +172,7 @@ async def _workers(client: Client, n: int) -> Any:
 async def test_a_step_that_kills_every_worker_that_holds_it_gives_up_after_its_attempts(
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     registered: None,
     executions: Path,
@@ -175,7 +181,7 @@ async def test_a_step_that_kills_every_worker_that_holds_it_gives_up_after_its_a
     """The attempts travel with a step published again, so an OOM loop ends."""
     workers = [start_worker(config, APP, log=tmp_path / f"w{i}.log") for i in range(3)]
     try:
-        await eventually(lambda: _workers(client, 3), timeout=20)
+        await eventually(lambda: _workers(store, 3), timeout=20)
         handle = await client.submit([{"tool": "dies_held"}])
         record = await handle.wait_until_done(timeout=40)
     finally:

@@ -11,6 +11,7 @@ import pytest
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
 from tether import Client, Dispatcher, NatsConfig, NatsServer
+from tether.nats.store import Store
 from tether.schemas import Names, TaskStatus
 from tether.testing import eventually, wait_until
 from tether.testing.progress import stored_steps
@@ -34,6 +35,7 @@ async def all_completed(client: Client, task_ids: list[str]) -> None:
 async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     registered: None,
     executions: Path,
@@ -50,7 +52,7 @@ async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
     )
     worker.send_signal(signal.SIGKILL)
     worker.wait(10)
-    done_at_kill = await stored_steps(client._store)
+    done_at_kill = await stored_steps(store)
     started_at_kill = set(read_executions(executions))
 
     replacement = start_worker(config, APP, log=tmp_path / "worker-2.log", concurrency=20)

@@ -11,6 +11,7 @@ import pytest
 from tests.apps.tools import read_branch_executions, read_executions
 from tests.chaos.crashes import crash, survive
 from tether import Client, NatsConfig, Parallel, Step
+from tether.nats.store import Store
 from tether.schemas.events import StepCompleted
 
 pytestmark = pytest.mark.slow
@@ -24,10 +25,10 @@ def plan() -> list[Step]:
     return [Step(tool="fast", input=0), Parallel(*branches), Step(tool="fast")]
 
 
-async def checkpointed_branches(client: Client, task_id: str) -> set[int]:
+async def checkpointed_branches(store: Store, task_id: str) -> set[int]:
     found = set()
     for branch in range(len(SLEEPS)):
-        if await client._store.checkpoints.get(task_id, 1, branch) is not None:
+        if await store.checkpoints.get(task_id, 1, branch) is not None:
             found.add(branch)
     return found
 
@@ -47,6 +48,7 @@ async def test_a_crash_in_a_parallel_step_reruns_at_most_the_running_branches(
     point: str,
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     registered: None,
     executions: Path,
@@ -57,7 +59,7 @@ async def test_a_crash_in_a_parallel_step_reruns_at_most_the_running_branches(
     task_id = f"fan-{where}-{step.replace('.', '-')}"
     handle = await client.submit(plan(), task_id=task_id)
     await crash(config, f"{where}:{task_id}:{step}", tmp_path, monkeypatch)
-    stored_at_crash = await checkpointed_branches(client, task_id)
+    stored_at_crash = await checkpointed_branches(store, task_id)
 
     result = await survive(config, handle)
 

@@ -19,6 +19,7 @@ import pytest
 from tests.apps.tools import app as tools_app
 from tests.conftest import APP, ROOT, Raw, start_worker, stop_worker
 from tether import Client, NatsConfig, TaskStatus, Worker
+from tether.nats.store import Store
 from tether.schemas import Names
 
 CLI_TIMEOUT = 30.0
@@ -258,7 +259,7 @@ async def test_ls_lists_tasks_and_filters_by_status(
 
 
 async def test_gc_removes_finished_tasks_and_never_a_running_one(
-    config: NatsConfig, client: Client, worker: object
+    config: NatsConfig, client: Client, store: Store, worker: object
 ) -> None:
     done = await client.submit(["fast"], task_id="gc-done")
     await done.wait(timeout=20)
@@ -268,12 +269,12 @@ async def test_gc_removes_finished_tasks_and_never_a_running_one(
     dry = await tether(config, "gc", "--older-than", "0", "--dry-run", "--json")
     assert dry.code == 0, dry
     assert dry.json()["tasks"] == ["gc-done"] and dry.json()["dry_run"] is True
-    assert await client._store.records.get("gc-done") is not None
+    assert await store.records.get("gc-done") is not None
 
     swept = await tether(config, "gc", "--older-than", "0")
     assert swept.code == 0, swept
     assert swept.out.splitlines()[0] == "removed 1 task(s) finished over 0:00:00 ago (1 kept)"
-    assert await client._store.records.get("gc-done") is None
+    assert await store.records.get("gc-done") is None
     assert (await slow.get()).status is TaskStatus.RUNNING
     await slow.cancel()
 

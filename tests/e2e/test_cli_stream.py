@@ -12,15 +12,13 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 
 import pyte
-import pytest
 
 from tests.apps.agents import app as agents
-from tests.conftest import ROOT
+from tests.conftest import ROOT, MakeWorker
 from tests.e2e.test_cli_ops import tether
-from tether import NatsConfig, Worker
+from tether import NatsConfig
 from tether.testing.llm import ScriptedModel
 
 THINKING = "Let me search for that first."
@@ -30,12 +28,6 @@ ANSWER = (
     "to whoever follows the task, from the start or from where they stopped."
 )
 COLUMNS, ROWS = 100, 60
-
-
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker(agents, config) as w:
-        yield w
 
 
 def _load(model: ScriptedModel) -> str:
@@ -51,8 +43,9 @@ def _load(model: ScriptedModel) -> str:
 
 
 async def test_piped_each_turns_text_is_whole_under_its_line_and_a_replay_prints_the_same(
-    config: NatsConfig, dispatcher: object, worker: Worker, model: ScriptedModel
+    config: NatsConfig, dispatcher: object, make_worker: MakeWorker, model: ScriptedModel
 ) -> None:
+    await make_worker(agents)
     question = _load(model)
     task_id = f"piped-{uuid.uuid4().hex[:6]}"
 
@@ -77,8 +70,9 @@ async def test_piped_each_turns_text_is_whole_under_its_line_and_a_replay_prints
 
 
 async def test_json_lines_carry_each_turns_text_as_one_line_before_its_step_ends(
-    config: NatsConfig, dispatcher: object, worker: Worker, model: ScriptedModel
+    config: NatsConfig, dispatcher: object, make_worker: MakeWorker, model: ScriptedModel
 ) -> None:
+    await make_worker(agents)
     question = _load(model)
     task_id = f"json-{uuid.uuid4().hex[:6]}"
 
@@ -95,8 +89,9 @@ async def test_json_lines_carry_each_turns_text_as_one_line_before_its_step_ends
 
 
 async def test_on_a_terminal_the_answer_stays_on_the_screen(
-    config: NatsConfig, dispatcher: object, worker: Worker, model: ScriptedModel
+    config: NatsConfig, dispatcher: object, make_worker: MakeWorker, model: ScriptedModel
 ) -> None:
+    await make_worker(agents)
     question = _load(model)
 
     screen = await _on_a_terminal(config, "submit", "--agent", "researcher", question, "--wait")

@@ -14,8 +14,9 @@ import pytest
 
 from tests.apps.agents import app as agents
 from tests.apps.tools import app as tools
+from tests.conftest import MakeWorker
 from tests.e2e.browser import Browser, headless_chromium
-from tether import Client, NatsConfig, Step, Worker
+from tether import Client, NatsConfig, Step
 from tether.testing.llm import ScriptedModel
 from tether.ui import Dashboard
 
@@ -30,12 +31,6 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker([tools, agents], config) as w:
-        yield w
-
-
-@pytest.fixture
 async def ui(config: NatsConfig, api: object) -> AsyncIterator[str]:
     """The dashboard, with the API its actions go through."""
     async with Dashboard(config, port=0) as dashboard:
@@ -47,8 +42,14 @@ async def _page_was_not_reloaded(browser: Browser) -> bool:
 
 
 async def test_the_task_list_shows_tasks_their_counts_and_the_waiting_inbox(
-    client: Client, dispatcher: object, worker: Worker, ui: str, browser: Browser
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
+    ui: str,
+    browser: Browser,
 ) -> None:
+    await make_worker([tools, agents])
     done = await client.submit([Step(tool="fast", input={"n": 1})])
     await done.wait(timeout=20)
     waiting = await client.submit(["asks"], metadata={"user": "alice"})
@@ -72,8 +73,14 @@ async def test_the_task_list_shows_tasks_their_counts_and_the_waiting_inbox(
 
 
 async def test_a_running_tasks_next_step_appears_live_without_a_reload(
-    client: Client, dispatcher: object, worker: Worker, ui: str, browser: Browser
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
+    ui: str,
+    browser: Browser,
 ) -> None:
+    await make_worker([tools, agents])
     handle = await client.submit([Step(tool="slow", input={"sleep": 1.5}), "fast"])
     await handle.wait_for(lambda r: r.status.value == "running", timeout=20)
 
@@ -88,8 +95,14 @@ async def test_a_running_tasks_next_step_appears_live_without_a_reload(
 
 
 async def test_an_input_request_is_answered_from_its_form_and_the_task_resumes(
-    client: Client, dispatcher: object, worker: Worker, ui: str, browser: Browser
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
+    ui: str,
+    browser: Browser,
 ) -> None:
+    await make_worker([tools, agents])
     handle = await client.submit(["asks", "fast"])
     await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
 
@@ -106,12 +119,14 @@ async def test_an_input_request_is_answered_from_its_form_and_the_task_resumes(
 async def test_a_dead_letter_is_retried_from_its_page_and_the_task_completes(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
     ui: str,
     browser: Browser,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    await make_worker([tools, agents])
     gate = tmp_path / "gate"
     monkeypatch.setenv("TETHER_TEST_GATE", str(gate))
     handle = await client.submit([Step(tool="gated", input={"order": 7})])
@@ -131,12 +146,13 @@ async def test_a_dead_letter_is_retried_from_its_page_and_the_task_completes(
 async def test_an_agents_task_page_shows_its_parallel_calls_and_streams_its_answer(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     ui: str,
     browser: Browser,
     model: ScriptedModel,
     tmp_path: Path,
 ) -> None:
+    await make_worker([tools, agents])
     question = f"question {uuid.uuid4().hex[:8]}"
     answer = "Durable agents checkpoint every step in JetStream, so a crash loses nothing."
     model.load(_script(question, answer))
@@ -161,11 +177,12 @@ async def test_an_agents_task_page_shows_its_parallel_calls_and_streams_its_answ
 async def test_a_running_agent_is_told_something_from_its_page(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     ui: str,
     browser: Browser,
     model: ScriptedModel,
 ) -> None:
+    await make_worker([tools, agents])
     question = f"question {uuid.uuid4().hex[:8]}"
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ops"}}]}
     model.load({"conversations": [{"match": question, "turns": [email, {"content": "Done."}]}]})

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import start_worker, stop_worker
 from tether import Client, NatsConfig, TaskFailedError, TaskHandle
 from tether.clock import utcnow
+from tether.nats.store import Store
 from tether.schemas import StepStarted
 from tether.schemas.builds import WhenGone
 from tether.testing import wait_until
@@ -63,6 +64,7 @@ async def test_a_draining_worker_that_is_not_its_builds_last_starts_no_new_step(
     monkeypatch.setenv("TETHER_TEST_VERSIONING", "pinned")
     monkeypatch.setenv("TETHER_TEST_PAUSE", "0.2")
     monkeypatch.setenv("TETHER_DRAIN_TIMEOUT", "3")
+    monkeypatch.setenv("TETHER_STEP_SLACK", "5")  # a starved worker's steps: not a drain's
     logs = [tmp_path / "v1a.log", tmp_path / "v1b.log"]
     v1a, v1b = (_start(config, "v1", log, monkeypatch, concurrency) for log in logs)
     try:
@@ -111,6 +113,7 @@ async def test_a_pinned_step_of_a_killed_build_moves_or_fails_as_its_grace_ends(
     when_gone: WhenGone,
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     executions: Path,
     tmp_path: Path,
@@ -132,7 +135,7 @@ async def test_a_pinned_step_of_a_killed_build_moves_or_fails_as_its_grace_ends(
     try:
         await _up(client, "v1", 1)
         handles = [await client.submit([{"tool": "count", "input": i}]) for i in range(3)]
-        await wait_until(_holding(client, len(handles)), timeout=30, message="v1 to hold")
+        await wait_until(_holding(store, len(handles)), timeout=30, message="v1 to hold")
         v2 = _start(config, "v2", tmp_path / "v2.log", monkeypatch)
         await _up(client, "v2", 1)
         v1.kill()
@@ -156,11 +159,10 @@ async def test_a_pinned_step_of_a_killed_build_moves_or_fails_as_its_grace_ends(
         assert when - ends <= timedelta(seconds=2.5), f"{(when - ends).total_seconds():.1f} s late"
 
 
-def _holding(client: Client, count: int) -> Callable[[], Awaitable[bool]]:
+def _holding(store: Store, count: int) -> Callable[[], Awaitable[bool]]:
     async def holding() -> bool:
         """Whether workers hold `count` steps (each under `<worker>.<msg id>`)."""
-        assert client._store is not None
-        return len(await client._store.workers.keys("*.>")) >= count
+        return len(await store.workers.keys("*.>")) >= count
 
     return holding
 

@@ -317,7 +317,7 @@ async def test_lists_the_workers_tools_with_schemas_and_run_plan(
     assert search.input_schema["required"] == ["query"]
     # A tool that takes a list is wrapped: MCP tool arguments are always an object.
     assert tools["summarize"].input_schema["properties"]["input"]["type"] == "array"
-    assert tools["slow"].input_schema == {"type": "object"}
+    assert tools["slow"].input_schema == {"type": "object", "properties": {}}
     assert tools["run_plan"].input_schema["required"] == ["steps"]
     if generation == LEGACY:
         assert tools["search"].execution and tools["search"].execution.task_support == "optional"

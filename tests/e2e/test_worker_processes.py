@@ -12,6 +12,7 @@ import pytest
 from tests.apps.tools import read_executions
 from tests.conftest import APP, start_worker, stop_worker
 from tether import Client, NatsConfig, TaskStatus
+from tether.nats.store import Store
 from tether.testing import wait_until
 
 
@@ -71,6 +72,7 @@ async def test_sigterm_finishes_the_running_step_then_exits(
 async def test_a_stop_says_what_runs_and_hands_a_long_step_on_within_the_grace(
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     registered: None,
     executions: Path,
@@ -82,7 +84,7 @@ async def test_a_stop_says_what_runs_and_hands_a_long_step_on_within_the_grace(
     worker = start_worker(config, APP, log=log)
     handle = await client.submit([{"tool": "slow", "input": {"sleep": 30.0}}])
     await wait_until(lambda: (handle.task_id, 0) in read_executions(executions), timeout=20)
-    await wait_until(lambda: _holds_a_step(client), timeout=10, message="the step to be held")
+    await wait_until(lambda: _holds_a_step(store), timeout=10, message="the step to be held")
 
     worker.send_signal(signal.SIGINT)
     stopped_at = time.monotonic()
@@ -123,6 +125,7 @@ async def test_a_drain_cut_short_hands_the_running_step_on(
     how: str,
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     registered: None,
     executions: Path,
@@ -136,7 +139,7 @@ async def test_a_drain_cut_short_hands_the_running_step_on(
     worker = start_worker(config, APP, log=log, drain=True)
     handle = await client.submit([{"tool": "slow", "input": {"sleep": 30.0}}])
     await wait_until(lambda: (handle.task_id, 0) in read_executions(executions), timeout=20)
-    await wait_until(lambda: _holds_a_step(client), timeout=10, message="the step to be held")
+    await wait_until(lambda: _holds_a_step(store), timeout=10, message="the step to be held")
 
     worker.send_signal(signal.SIGTERM)
     if how == "second signal":
@@ -190,6 +193,6 @@ async def _runs_again_on_a_new_worker(
         stop_worker(replacement)
 
 
-async def _holds_a_step(client: Client) -> bool:
+async def _holds_a_step(store: Store) -> bool:
     """Whether some worker holds a step (its copy is under `<worker>.<msg id>`)."""
-    return bool(await client._store.workers.keys("*.>"))
+    return bool(await store.workers.keys("*.>"))

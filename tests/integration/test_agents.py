@@ -14,6 +14,7 @@ import pytest
 
 from tests.apps.tools import read_branch_executions
 from tether import Client, TaskFailedError, TaskHandle, TaskStatus, Worker
+from tether.nats.store import Store
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
 
@@ -57,7 +58,12 @@ ANSWER = {
 
 
 async def test_parallel_tool_calls_fan_in_to_the_next_turn_and_the_answer_is_the_result(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
+    client: Client,
+    store: Store,
+    dispatcher: object,
+    agent_worker: Worker,
+    model: ScriptedModel,
+    executions: Path,
 ) -> None:
     question, handle = await _ask(client, model, [SEARCH_TWICE, ANSWER])
 
@@ -72,7 +78,7 @@ async def test_parallel_tool_calls_fan_in_to_the_next_turn_and_the_answer_is_the
     assert record.usage is not None
     assert (record.usage.input_tokens, record.usage.output_tokens) == (280, 29)
     assert (record.usage.cached_tokens, record.usage.requests) == (40, 2)
-    group = await client._store.checkpoints.get(handle.task_id, 1)
+    group = await store.checkpoints.get(handle.task_id, 1)
     assert group is not None and group.output == [
         ["durable agents: result 1", "durable agents: result 2"],
         ["NATS JetStream: result 1", "NATS JetStream: result 2"],
@@ -138,7 +144,7 @@ def _at(call: dict[str, Any]) -> float:
 
 
 async def test_a_string_tool_gets_its_input_unwrapped_and_an_unknown_tool_is_told_to_the_model(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+    client: Client, store: Store, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     calls = {
         "tool_calls": [
@@ -149,14 +155,19 @@ async def test_a_string_tool_gets_its_input_unwrapped_and_an_unknown_tool_is_tol
     _, handle = await _ask(client, model, [calls, ANSWER])
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
-    group = await client._store.checkpoints.get(handle.task_id, 1)
+    group = await store.checkpoints.get(handle.task_id, 1)
     assert group is not None and group.output == ["QUIET"]  # one branch: teleport never ran
-    turn = await client._store.checkpoints.get(handle.task_id, 0)
+    turn = await store.checkpoints.get(handle.task_id, 0)
     assert turn is not None and "no tool named 'teleport'" in turn.output["results"]["call_0_1"]
 
 
 async def test_a_denied_call_is_not_run_and_the_model_is_told_why(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
+    client: Client,
+    store: Store,
+    dispatcher: object,
+    agent_worker: Worker,
+    model: ScriptedModel,
+    executions: Path,
 ) -> None:
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ceo@example.com"}}]}
     _, handle = await _ask(client, model, [email, ANSWER])
@@ -169,14 +180,19 @@ async def test_a_denied_call_is_not_run_and_the_model_is_told_why(
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
     assert "send_email" not in executions.read_text()
-    turn = await client._store.checkpoints.get(handle.task_id, 2)
+    turn = await store.checkpoints.get(handle.task_id, 2)
     assert turn is not None and turn.output["results"] == {
         "call_0_0": "The user denied this tool call: not today"
     }
 
 
 async def test_an_approved_call_runs_once(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel, executions: Path
+    client: Client,
+    store: Store,
+    dispatcher: object,
+    agent_worker: Worker,
+    model: ScriptedModel,
+    executions: Path,
 ) -> None:
     email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "team@example.com"}}]}
     _, handle = await _ask(client, model, [email, ANSWER])
@@ -186,7 +202,7 @@ async def test_an_approved_call_runs_once(
 
     assert await handle.wait(timeout=30) == ANSWER["content"]
     assert executions.read_text().count("send_email") == 1
-    group = await client._store.checkpoints.get(handle.task_id, 3)
+    group = await store.checkpoints.get(handle.task_id, 3)
     assert group is not None and group.output == ["sent to team@example.com"]
 
 

@@ -26,9 +26,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from tests.apps.tools import app
-from tests.conftest import Raw
-from tether import Client, NatsConfig, Worker
+from tests.conftest import MakeWorker, Raw
+from tether import Client, NatsConfig
 from tether.api import ApiService
+from tether.nats.store import Store
 from tether.schemas.api import ErrorCode, ListReply, ResultReply, SubmitReply
 from tether.schemas.builds import BuildsReply
 from tether.schemas.tasks import TaskRecord, TaskStatus
@@ -47,12 +48,6 @@ LONG_ID = "x" * 500
 
 
 # -- fixtures ------------------------------------------------------------------
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
 
 
 @pytest.fixture
@@ -163,8 +158,9 @@ async def drained(raw: Raw, stream: str) -> None:
 
 
 async def test_submit_with_and_without_a_task_id_then_get_and_result(
-    calls: Calls, dispatcher: object, worker: Worker
+    calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     named = await calls.ok(
         "submit", {"task_id": "named", "steps": FAST, "metadata": {"user": "alice"}}, SubmitReply
     )
@@ -190,9 +186,10 @@ async def test_submit_with_and_without_a_task_id_then_get_and_result(
 
 
 async def test_a_task_is_found_as_soon_as_submit_replies(
-    calls: Calls, dispatcher: object, worker: Worker
+    calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """A `{task_id}` reply means the task exists: `get` right after it must not be not_found."""
+    await make_worker(app)
     for n in range(5):
         task_id = f"visible-{n}"
         await calls.ok("submit", {"task_id": task_id, "steps": FAST}, SubmitReply)
@@ -204,8 +201,14 @@ async def test_a_task_is_found_as_soon_as_submit_replies(
 
 
 async def test_result_without_timeout_on_a_running_task_then_cancel_it(
-    calls: Calls, client: Client, raw: Raw, dispatcher: object, worker: Worker
+    calls: Calls,
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
 ) -> None:
+    await make_worker(app)
     await calls.ok(
         "submit",
         {"task_id": "slow", "steps": [{"tool": "slow", "input": {"sleep": 30}}, {"tool": "fast"}]},
@@ -223,7 +226,7 @@ async def test_result_without_timeout_on_a_running_task_then_cancel_it(
     assert cancelled.task_id == "slow" and cancelled.status is TaskStatus.CANCELLED
     outcome = await calls.ok("result", {"task_id": "slow"}, ResultReply)
     assert outcome.status is TaskStatus.CANCELLED and outcome.result is None
-    names = client._store.names
+    names = store.names
 
     async def let_go() -> None:
         info = await raw.js.consumer_info(names.work_stream, names.tool_consumer("slow"))
@@ -235,8 +238,9 @@ async def test_result_without_timeout_on_a_running_task_then_cancel_it(
 
 
 async def test_result_of_a_failed_task_carries_the_error(
-    calls: Calls, dispatcher: object, worker: Worker
+    calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     await calls.ok("submit", {"task_id": "refused", "steps": [{"tool": "refuses"}]}, SubmitReply)
 
     outcome = await calls.outcome("refused")
@@ -248,8 +252,9 @@ async def test_result_of_a_failed_task_carries_the_error(
 
 
 async def test_list_filters_by_status_and_pages_in_creation_order(
-    calls: Calls, dispatcher: object, worker: Worker
+    calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     done = [f"list-{n}" for n in range(5)]
     for task_id in done:
         await calls.ok("submit", {"task_id": task_id, "steps": FAST}, SubmitReply)
@@ -288,8 +293,9 @@ async def test_list_filters_by_status_and_pages_in_creation_order(
 
 
 async def test_input_answers_a_waiting_task_which_then_completes(
-    calls: Calls, dispatcher: object, worker: Worker
+    calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     steps = [{"tool": "asks", "input": "draft"}, {"tool": "fast"}]
     await calls.ok("submit", {"task_id": "asking", "steps": steps}, SubmitReply)
     waiting = await eventually(lambda: status_is(calls, "asking", TaskStatus.WAITING))
@@ -313,10 +319,11 @@ async def test_input_answers_a_waiting_task_which_then_completes(
 async def test_retry_runs_a_failed_task_again_from_its_failed_step(
     calls: Calls,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    await make_worker(app)
     gate = tmp_path / "gate"
     monkeypatch.setenv("TETHER_TEST_GATE", str(gate))
     steps = [{"tool": "fast", "input": 1}, {"tool": "gated"}, {"tool": "fast"}]
@@ -423,23 +430,30 @@ def invalid_bodies(verb: str) -> list[tuple[Any, str]]:
 
 
 async def test_invalid_requests_get_invalid_with_a_message_naming_the_problem(
-    calls: Calls, client: Client, raw: Raw, dispatcher: object, worker: Worker
+    calls: Calls,
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
 ) -> None:
+    await make_worker(app)
     for verb in VERBS:
         for body, expected in invalid_bodies(verb):
             code, message = await calls.fails(verb, body)
             assert code == "invalid", (verb, _short(body), code, message)
             assert expected in message, (verb, _short(body), message)
 
-    info = await raw.js.stream_info(client._store.names.submit_stream)
+    info = await raw.js.stream_info(store.names.submit_stream)
     assert info.state.last_seq == 0, "an invalid submit must not be published"
     assert await client.list() == []
     await valid_task_completes(calls)
 
 
 async def test_deeply_nested_json_is_invalid_not_an_internal_error(
-    calls: Calls, dispatcher: object, worker: Worker
+    calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     deep = "[" * 5000 + "]" * 5000
     bodies = {
         "submit": '{"steps": [{"tool": "fast", "input": %s}]}',
@@ -461,7 +475,10 @@ async def test_deeply_nested_json_is_invalid_not_an_internal_error(
     await valid_task_completes(calls)
 
 
-async def test_conflicts_and_duplicates(calls: Calls, dispatcher: object, worker: Worker) -> None:
+async def test_conflicts_and_duplicates(
+    calls: Calls, dispatcher: object, make_worker: MakeWorker
+) -> None:
+    await make_worker(app)
     await calls.ok("submit", {"task_id": "done", "steps": FAST}, SubmitReply)
     assert (await calls.outcome("done")).status is TaskStatus.COMPLETED
     before = await calls.record("done")
@@ -487,8 +504,9 @@ async def test_conflicts_and_duplicates(calls: Calls, dispatcher: object, worker
 
 
 async def test_a_request_over_max_payload_cannot_be_sent_and_the_service_keeps_answering(
-    nc: NATS, calls: Calls, dispatcher: object, worker: Worker
+    nc: NATS, calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     body = b'{"task_id": "' + b"x" * nc.max_payload + b'"}'
 
     for verb in VERBS:
@@ -500,9 +518,10 @@ async def test_a_request_over_max_payload_cannot_be_sent_and_the_service_keeps_a
 
 
 async def test_a_list_reply_never_exceeds_max_payload(
-    calls: Calls, client: Client, dispatcher: object, worker: Worker
+    calls: Calls, client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """Three records of ~600 kB each: a page must fit in one message, the cursor gets the rest."""
+    await make_worker(app)
     big = "x" * 300_000
     for n in range(3):
         handle = await client.submit([{"tool": "fast", "input": big}], task_id=f"big-{n}")
@@ -522,9 +541,10 @@ async def test_a_list_reply_never_exceeds_max_payload(
 
 
 async def test_a_long_result_wait_does_not_hold_up_other_requests(
-    nc: NATS, api: ApiService, calls: Calls, dispatcher: object, worker: Worker
+    nc: NATS, api: ApiService, calls: Calls, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """A client waiting on `result` must not make every other `result` caller wait."""
+    await make_worker(app)
     await calls.ok("submit", {"task_id": "waits", "steps": [{"tool": "asks"}]}, SubmitReply)
     await calls.ok("submit", {"task_id": "quick", "steps": FAST}, SubmitReply)
     await eventually(lambda: status_is(calls, "waits", TaskStatus.WAITING))
@@ -553,8 +573,14 @@ async def test_a_long_result_wait_does_not_hold_up_other_requests(
 
 
 async def test_cancel_racing_completion_leaves_each_task_in_one_consistent_end(
-    calls: Calls, client: Client, raw: Raw, dispatcher: object, worker: Worker
+    calls: Calls,
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
 ) -> None:
+    await make_worker(app)
     ids = [f"race-{n}" for n in range(20)]
 
     async def submit_then_cancel(task_id: str) -> Any:
@@ -565,7 +591,7 @@ async def test_cancel_racing_completion_leaves_each_task_in_one_consistent_end(
 
     # Every task ends (none is stuck), whatever its cancel reply said.
     ends = {task_id: (await calls.outcome(task_id)).status.value for task_id in ids}
-    names = client._store.names
+    names = store.names
     await eventually(lambda: drained(raw, names.submit_stream))
     await eventually(lambda: drained(raw, names.work_stream))
 
@@ -735,8 +761,9 @@ FUZZED = {
 )
 @given(request=st.sampled_from(sorted(FUZZED)).flatmap(lambda v: st.tuples(st.just(v), bodies(v))))
 async def test_generated_requests_get_a_success_or_a_typed_error(
-    calls: Calls, dispatcher: object, worker: Worker, request: tuple[str, Any]
+    calls: Calls, dispatcher: object, make_worker: MakeWorker, request: tuple[str, Any]
 ) -> None:
+    await make_worker(app)
     verb, body = request
     data = await calls.send(verb, body)
 
@@ -751,8 +778,9 @@ async def test_generated_requests_get_a_success_or_a_typed_error(
 
 
 async def test_builds_lists_the_builds_and_refuses_a_change_it_cannot_make(
-    calls: Calls, worker: Worker
+    calls: Calls, make_worker: MakeWorker
 ) -> None:
+    worker = await make_worker(app)
     listed = await calls.ok("builds", {}, BuildsReply)
     assert [row.build for row in listed.builds] == [worker.build]
     assert listed.builds[0].workers == 1 and listed.builds[0].state == "current"

@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js.api import Header
 
 from tests.apps.tools import app, read_executions
-from tests.conftest import Raw, inline_only
+from tests.conftest import MakeWorker, Raw, inline_only
 from tether import (
     Client,
     InvalidTaskError,
@@ -32,8 +32,8 @@ from tether import (
     TaskExistsError,
     TaskFailedError,
     TaskNotFoundError,
-    Worker,
 )
+from tether.nats.store import Store
 from tether.schemas import DeadLetter, Failed, InvalidNameError, TaskRecord, TaskStatus
 from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
 from tether.tasks.plans import task_id_of
@@ -42,12 +42,6 @@ from tether.testing import eventually
 VALID = [{"tool": "fast", "input": {"x": 1}}]
 VALID_RESULT = {"step": 0, "payload": {"x": 1}}
 TASK_ID = r"[A-Za-z0-9_-]{1,128}"
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config, layout=inline_only(config)) as w:  # limits of inline values
-        yield w
 
 
 @pytest.fixture
@@ -248,9 +242,15 @@ BAD_SUBMISSIONS = [
 
 
 async def test_bad_submissions_get_clear_errors_and_the_dispatcher_keeps_serving(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for bad in BAD_SUBMISSIONS:
             await publish_submit(raw, names, bad.data)
@@ -276,9 +276,15 @@ async def test_bad_submissions_get_clear_errors_and_the_dispatcher_keeps_serving
 
 
 async def test_bad_resubmit_never_fails_an_existing_task(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     await valid_task_completes(client, "existing")
     before = await client.get("existing")
     data = submission(task_id="existing", steps="not a plan")
@@ -293,14 +299,20 @@ async def test_bad_resubmit_never_fails_an_existing_task(
 
 
 async def test_a_step_retry_override_out_of_range_fails_the_task_clearly(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
     """`retry.max_attempts: 0` is accepted by the JSON shape but is not a usable policy."""
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     data = submission(
         task_id="no-attempts", steps=[{"tool": "fast", "input": {}, "retry": {"max_attempts": 0}}]
     )
 
-    await publish_submit(raw, client._store.names, data)
+    await publish_submit(raw, store.names, data)
 
     record = await eventually(lambda: failed_record(client, "no-attempts"), timeout=5)
     assert record.error is not None and "max_attempts" in record.error.message, record.error
@@ -308,10 +320,16 @@ async def test_a_step_retry_override_out_of_range_fails_the_task_clearly(
 
 
 async def test_a_large_invalid_submission_is_still_rejected(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
     """Under max_payload as sent, but its dead letter (bytes as base64) would be over it."""
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     steps = [{"tool": "nope", "input": "x" * 900_000}]
     data = submission(task_id="big-unknown", steps=steps, strict=True)
     assert len(data) < client.max_payload
@@ -328,9 +346,10 @@ async def test_a_large_invalid_submission_is_still_rejected(
 
 
 async def test_a_large_step_input_of_the_wrong_type_fails_the_task(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker, config: NatsConfig
 ) -> None:
     """`search` takes a Query; a ~900 kB input of the wrong shape must fail, not loop."""
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     handle = await client.submit(
         [{"tool": "search", "input": {"query": ["x" * 900_000]}}], task_id="big-input"
     )
@@ -349,7 +368,10 @@ async def nothing_published(raw: Raw, names: Names) -> None:
     assert info.state.last_seq == 0, f"{info.state.last_seq} submission(s) were published"
 
 
-async def test_client_refuses_invalid_task_ids(client: Client, raw: Raw, worker: Worker) -> None:
+async def test_client_refuses_invalid_task_ids(
+    client: Client, store: Store, raw: Raw, make_worker: MakeWorker, config: NatsConfig
+) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     for task_id, expected in [
         ("a.b", "not a valid id"),
         ("a*", "not a valid id"),
@@ -361,12 +383,13 @@ async def test_client_refuses_invalid_task_ids(client: Client, raw: Raw, worker:
             await client.submit(VALID, task_id=task_id)
         assert expected in str(refused.value), (task_id, str(refused.value))
 
-    await nothing_published(raw, client._store.names)
+    await nothing_published(raw, store.names)
 
 
 async def test_client_refuses_invalid_plans_before_publishing(
-    client: Client, raw: Raw, worker: Worker
+    client: Client, store: Store, raw: Raw, make_worker: MakeWorker, config: NatsConfig
 ) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     with pytest.raises(InvalidTaskError, match="'empty' has no steps"):
         await client.submit([], task_id="empty")
     with pytest.raises(InvalidTaskError, match="unknown tool 'nope': no worker has registered it"):
@@ -381,12 +404,17 @@ async def test_client_refuses_invalid_plans_before_publishing(
     for task_id in ("empty", "unknown", "bad-tool", "tool-int", "huge"):
         with pytest.raises(TaskNotFoundError):
             await client.get(task_id)
-    await nothing_published(raw, client._store.names)
+    await nothing_published(raw, store.names)
 
 
 async def test_client_refuses_a_task_id_that_already_ran(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
+    executions: Path,
 ) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     await valid_task_completes(client, "once")
     before = await client.get("once")
 
@@ -398,14 +426,21 @@ async def test_client_refuses_a_task_id_that_already_ran(
 
 
 async def test_client_refuses_a_duplicate_submitted_in_quick_succession(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
+    executions: Path,
 ) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     first = await client.submit(VALID, task_id="twice")
     with pytest.raises(TaskExistsError, match="task 'twice' already exists"):
         await client.submit([{"tool": "fast", "input": {"x": 2}}], task_id="twice")
 
     assert await first.wait(timeout=15) == VALID_RESULT
-    info = await raw.js.stream_info(client._store.names.submit_stream)
+    info = await raw.js.stream_info(store.names.submit_stream)
     assert info.state.last_seq == 0  # submitted directly: nothing went through the queue
     assert read_executions(executions)[("twice", 0)] == 1
 
@@ -414,9 +449,16 @@ async def test_client_refuses_a_duplicate_submitted_in_quick_succession(
 
 
 async def test_raw_duplicate_without_msg_id_changes_nothing(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
+    executions: Path,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     await valid_task_completes(client, "raw-dup")
     before = await client.get("raw-dup")
     events_before = await events_of(client, "raw-dup")
@@ -442,9 +484,15 @@ async def test_raw_duplicate_without_msg_id_changes_nothing(
 
 
 async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     subject = names.work_subject("fast")
     bad = {
         b"\x00 not json": (None, "undecodable work message: JSON is malformed"),
@@ -473,12 +521,18 @@ async def test_bad_work_messages_are_dead_lettered_and_the_worker_keeps_serving(
 
 
 async def test_a_stray_message_fails_a_task_only_for_the_step_it_waits_on(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
     """A message naming another tool fails the task when it stands for the step the task
     waits on (that step cannot run); one about another step or run is dead-lettered
     alone, and the task goes on."""
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     live = await client.submit([{"tool": "slow", "input": {"sleep": 1}}, "fast"])
     await live.wait_for(lambda record: record.status.value == "running", timeout=20)
     stray = {"task_id": live.task_id, "step": 5, "tool": "slow", "generation": 1}
@@ -547,9 +601,9 @@ def is_task_id(text: str) -> bool:
 
 
 @pytest.fixture
-async def submit_letters(client: Client, raw: Raw) -> AsyncIterator[DeadLetters]:
+async def submit_letters(store: Store, raw: Raw) -> AsyncIterator[DeadLetters]:
     """Dead letters of the submit subject for the whole test (hypothesis reuses it)."""
-    async with dead_letters(raw, client._store.names, SUBMIT_DEAD_LETTER) as box:
+    async with dead_letters(raw, store.names, SUBMIT_DEAD_LETTER) as box:
         yield box
 
 
@@ -559,18 +613,21 @@ async def submit_letters(client: Client, raw: Raw) -> AsyncIterator[DeadLetters]
 @given(value=garbage)
 async def test_generated_garbage_loses_nothing_and_the_dispatcher_keeps_serving(
     client: Client,
+    store: Store,
     raw: Raw,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
+    config: NatsConfig,
     submit_letters: DeadLetters,
     value: Any,
 ) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     data, task_id = as_payload(value)
     seen = len(submit_letters.of(data))
 
-    seq = await publish_submit(raw, client._store.names, data)
+    seq = await publish_submit(raw, store.names, data)
 
-    letter = await eventually(lambda: _outcome(client, submit_letters, data, seen, task_id, seq))
+    letter = await eventually(lambda: _outcome(store, submit_letters, data, seen, task_id, seq))
     event("accepted" if letter is None else "rejected, usable id" if task_id else "rejected, no id")
     if letter is None:  # by chance a valid task: accepted, and it runs to an end
         assert task_id is not None
@@ -581,27 +638,28 @@ async def test_generated_garbage_loses_nothing_and_the_dispatcher_keeps_serving(
         if task_id is not None:
             record = await eventually(lambda: failed_record(client, task_id))
             assert record.error is not None and record.error.message == letter.error.message
-    await eventually(lambda: drained(raw, client._store.names.submit_stream))
+    await eventually(lambda: drained(raw, store.names.submit_stream))
     assert len(submit_letters.of(data)) == seen + (letter is not None)
     await valid_task_completes(client)
 
 
 async def _outcome(
-    client: Client, box: DeadLetters, data: bytes, seen: int, task_id: str | None, seq: int
+    store: Store, box: DeadLetters, data: bytes, seen: int, task_id: str | None, seq: int
 ) -> DeadLetter | None:
     """The new dead letter of `data`, or None if the submission was accepted as a task."""
     letters = box.of(data)
     if len(letters) > seen:
         return letters[-1]
-    found = None if task_id is None else await client._store.records.get(task_id)
+    found = None if task_id is None else await store.records.get(task_id)
     if found is not None and found.record.submit_seq == seq and found.record.steps:
         return None
     raise AssertionError(f"submission {data[:80]!r} was neither accepted nor dead-lettered")
 
 
 async def test_an_output_too_large_to_store_fails_the_task_clearly(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker, config: NatsConfig
 ) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     # ~700 kB in: the step's output (its input echoed) plus the record outgrow max_payload.
     handle = await client.submit([{"tool": "fast", "input": "x" * 700_000}, "fast"])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,10 +12,11 @@ import msgspec
 import pytest
 
 from tests.apps.tools import app
-from tests.conftest import Raw
-from tether import App, Client, NatsConfig, Parallel, Step, StepContext, Worker
+from tests.conftest import MakeWorker, Raw
+from tether import App, Client, Parallel, Step, StepContext
 from tether.errors import BlobNotFoundError
 from tether.nats.feeds import last_event
+from tether.nats.store import Store
 from tether.schemas import StepCompleted
 from tether.tasks.sweep import Sweeper
 
@@ -41,20 +41,15 @@ def _is_ref(value: Any) -> bool:
     return isinstance(value, dict) and "$blob" in value
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker([app, blobby], config) as w:
-        yield w
-
-
 async def test_a_large_output_travels_by_reference_and_the_next_tool_gets_the_value(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker([app, blobby])
     handle = await client.submit([Step(tool="big", input=LARGE), "measure"])
 
     assert await handle.wait(timeout=20) == {"sizes": [LARGE], "refs": [False]}
 
-    checkpoint = await client._store.checkpoints.get(handle.task_id, 0)
+    checkpoint = await store.checkpoints.get(handle.task_id, 0)
     assert checkpoint is not None and _is_ref(checkpoint.output)
     encoded = msgspec.json.encode({"text": "x" * LARGE, "step": 0})
     assert checkpoint.output == {
@@ -65,13 +60,14 @@ async def test_a_large_output_travels_by_reference_and_the_next_tool_gets_the_va
     events = [e async for e in handle.events(timeout=5)]
     first = next(e for e in events if isinstance(e, StepCompleted) and e.step == 0)
     assert first.output == checkpoint.output  # the event carries the reference, not 300 KiB
-    info = await raw.js.stream_info(f"OBJ_{client._store.names.blobs_bucket}")
+    info = await raw.js.stream_info(f"OBJ_{store.names.blobs_bucket}")
     assert LARGE <= info.state.bytes < 2 * LARGE
 
 
 async def test_a_large_result_is_resolved_by_wait_and_kept_by_reference_in_the_record(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker([app, blobby])
     handle = await client.submit([Step(tool="big", input=LARGE)])
 
     result = await handle.wait(timeout=20)
@@ -83,28 +79,31 @@ async def test_a_large_result_is_resolved_by_wait_and_kept_by_reference_in_the_r
 
 
 async def test_the_same_content_is_stored_once(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker([app, blobby])
     for _ in range(3):
         await (await client.submit([Step(tool="big", input=LARGE)])).wait(timeout=20)
-    info = await raw.js.stream_info(f"OBJ_{client._store.names.blobs_bucket}")
+    info = await raw.js.stream_info(f"OBJ_{store.names.blobs_bucket}")
     assert info.state.bytes < 2 * LARGE  # three tasks, one object
 
 
 async def test_parallel_branch_outputs_are_references_in_the_group_and_values_for_the_tool(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker([app, blobby])
     group = Parallel(Step(tool="big", input=LARGE), Step(tool="big", input=LARGE + 1))
     handle = await client.submit([group, "measure"])
 
     assert await handle.wait(timeout=20) == {"sizes": [LARGE, LARGE + 1], "refs": [False, False]}
-    checkpoint = await client._store.checkpoints.get(handle.task_id, 0)
+    checkpoint = await store.checkpoints.get(handle.task_id, 0)
     assert checkpoint is not None and all(_is_ref(item) for item in checkpoint.output)
 
 
 async def test_a_large_submitted_input_is_stored_once_and_the_tool_gets_the_value(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker([app, blobby])
     value = {"text": "y" * LARGE}
     handle = await client.submit([Step(tool="measure", input=value)])
 
@@ -114,12 +113,13 @@ async def test_a_large_submitted_input_is_stored_once_and_the_tool_gets_the_valu
 
 
 async def test_the_api_resolves_a_reference_in_one_request(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: None
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker, api: None
 ) -> None:
+    await make_worker([app, blobby])
     handle = await client.submit([Step(tool="big", input=LARGE)])
     await handle.wait(timeout=20)
     ref = (await handle.get()).result["$blob"]
-    subject = client._store.names.api_subject("blob")
+    subject = store.names.api_subject("blob")
 
     reply = msgspec.json.decode((await raw.nc.request(subject, _ref(ref), timeout=5)).data)
     missing = msgspec.json.decode((await raw.nc.request(subject, _ref("sha256:0"), timeout=5)).data)
@@ -133,9 +133,10 @@ def _ref(ref: str) -> bytes:
 
 
 async def test_values_past_max_payload_run_because_they_travel_by_reference(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """The same task fails with OutputTooLarge when blobs are off (test_bad_input.py)."""
+    await make_worker([app, blobby])
     handle = await client.submit([{"tool": "fast", "input": "x" * 700_000}, "fast"])
 
     result = await handle.wait(timeout=30)
@@ -147,8 +148,9 @@ async def test_values_past_max_payload_run_because_they_travel_by_reference(
 
 
 async def test_gc_removes_a_finished_task_past_retention_and_the_blob_only_it_used(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker([app, blobby])
     old = await client.submit([Step(tool="big", input=LARGE), "measure"])
     await old.wait(timeout=20)
     shared = [await client.submit([Step(tool="big", input=LARGE + n)]) for n in (1, 1)]
@@ -156,17 +158,17 @@ async def test_gc_removes_a_finished_task_past_retention_and_the_blob_only_it_us
         await handle.wait(timeout=20)
     waiting = await client.submit([Step(tool="big", input=LARGE + 2), "asks"])
     await waiting.wait_for(lambda r: r.status.value == "waiting", timeout=20)
-    sweeper = Sweeper(client._store)
+    sweeper = Sweeper(store)
     later = datetime.now(UTC) + timedelta(hours=2)  # past the blob grace
 
     report = await sweeper.sweep(retention=timedelta(hours=1), now=later, dry_run=True)
     assert sorted(report.tasks) == sorted([old.task_id, *(h.task_id for h in shared)])
-    assert await client._store.records.get(old.task_id) is not None  # a dry run removes nothing
+    assert await store.records.get(old.task_id) is not None  # a dry run removes nothing
 
     report = await sweeper.sweep(retention=timedelta(hours=1), now=later)
-    assert await client._store.records.get(old.task_id) is None
-    assert await client._store.checkpoints.get(old.task_id, 0) is None
-    assert await last_event(client._store, old.task_id) is None
+    assert await store.records.get(old.task_id) is None
+    assert await store.checkpoints.get(old.task_id, 0) is None
+    assert await last_event(store, old.task_id) is None
     assert len(report.blobs) == 2  # the old task's and the shared one
     still = await waiting.get()  # a waiting task is never swept, nor what it refers to
     assert still.status.value == "waiting"
@@ -175,12 +177,13 @@ async def test_gc_removes_a_finished_task_past_retention_and_the_blob_only_it_us
 
 
 async def test_gc_keeps_a_blob_younger_than_the_grace_even_with_no_reference(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker([app, blobby])
     handle = await client.submit([Step(tool="big", input=LARGE + 3)])
     await handle.wait(timeout=20)
 
-    report = await Sweeper(client._store).sweep(retention=timedelta(0))
+    report = await Sweeper(store).sweep(retention=timedelta(0))
 
     assert handle.task_id in report.tasks  # finished, so past a zero retention
     assert report.blobs == [] and report.kept_blobs >= 1  # stored seconds ago
@@ -188,12 +191,13 @@ async def test_gc_keeps_a_blob_younger_than_the_grace_even_with_no_reference(
 
 async def test_a_blob_read_sees_it_stored_again_and_says_when_its_chunks_are_gone(
     client: Client,
+    store: Store,
 ) -> None:
-    blobs, js = client._store.blobs, client._store.js
+    blobs, js = store.blobs, store.js
     data = msgspec.json.encode("y" * LARGE)
     ref = msgspec.json.decode(await blobs.by_reference(data))["$blob"]
     name = "sha256-" + ref.removeprefix("sha256:")
-    bucket = client._store.names.blobs_bucket
+    bucket = store.names.blobs_bucket
 
     await (await js.object_store(bucket)).put(name, data)  # stored again: new chunks
     assert await blobs.load(ref) == data
@@ -203,14 +207,16 @@ async def test_a_blob_read_sees_it_stored_again_and_says_when_its_chunks_are_gon
         await asyncio.wait_for(blobs.load(ref), timeout=10)  # an error, never a hang
 
 
-async def test_a_blob_stored_under_another_blobs_name_is_refused(client: Client) -> None:
+async def test_a_blob_stored_under_another_blobs_name_is_refused(
+    client: Client, store: Store
+) -> None:
     """A blob's name is its content's hash, so whoever may write blobs still cannot change
     what an existing reference means."""
-    blobs, js = client._store.blobs, client._store.js
+    blobs, js = store.blobs, store.js
     data = msgspec.json.encode("z" * LARGE)
     ref = msgspec.json.decode(await blobs.by_reference(data))["$blob"]
     name = "sha256-" + ref.removeprefix("sha256:")
-    store = await js.object_store(client._store.names.blobs_bucket)
+    store = await js.object_store(store.names.blobs_bucket)
 
     await store.put(name, msgspec.json.encode("forged" * LARGE))  # a valid object, wrong name
 

@@ -16,6 +16,7 @@ from tests.e2e.test_cli_ops import tether
 from tether import App, Client, NatsConfig, OpenAIModel, TaskFailedError, TaskStatus, Worker
 from tether.agents import Price
 from tether.agents.budget import Ledger
+from tether.nats.store import Store
 from tether.schemas.tasks import TaskRecord
 from tether.testing.llm import ScriptedModel
 
@@ -23,8 +24,8 @@ USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
 SEARCH = {"tool_calls": [{"name": "slow_search", "arguments": {"query": "q"}}], "usage": USAGE}
 
 
-async def _ledger(client: Client, root: str) -> Ledger | None:
-    found = await client._store.checkpoints.entry(f"{root}.budget")
+async def _ledger(store: Store, root: str) -> Ledger | None:
+    found = await store.checkpoints.entry(f"{root}.budget")
     return None if found is None else msgspec.json.decode(found[0], type=Ledger)
 
 
@@ -33,13 +34,13 @@ def _waiting(record: TaskRecord) -> bool:
 
 
 async def test_a_run_may_ask_for_less_than_its_agents_budget_never_more(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+    client: Client, store: Store, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     """Item 11: `guarded` is registered with 10,000 tokens, the most any run may have."""
     question = model.conversation({"content": "Small is fine."})
     asked_less = await client.submit_agent("guarded", question, token_budget=6_000)
     assert await asked_less.wait(timeout=30) == "Small is fine."
-    ledger = await _ledger(client, asked_less.task_id)
+    ledger = await _ledger(store, asked_less.task_id)
     assert ledger is not None and ledger.tokens == 6_000
 
     greedy = model.conversation({"content": "Never sent."})
@@ -51,30 +52,30 @@ async def test_a_run_may_ask_for_less_than_its_agents_budget_never_more(
     message = failed.value.error.message
     assert "a token_budget of 1,000,000,000, more than the agent's 10,000" in message
     assert "ask for 10,000 or less" in message
-    assert await _ledger(client, handle.task_id) is None  # never opened
+    assert await _ledger(store, handle.task_id) is None  # never opened
     assert model.requests(greedy) == []
 
 
 async def test_update_agent_opens_a_budget_mid_run_and_the_next_call_is_bounded_by_it(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+    client: Client, store: Store, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     """Item 12: a task started without a budget is given one while a tool runs."""
     question = model.conversation(SEARCH, {"content": "Done.", "usage": USAGE})
     handle = await client.submit_agent("researcher", question)
     await handle.wait_for(lambda r: r.current_step == 1, timeout=30)  # the search runs
-    assert await _ledger(client, handle.task_id) is None
+    assert await _ledger(store, handle.task_id) is None
     await client.update_agent(handle.task_id, token_budget=2_000)
 
     waiting = await handle.wait_for(_waiting, timeout=30)
     assert waiting.input_request is not None
     assert "budget of 2,000 tokens (1,500 spent" in waiting.input_request.prompt  # its first call
     assert len(model.requests(question)) == 1  # the next call was not sent
-    ledger = await _ledger(client, handle.task_id)
+    ledger = await _ledger(store, handle.task_id)
     assert ledger is not None and ledger.tokens == 2_000 and ledger.spent_tokens == 1_500
 
     await handle.send_input({"tokens": 100_000})
     assert await handle.wait(timeout=30) == "Done."
-    ledger = await _ledger(client, handle.task_id)
+    ledger = await _ledger(store, handle.task_id)
     assert ledger is not None and ledger.spent_tokens == 3_000  # bounded and counted from then
 
 
@@ -126,7 +127,7 @@ def _frugal(cost_budget: float) -> App:
 
 
 async def test_a_root_on_its_agents_default_follows_the_default_raised_and_retried(
-    config: NatsConfig, client: Client, dispatcher: object, model: ScriptedModel
+    config: NatsConfig, client: Client, store: Store, dispatcher: object, model: ScriptedModel
 ) -> None:
     """Item 13, in dollars: `update_agent` takes no cost budget, so the error says to raise
     the agent's, restart its workers and retry, and that is what runs it on."""
@@ -143,7 +144,7 @@ async def test_a_root_on_its_agents_default_follows_the_default_raised_and_retri
     async with Worker(_frugal(1.0), config):
         await client.retry(handle.task_id)
         assert await handle.wait(timeout=30) == "Paid for."
-    ledger = await _ledger(client, handle.task_id)
+    ledger = await _ledger(store, handle.task_id)
     assert ledger is not None and ledger.usd == 1.0
     assert len(model.requests(question)) == 1
 

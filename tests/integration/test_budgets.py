@@ -12,6 +12,7 @@ import pytest
 
 from tether import Client, TaskFailedError, TaskStatus, Worker
 from tether.agents.budget import DEFAULT_OUTPUT_CAP, Ledger
+from tether.nats.store import Store
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
@@ -19,8 +20,8 @@ USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
 LIMIT = 12_000
 
 
-async def _ledger(client: Client, root: str) -> Ledger | None:
-    found = await client._store.checkpoints.entry(f"{root}.budget")
+async def _ledger(store: Store, root: str) -> Ledger | None:
+    found = await store.checkpoints.entry(f"{root}.budget")
     return None if found is None else msgspec.json.decode(found[0], type=Ledger)
 
 
@@ -30,7 +31,7 @@ def _sent_once(model: ScriptedModel, conversation: str) -> bool:
 
 
 async def test_a_budget_across_three_parallel_sub_agents_stops_within_one_call_then_is_raised(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+    client: Client, store: Store, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     question, subs = f"budget {tag}", [f"sub {tag} {n}" for n in range(3)]
@@ -56,7 +57,7 @@ async def test_a_budget_across_three_parallel_sub_agents_stops_within_one_call_t
     handle = await client.submit_agent("analyst", question, token_budget=LIMIT)
 
     async def asking() -> Ledger:
-        ledger = await _ledger(client, handle.task_id)
+        ledger = await _ledger(store, handle.task_id)
         assert ledger is not None and ledger.asking is not None, "a task of the tree asks"
         # the ledger names the asker a moment before its question step has run
         assert (await client.get(ledger.asking)).status is TaskStatus.WAITING
@@ -76,7 +77,7 @@ async def test_a_budget_across_three_parallel_sub_agents_stops_within_one_call_t
     assert await handle.wait(timeout=60) == "All done."
     for conversation in [question, *subs]:
         assert _sent_once(model, conversation), model.requests(conversation)
-    final = await _ledger(client, handle.task_id)
+    final = await _ledger(store, handle.task_id)
     assert final is not None and final.tokens == 100_000 and final.spent_tokens == 1500 * 8
     assert final.held == {} and final.asking is None
     assert (await handle.get()).usage.total_tokens == 1500 * 8  # the tree's usage, summed

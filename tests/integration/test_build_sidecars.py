@@ -11,6 +11,7 @@ import pytest
 
 from tether import App, Client, NatsConfig, StepContext, Worker
 from tether.errors import DefinitionError
+from tether.nats.store import Store
 from tether.nats.workers import Workers
 from tether.schemas.builds import BuildInfo
 from tether.testing import eventually
@@ -54,9 +55,8 @@ def _mailer(total: bool = False) -> App:
     return app
 
 
-def _workers(client: Client) -> Workers:
-    assert client._store is not None
-    return client._store.workers
+def _workers(store: Store) -> Workers:
+    return store.workers
 
 
 async def _refused(worker: Worker) -> str:
@@ -70,7 +70,7 @@ async def _refused(worker: Worker) -> str:
 
 
 async def test_sidecars_of_one_build_all_start_and_make_one_build_and_a_liar_is_refused(
-    config: NatsConfig, client: Client, dispatcher: object
+    config: NatsConfig, client: Client, store: Store, dispatcher: object
 ) -> None:
     orders = Worker(_orders(), config, build="v2")
     async with orders, Worker(_mailer(), config, build="v2"):
@@ -87,19 +87,19 @@ async def test_sidecars_of_one_build_all_start_and_make_one_build_and_a_liar_is_
         handle = await client.submit([{"tool": "count", "input": 3}, "mail"])
         assert await handle.wait(timeout=20) == "mailed 3"
 
-        before = await _workers(client).build("v2")
+        before = await _workers(store).build("v2")
         assert before is not None
         line = await _refused(Worker(_mailer(total=True), config, build="v2"))
         assert "build 'v2' was announced with other shapes" in line, line
         assert "tool 'mail': input field 'total' is new" in line, line
         assert "count" not in line, line  # a tool it does not serve is none of its business
-        assert await _workers(client).build("v2") == before
+        assert await _workers(store).build("v2") == before
         rows = [row for row in (await client.builds()).builds if row.build == "v2"]
         assert len(rows) == 1 and rows[0].tools == ["count", "mail"]
 
 
 async def test_of_two_workers_racing_to_add_a_tool_with_two_shapes_one_is_refused(
-    config: NatsConfig, client: Client
+    config: NatsConfig, client: Client, store: Store
 ) -> None:
     async with Worker(_orders(), config, build="r1"):
         pass
@@ -109,9 +109,9 @@ async def test_of_two_workers_racing_to_add_a_tool_with_two_shapes_one_is_refuse
         refused = [o for o in outcomes if isinstance(o, DefinitionError)]
         assert len(refused) == 1 and outcomes.count(None) == 1, outcomes
         started = honest if outcomes[0] is None else liar
-        info: BuildInfo | None = await _workers(client).build("r1")
+        info: BuildInfo | None = await _workers(store).build("r1")
         assert info is not None and sorted(info.tools) == ["count", "mail"]
-        stored = await _workers(client).build_tool("r1", "mail")
+        stored = await _workers(store).build_tool("r1", "mail")
         assert stored is not None and stored.shape == info.tools["mail"]
         shape = info.tools["mail"].input_schema
         assert ("total" if started is liar else "sum") in str(shape), shape

@@ -11,11 +11,12 @@ import pytest
 
 from tests.apps.tools import app as tools
 from tether import App, Client, NatsConfig, StepContext, TaskStatus, Worker
+from tether.nats.store import Store
 from tether.schemas import StepCompleted, StepStarted
 
 
 async def test_each_step_names_the_build_that_ran_it_across_a_deploy(
-    client: Client, dispatcher: object, config: NatsConfig
+    client: Client, store: Store, dispatcher: object, config: NatsConfig
 ) -> None:
     task_id = f"deploy-{uuid.uuid4().hex[:8]}"
     handle = await client.submit(["fast", "asks", "fast"], task_id=task_id)
@@ -27,7 +28,7 @@ async def test_each_step_names_the_build_that_ran_it_across_a_deploy(
 
     record = await handle.get()
     assert record.build == "v1"  # the build that started it
-    built = [await client._store.checkpoints.get(task_id, step) for step in range(2)]
+    built = [await store.checkpoints.get(task_id, step) for step in range(2)]
     assert [c.build if c else "missing" for c in built] == ["v1", None]  # step 1: an answer
     events = [e async for e in handle.events(timeout=5)]
     started = [(e.step, e.build) for e in events if isinstance(e, StepStarted)]

@@ -3,31 +3,24 @@ holding no worker slot while the child runs; cancel reaches the children."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.apps.tools import app, read_executions
+from tests.conftest import MakeWorker
 from tether import (
     Client,
-    NatsConfig,
     TaskFailedError,
-    Worker,
 )
 from tether.schemas import TaskStatus
 from tether.testing import eventually
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config, concurrency=1) as w:  # one slot for parent and child
-        yield w
-
-
 async def test_a_step_completes_with_its_childs_result(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot for parent and child
     steps = [{"tool": "fast", "input": "child"}, {"tool": "slow", "input": {"sleep": 0.2}}]
     given = {"steps": steps, "metadata": {"why": "sub-agent"}}
     handle = await client.submit([{"tool": "delegates", "input": given}, "fast"])
@@ -47,8 +40,9 @@ async def test_a_step_completes_with_its_childs_result(
 
 
 async def test_a_failed_child_fails_its_parents_step(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot for parent and child
     handle = await client.submit(
         [{"tool": "delegates", "input": {"steps": [{"tool": "refuses", "input": {}}]}}, "fast"]
     )
@@ -60,10 +54,11 @@ async def test_a_failed_child_fails_its_parents_step(
 
 
 async def test_a_child_whose_input_wait_expires_fails_its_parents_step(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """A child failed by a timer (not by a worker) resumes its parent all the same: before,
     the parent waited for it until its own deadline, or for ever."""
+    await make_worker(app, concurrency=1)  # one slot for parent and child
     child_steps = [{"tool": "asks_briefly", "input": {"timeout": 0.5}}]
     handle = await client.submit([{"tool": "delegates", "input": {"steps": child_steps}}, "fast"])
     with pytest.raises(TaskFailedError) as failure:
@@ -73,8 +68,9 @@ async def test_a_child_whose_input_wait_expires_fails_its_parents_step(
 
 
 async def test_a_child_with_no_steps_fails_the_step_at_once(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot for parent and child
     handle = await client.submit([{"tool": "delegates", "input": {"steps": []}}])
     with pytest.raises(TaskFailedError) as failure:
         await handle.wait(timeout=20)
@@ -83,8 +79,9 @@ async def test_a_child_with_no_steps_fails_the_step_at_once(
 
 
 async def test_cancelling_the_parent_cancels_the_child(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot for parent and child
     steps = [{"tool": "slow", "input": {"sleep": 30}}]
     handle = await client.submit([{"tool": "delegates", "input": {"steps": steps}}])
     parent = await handle.wait_for(lambda r: bool(r.children), timeout=10)
@@ -97,8 +94,9 @@ async def test_cancelling_the_parent_cancels_the_child(
 
 
 async def test_a_cancelled_child_fails_its_parent(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot for parent and child
     handle = await client.submit(
         [{"tool": "delegates", "input": {"steps": [{"tool": "slow", "input": {"sleep": 30}}]}}]
     )

@@ -9,15 +9,16 @@ import asyncio
 import pytest
 
 from tests.apps.tools import app
+from tests.conftest import Raw
 from tether import Client, NatsConfig, TaskFailedError, Worker
 from tether.testing import eventually
 
 
 async def test_each_end_is_one_notice_on_a_subject_naming_the_task_and_how_it_ended(
-    config: NatsConfig, client: Client
+    config: NatsConfig, client: Client, raw: Raw
 ) -> None:
     names = config.names
-    nc = client._store.nc
+    nc = raw.nc
     completed = await nc.subscribe(names.ended_subject("*", "completed"))
     everything = await nc.subscribe(names.ended_subject("*", "*"))
     async with Worker(app, config):
@@ -40,7 +41,7 @@ async def test_each_end_is_one_notice_on_a_subject_naming_the_task_and_how_it_en
 
 
 async def test_waiting_for_many_tasks_creates_no_consumer(
-    config: NatsConfig, client: Client
+    config: NatsConfig, client: Client, raw: Raw
 ) -> None:
     """Before, each `wait()` followed the record through a KV watch: an ordered consumer
     per waiting task, created again every few seconds."""
@@ -49,7 +50,7 @@ async def test_waiting_for_many_tasks_creates_no_consumer(
     records = config.names.kv_stream(config.names.tasks_bucket)
     try:
         await eventually(lambda: _all_subscribed(client, 20), timeout=5)
-        consumers = await client._store.js.consumers_info(records)
+        consumers = await raw.js.consumers_info(records)
         assert consumers == []
         async with Worker(app, config, concurrency=20):
             results = await asyncio.gather(*waits)

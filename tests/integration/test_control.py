@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.apps.tools import app, read_executions
-from tests.conftest import Raw
+from tests.conftest import MakeWorker, Raw
 from tether import (
     App,
     Client,
@@ -21,24 +20,19 @@ from tether import (
     TaskConflictError,
     Worker,
 )
+from tether.nats.store import Store
 from tether.schemas import Cancelled, TaskStatus, Waiting
 from tether.schemas.names import Names
 from tether.testing import eventually, wait_until
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
-
-
 async def test_cancel_a_queued_task(
-    config: NatsConfig, client: Client, dispatcher: object, executions: Path
+    config: NatsConfig, client: Client, store: Store, dispatcher: object, executions: Path
 ) -> None:
     async with Worker(app, config):
         pass  # registers the tools, then stops: the task stays queued at step 0
     handle = await client.submit([{"tool": "fast", "input": 1}], task_id="queued")
-    await eventually(lambda: _status(client, "queued", TaskStatus.PENDING))
+    await eventually(lambda: _status(store, "queued", TaskStatus.PENDING))
 
     record = await client.cancel("queued")
 
@@ -51,8 +45,14 @@ async def test_cancel_a_queued_task(
 
 
 async def test_cancel_a_running_step_within_a_heartbeat(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "slow", "input": {"sleep": 30}}, {"tool": "fast"}])
     await eventually(lambda: _executed(executions, handle.task_id, 0))
 
@@ -61,13 +61,14 @@ async def test_cancel_a_running_step_within_a_heartbeat(
     with pytest.raises(TaskCancelledError):
         await handle.wait(timeout=5)
     # The worker let go of the step (acked) without handing off step 1.
-    await eventually(lambda: _consumer_idle(raw, client._store.names, "slow"), timeout=3)
+    await eventually(lambda: _consumer_idle(raw, store.names, "slow"), timeout=3)
     assert read_executions(executions)[(handle.task_id, 1)] == 0
 
 
 async def test_cancel_of_a_finished_task_is_a_conflict(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "fast", "input": 1}])
     await handle.wait(timeout=10)
 
@@ -76,8 +77,9 @@ async def test_cancel_of_a_finished_task_is_a_conflict(
 
 
 async def test_waiting_for_input_then_resume_with_the_answer(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "asks", "input": "draft"}, {"tool": "fast"}])
     record = await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=10)
     assert record.input_request is not None and record.input_request.prompt == "Approve the draft?"
@@ -100,8 +102,9 @@ async def test_waiting_for_input_then_resume_with_the_answer(
 
 
 async def test_a_tool_extends_the_plan(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     handle = await client.submit(
         [{"tool": "plans", "input": {}}, {"tool": "fast", "input": "final"}]
     )
@@ -123,10 +126,11 @@ async def test_once_prevents_a_repeated_side_effect_across_a_retry(
     attempts: int,
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     executions: Path,
 ) -> None:
     """An async side effect (`emails`) and a plain function (`notifies`) alike."""
+    await make_worker(app)
     handle = await client.submit([{"tool": tool, "input": {}}])
 
     result = await handle.wait(timeout=10)
@@ -138,8 +142,8 @@ async def test_once_prevents_a_repeated_side_effect_across_a_retry(
     assert len(runs) == attempts and len(sends) == 1
 
 
-async def _status(client: Client, task_id: str, status: TaskStatus) -> None:
-    found = await client._store.records.get(task_id)
+async def _status(store: Store, task_id: str, status: TaskStatus) -> None:
+    found = await store.records.get(task_id)
     assert found is not None and found.record.status is status
 
 

@@ -12,18 +12,14 @@ import msgspec
 import pytest
 
 from tests.apps.tools import app as tools
+from tests.conftest import MakeWorker
 from tether import App, Client, NatsConfig, Step, StepContext, Worker
+from tether.nats.store import Store
 from tether.ui import Dashboard
 
 
 def _text(response: httpx.Response) -> str:
     return html.unescape(response.text)
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(tools, config, worker_id="worker-a") as w:
-        yield w
 
 
 @pytest.fixture
@@ -66,8 +62,9 @@ async def test_with_a_token_nothing_is_served_without_it_and_the_printed_url_sig
 
 
 async def test_an_action_posted_from_another_site_is_refused_and_changes_nothing(
-    client: Client, dispatcher: object, worker: Worker, ui: Dashboard
+    client: Client, dispatcher: object, make_worker: MakeWorker, ui: Dashboard
 ) -> None:
+    await make_worker(tools, worker_id="worker-a")
     handle = await client.submit(["asks"])
     await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
     async with httpx.AsyncClient(base_url=ui.url.rstrip("/")) as c:
@@ -79,10 +76,11 @@ async def test_an_action_posted_from_another_site_is_refused_and_changes_nothing
 
 
 async def test_a_page_reached_by_a_foreign_name_is_refused_and_cancels_nothing(
-    client: Client, dispatcher: object, worker: Worker, ui: Dashboard, csrf: dict[str, str]
+    client: Client, dispatcher: object, make_worker: MakeWorker, ui: Dashboard, csrf: dict[str, str]
 ) -> None:
     """DNS rebinding: a page on rebind.example whose name now points at 127.0.0.1 reaches
     the dashboard with its own name in `Host` (and `Origin`), for GETs and actions."""
+    await make_worker(tools, worker_id="worker-a")
     handle = await client.submit(["asks"])
     await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
     foreign = {"host": "rebind.example:8233", "origin": "http://rebind.example:8233"}
@@ -106,8 +104,9 @@ async def test_a_name_given_with_allowed_host_is_served(config: NatsConfig) -> N
 
 
 async def test_a_form_without_the_pages_csrf_token_is_refused(
-    client: Client, dispatcher: object, worker: Worker, http: httpx.AsyncClient
+    client: Client, dispatcher: object, make_worker: MakeWorker, http: httpx.AsyncClient
 ) -> None:
+    await make_worker(tools, worker_id="worker-a")
     handle = await client.submit(["asks"])
     await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
     page = _text(await http.get(f"/tasks/{handle.task_id}"))
@@ -136,10 +135,11 @@ async def test_an_empty_token_on_every_interface_is_no_token_a_generated_one_is_
 async def test_a_bad_answer_says_what_is_wrong_and_the_task_keeps_waiting(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     http: httpx.AsyncClient,
     csrf: dict[str, str],
 ) -> None:
+    await make_worker(tools, worker_id="worker-a")
     handle = await client.submit(["asks"])
     await handle.wait_for(lambda r: r.status.value == "waiting", timeout=20)
 
@@ -170,8 +170,9 @@ async def test_unknown_things_are_pages_that_say_so(
 
 
 async def test_the_task_feed_sends_new_events_and_tokens_and_ends_with_the_task(
-    client: Client, dispatcher: object, worker: Worker, http: httpx.AsyncClient
+    client: Client, dispatcher: object, make_worker: MakeWorker, http: httpx.AsyncClient
 ) -> None:
+    await make_worker(tools, worker_id="worker-a")
     handle = await client.submit([Step(tool="slow", input={"sleep": 0.5}), "fast"])
     await handle.wait_for(lambda r: r.status.value == "running", timeout=20)
 
@@ -186,23 +187,29 @@ async def test_the_task_feed_sends_new_events_and_tokens_and_ends_with_the_task(
 
 
 async def test_the_tools_page_shows_each_tools_queue_and_the_workers_serving_it(
-    client: Client, dispatcher: object, worker: Worker, http: httpx.AsyncClient
+    client: Client,
+    store: Store,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    http: httpx.AsyncClient,
 ) -> None:
+    await make_worker(tools, worker_id="worker-a")
     await (await client.submit(["fast"])).wait(timeout=20)
 
     page = await http.get("/tools")
 
     assert page.status_code == 200
     assert 'data-tool="fast"' in page.text and "worker-a" in page.text
-    workers = await client._store.workers.list()
+    workers = await store.workers.list()
     assert [w.worker_id for w in workers] == ["worker-a"]
     assert "fast" in workers[0].tools
-    assert await client._store.tools.backlog("fast") == (0, 0, 0)
+    assert await store.tools.backlog("fast") == (0, 0, 0)
 
 
 async def test_the_builds_page_lists_each_build_with_its_workers_and_what_does_not_fit(
-    client: Client, config: NatsConfig, worker: Worker, http: httpx.AsyncClient
+    client: Client, config: NatsConfig, make_worker: MakeWorker, http: httpx.AsyncClient
 ) -> None:
+    worker = await make_worker(tools, worker_id="worker-a")
     wider = App("tools")
 
     @wider.tool(name="search")
@@ -223,7 +230,9 @@ class Wider(msgspec.Struct):
     limit: int
 
 
-async def test_a_stopped_worker_leaves_the_list_at_once(client: Client, config: NatsConfig) -> None:
+async def test_a_stopped_worker_leaves_the_list_at_once(
+    client: Client, store: Store, config: NatsConfig
+) -> None:
     async with Worker(tools, config, worker_id="worker-b"):
-        assert [w.worker_id for w in await client._store.workers.list()] == ["worker-b"]
-    assert await client._store.workers.list() == []
+        assert [w.worker_id for w in await store.workers.list()] == ["worker-b"]
+    assert await store.workers.list() == []

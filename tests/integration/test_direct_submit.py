@@ -11,6 +11,7 @@ import pytest
 from tests.apps.tools import app, read_executions
 from tether import Client, NatsConfig, TaskExistsError, Worker
 from tether.clock import utcnow
+from tether.nats.store import Store
 from tether.schemas.tasks import StepSpec, TaskStatus, TaskSubmit
 from tether.tasks import rules
 
@@ -31,14 +32,14 @@ async def test_a_task_runs_with_no_dispatcher(
 
 
 async def test_submitting_again_finishes_a_hand_off_its_submitter_never_made(
-    config: NatsConfig, client: Client, executions: Path
+    config: NatsConfig, client: Client, store: Store, executions: Path
 ) -> None:
     """The record is there, the first step never went out (the submitter stopped in
     between): the same submission again is a duplicate, as through the dispatcher, but
     hands the task off first, and the step runs once."""
     steps = [StepSpec(tool="fast", input={"n": 2})]
     stopped = rules.new_record(TaskSubmit(task_id="half-way", steps=steps), utcnow())
-    assert await client._store.records.create(stopped) is not None
+    assert await store.records.create(stopped) is not None
     async with Worker(app, config):
         with pytest.raises(TaskExistsError, match="task 'half-way' already exists"):
             await client.submit(steps, task_id="half-way")

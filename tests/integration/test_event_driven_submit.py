@@ -12,15 +12,16 @@ from tests.apps.tools import app
 from tests.conftest import Raw
 from tether import Client, InvalidTaskError, NatsConfig, Worker
 from tether.clock import utcnow
+from tether.nats.store import Store
 from tether.schemas import Submitted, TaskStatus, ToolInfo
 from tether.tasks.known_tools import FORGET_AFTER
 from tether.testing import eventually
 
 
 async def test_a_task_published_before_its_worker_starts_waits_and_then_completes(
-    client: Client, raw: Raw, dispatcher: object, config: NatsConfig
+    client: Client, store: Store, raw: Raw, dispatcher: object, config: NatsConfig
 ) -> None:
-    names = client._store.names
+    names = store.names
     task = {
         "task_id": "early-bird",
         "steps": [{"tool": "fast", "input": {"n": 1}}, {"tool": "fast"}],
@@ -30,7 +31,7 @@ async def test_a_task_published_before_its_worker_starts_waits_and_then_complete
     )  # any language
 
     async def pending() -> None:
-        found = await client._store.records.get("early-bird")
+        found = await store.records.get("early-bird")
         assert found is not None
         record = found.record
         assert record.status is TaskStatus.PENDING
@@ -63,16 +64,14 @@ async def test_strict_refuses_a_tool_no_worker_serves_and_the_sdk_keeps_it_by_de
 
 
 async def test_a_tool_no_worker_has_served_for_a_day_is_no_longer_known(
-    client: Client, dispatcher: object, config: NatsConfig
+    client: Client, store: Store, dispatcher: object, config: NatsConfig
 ) -> None:
     stale = ToolInfo(name="retired", updated_at=utcnow() - FORGET_AFTER - timedelta(minutes=1))
-    await client._store.tools.register(stale)
+    await store.tools.register(stale)
     with pytest.raises(InvalidTaskError, match="unknown tool 'retired'"):
         await client.submit(["retired"], strict=True)
 
     async with Worker(app, config):  # a live worker's tools are known however old
-        await client._store.tools.register(
-            ToolInfo(name="fast", updated_at=utcnow() - 2 * FORGET_AFTER)
-        )
+        await store.tools.register(ToolInfo(name="fast", updated_at=utcnow() - 2 * FORGET_AFTER))
         handle = await client.submit(["fast"], strict=True)
         assert await handle.wait(timeout=20) == {"step": 0, "payload": None}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,19 +9,14 @@ import msgspec
 import pytest
 
 from tests.apps.tools import app, read_executions
-from tests.conftest import Raw
+from tests.conftest import MakeWorker, Raw
 from tether import Client, NatsConfig, TaskFailedError, Worker
 from tether.clock import utcnow
+from tether.nats.store import Store
 from tether.schemas import DeadLetter, Failed, StepRetrying, TaskStatus
 from tether.schemas.names import Names
 from tether.schemas.tasks import StepSpec, TaskRecord, WorkMessage
 from tether.testing import eventually
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
 
 
 async def dead_letters(raw: Raw, names: Names, tool: str) -> list[DeadLetter]:
@@ -39,8 +33,9 @@ async def dead_letters(raw: Raw, names: Names, tool: str) -> list[DeadLetter]:
 
 
 async def test_retries_with_backoff_then_succeeds(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "flaky", "input": {"succeed_on": 3}}])
 
     assert await handle.wait(timeout=20) == {"attempt": 3}
@@ -52,8 +47,14 @@ async def test_retries_with_backoff_then_succeeds(
 
 
 async def test_exhausted_retries_fail_the_task_and_dead_letter_the_step(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "broken", "input": {}}])
 
     with pytest.raises(TaskFailedError) as failure:
@@ -65,7 +66,7 @@ async def test_exhausted_retries_fail_the_task_and_dead_letter_the_step(
     assert read_executions(executions)[(handle.task_id, 0)] == 3
     record = await handle.get()
     assert record.status is TaskStatus.FAILED and record.failed_step == 0
-    names = client._store.names
+    names = store.names
     letters = await eventually(lambda: _letters_for(raw, names, "broken", handle.task_id))
     assert letters[0].step == 0 and letters[0].attempt == 3
 
@@ -77,8 +78,14 @@ async def _letters_for(raw: Raw, names: Names, tool: str, task_id: str) -> list[
 
 
 async def test_terminal_error_is_not_retried(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "refuses", "input": {}}, {"tool": "fast"}])
 
     with pytest.raises(TaskFailedError, match="permission denied"):
@@ -90,12 +97,13 @@ async def test_terminal_error_is_not_retried(
     events = [e async for e in handle.events(timeout=5)]
     assert isinstance(events[-1], Failed) and events[-1].error is not None
     assert events[-1].error.type == "TerminalError"
-    assert await _letters_for(raw, client._store.names, "refuses", handle.task_id)
+    assert await _letters_for(raw, store.names, "refuses", handle.task_id)
 
 
 async def test_step_timeout_is_retried_then_fails(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "hangs", "input": {}}])
 
     with pytest.raises(TaskFailedError) as failure:
@@ -106,8 +114,9 @@ async def test_step_timeout_is_retried_then_fails(
 
 
 async def test_per_step_timeout_overrides_the_tool(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit(
         [{"tool": "slow", "input": {"sleep": 2}, "timeout_ms": 100, "retry": {"max_attempts": 1}}]
     )
@@ -117,8 +126,9 @@ async def test_per_step_timeout_overrides_the_tool(
 
 
 async def test_task_deadline_fails_the_task(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit(
         [{"tool": "slow", "input": {"sleep": 5}}, {"tool": "fast"}],
         deadline=timedelta(milliseconds=500),
@@ -134,11 +144,12 @@ async def test_task_deadline_fails_the_task(
 async def test_retry_a_failed_task_from_its_failed_step(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     executions: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    await make_worker(app)
     gate = tmp_path / "gate"
     monkeypatch.setenv("TETHER_TEST_GATE", str(gate))
     handle = await client.submit([{"tool": "fast", "input": 1}, "gated", "fast"])
@@ -158,7 +169,7 @@ async def test_retry_a_failed_task_from_its_failed_step(
 
 
 async def test_a_record_ahead_of_a_lost_checkpoint_runs_the_step_again(
-    config: NatsConfig, client: Client, registered: None, executions: Path
+    config: NatsConfig, client: Client, store: Store, registered: None, executions: Path
 ) -> None:
     """A step's checkpoint and record writes are in flight together: if only the record
     landed (a crash in between), the step's output is gone, so the step runs again."""
@@ -172,7 +183,6 @@ async def test_a_record_ahead_of_a_lost_checkpoint_runs_the_step_again(
         created_at=now,
         updated_at=now,
     )
-    store = client._store
     assert await store.records.create(record) is not None
     work = WorkMessage(task_id="ahead", step=0, tool="fast", input=1)
     await store.publish_work(work, store.names.step_msg_id("ahead", 0))

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import Raw
 from tests.e2e.test_cli_ops import tether
 from tether import Client, NatsConfig, TaskConflictError, TaskFailedError, Worker
+from tether.nats.store import Store
 from tether.schemas.codec import encode
 from tether.testing.llm import ScriptedModel
 
@@ -54,7 +55,7 @@ async def test_a_follow_up_sees_the_whole_earlier_conversation_and_chains(
 
 
 async def test_a_follow_up_after_20_turns_writes_per_turn_what_turn_5_wrote(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+    client: Client, store: Store, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     shout = {
         "tool_calls": [{"name": "shout", "arguments": {"input": "again"}, "id": "c"}],
@@ -73,7 +74,7 @@ async def test_a_follow_up_after_20_turns_writes_per_turn_what_turn_5_wrote(
     calls = model.requests(question)
     assert [c["turn"] for c in calls] == list(range(23))  # each call once, the thread whole
     assert calls[20]["messages"] == 42  # 1 + 1 + 19 × 2 + 1, then the follow-up
-    checkpoints = client._store.checkpoints
+    checkpoints = store.checkpoints
 
     async def turn_bytes(task_id: str, step: int) -> int:
         found = await checkpoints.get(task_id, step)
@@ -133,6 +134,7 @@ async def test_the_cli_asks_a_follow_up_and_refuses_an_unfinished_task(
 
 async def test_the_api_verb_continue_asks_a_follow_up_and_answers_errors_typed(
     client: Client,
+    store: Store,
     raw: Raw,
     api: object,
     dispatcher: object,
@@ -142,7 +144,7 @@ async def test_the_api_verb_continue_asks_a_follow_up_and_answers_errors_typed(
     question = model.conversation({"content": "First."}, {"content": "Second."})
     first = await client.submit_agent("researcher", question)
     await first.wait(timeout=30)
-    subject = client._store.names.api_subject("continue")
+    subject = store.names.api_subject("continue")
 
     async def ask(body: dict[str, Any]) -> dict[str, Any]:
         reply = await raw.nc.request(subject, json.dumps(body).encode(), timeout=10)

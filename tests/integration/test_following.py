@@ -3,28 +3,23 @@ its real end."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.apps.tools import app
-from tether import Client, NatsConfig, Step, Worker
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
+from tests.conftest import MakeWorker
+from tether import Client, Step
 
 
 async def test_the_events_of_a_failed_then_retried_task_end_at_its_completion(
     client: Client,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    await make_worker(app)
     gate = tmp_path / "gate"
     monkeypatch.setenv("TETHER_TEST_GATE", str(gate))
     handle = await client.submit([Step(tool="gated", input={"n": 1})])

@@ -9,14 +9,13 @@ step that did not run (or is not in the plan) creates nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.apps.tools import app, read_branch_executions, read_executions
-from tests.conftest import Raw
+from tests.conftest import MakeWorker, Raw
 from tests.e2e.test_cli_ops import tether
 from tether import (
     Client,
@@ -28,8 +27,8 @@ from tether import (
     TaskExistsError,
     TaskFailedError,
     TaskNotFoundError,
-    Worker,
 )
+from tether.nats.store import Store
 from tether.schemas import TaskStatus
 from tether.testing import eventually
 
@@ -45,12 +44,6 @@ def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
-
-
 # -- helpers ----------------------------------------------------------------------------
 
 
@@ -64,15 +57,15 @@ def lines_of(executions: Path, task_id: str) -> list[str]:
     return [line for line in executions.read_text().splitlines() if line.split()[0] == task_id]
 
 
-async def checkpoint_keys(client: Client, task_id: str) -> list[str]:
-    keys = await client._store.keys(client._store.names.checkpoints_bucket)
+async def checkpoint_keys(store: Store, task_id: str) -> list[str]:
+    keys = await store.keys(store.names.checkpoints_bucket)
     return sorted(key for key in keys if key.split(".")[0] == task_id)
 
 
-async def assert_not_created(client: Client, task_id: str) -> None:
+async def assert_not_created(client: Client, store: Store, task_id: str) -> None:
     with pytest.raises(TaskNotFoundError):
         await client.get(task_id)
-    assert await checkpoint_keys(client, task_id) == []
+    assert await checkpoint_keys(store, task_id) == []
 
 
 async def completed(client: Client, steps: list[Any], task_id: str, **kwargs: Any) -> Any:
@@ -84,13 +77,14 @@ async def completed(client: Client, steps: list[Any], task_id: str, **kwargs: An
 
 
 async def test_fork_of_a_completed_task_reuses_the_steps_before_and_leaves_the_source(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     assert await completed(client, THREE, "src", metadata={"user": "alice"}) == THREE_RESULT
     source_before = await client.get("src")
     source_plan = await client.handle("src").plan()
     source_lines = lines_of(executions, "src")
-    source_keys = await checkpoint_keys(client, "src")
+    source_keys = await checkpoint_keys(store, "src")
 
     handle = await client.fork("src", 1, new_task_id="copy")
 
@@ -104,7 +98,7 @@ async def test_fork_of_a_completed_task_reuses_the_steps_before_and_leaves_the_s
     # The source: same record, same executions, same checkpoints.
     assert await client.get("src") == source_before
     assert lines_of(executions, "src") == source_lines
-    assert await checkpoint_keys(client, "src") == source_keys
+    assert await checkpoint_keys(store, "src") == source_keys
     assert (await client.get("src")).metadata == {"user": "alice"}
 
     # A fork of the fork: step 0 is a copy of a copy, still not run again.
@@ -119,8 +113,9 @@ async def test_fork_of_a_completed_task_reuses_the_steps_before_and_leaves_the_s
 
 
 async def test_fork_with_a_new_input_hands_it_to_the_step_and_later_steps_see_old_outputs(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     plan = [{"tool": "search", "input": {"query": "AI trends 2026"}}, "summarize", "write_report"]
     original = await completed(client, plan, "report")
     assert original["sources"] == 3
@@ -139,8 +134,9 @@ async def test_fork_with_a_new_input_hands_it_to_the_step_and_later_steps_see_ol
 
 
 async def test_fork_from_step_zero_runs_every_step_again(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     await completed(client, THREE, "zero-src")
 
     handle = await client.fork("zero-src", 0, input="fresh", new_task_id="zero")
@@ -155,8 +151,14 @@ async def test_fork_from_step_zero_runs_every_step_again(
 
 
 async def test_fork_of_a_failed_task_from_its_failed_step_after_the_fix(
-    client: Client, dispatcher: object, worker: Worker, executions: Path, gate: Path
+    client: Client,
+    store: Store,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
+    gate: Path,
 ) -> None:
+    await make_worker(app)
     source = await client.submit([{"tool": "fast", "input": "kept"}, "gated"], task_id="failing")
     with pytest.raises(TaskFailedError):
         await source.wait(timeout=10)
@@ -164,7 +166,7 @@ async def test_fork_of_a_failed_task_from_its_failed_step_after_the_fix(
     assert (failed.status, failed.failed_step) == (TaskStatus.FAILED, 1)
     with pytest.raises(InvalidTaskError):  # step 1 is the last step that ran
         await client.fork("failing", 2, new_task_id="too-far")
-    await assert_not_created(client, "too-far")
+    await assert_not_created(client, store, "too-far")
     early = await client.fork("failing", 1, new_task_id="early")  # the gate is still closed
     with pytest.raises(TaskFailedError):
         await early.wait(timeout=10)
@@ -185,8 +187,9 @@ async def test_fork_of_a_failed_task_from_its_failed_step_after_the_fix(
 
 
 async def test_a_step_outside_the_plan_is_refused_and_creates_nothing(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     await completed(client, THREE, "done")
     before = await client.get("done")
 
@@ -194,14 +197,15 @@ async def test_a_step_outside_the_plan_is_refused_and_creates_nothing(
         with pytest.raises(InvalidTaskError):
             await client.fork("done", from_step, new_task_id="nope")
 
-    await assert_not_created(client, "nope")
+    await assert_not_created(client, store, "nope")
     assert await client.get("done") == before
     assert counts_of(executions, "done", 3) == [1, 1, 1]
 
 
 async def test_a_cancelled_task_forks_up_to_its_current_step_only(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     plan = [{"tool": "fast", "input": 1}, {"tool": "slow", "input": {"sleep": 30}}, "fast"]
     source = await client.submit(plan, task_id="stopped")
     await eventually(lambda: _executed(executions, "stopped", 1))
@@ -212,7 +216,7 @@ async def test_a_cancelled_task_forks_up_to_its_current_step_only(
 
     with pytest.raises(InvalidTaskError):  # step 1 never completed: step 2 cannot start
         await client.fork("stopped", 2, new_task_id="past")
-    await assert_not_created(client, "past")
+    await assert_not_created(client, store, "past")
 
     handle = await client.fork("stopped", 1, input={"sleep": 0}, new_task_id="resumed")
     assert await handle.wait(timeout=10) == {"step": 2, "payload": {"step": 1, "slept": 0}}
@@ -220,12 +224,13 @@ async def test_a_cancelled_task_forks_up_to_its_current_step_only(
 
 
 async def test_an_existing_new_id_and_an_unknown_source_are_refused(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     await completed(client, THREE, "a")
     await completed(client, [{"tool": "fast", "input": "other"}], "b")
     b_before = await client.get("b")
-    b_keys = await checkpoint_keys(client, "b")
+    b_keys = await checkpoint_keys(store, "b")
 
     with pytest.raises(TaskExistsError):
         await client.fork("a", 1, new_task_id="b")
@@ -237,9 +242,9 @@ async def test_an_existing_new_id_and_an_unknown_source_are_refused(
         await client.fork("a", 1, new_task_id="bad.id")
 
     assert await client.get("b") == b_before
-    assert await checkpoint_keys(client, "b") == b_keys
-    await assert_not_created(client, "c")
-    assert [key for key in await _all_checkpoint_keys(client) if key.startswith("bad")] == []
+    assert await checkpoint_keys(store, "b") == b_keys
+    await assert_not_created(client, store, "c")
+    assert [key for key in await _all_checkpoint_keys(store) if key.startswith("bad")] == []
     assert counts_of(executions, "b", 1) == [1]
 
 
@@ -247,8 +252,9 @@ async def test_an_existing_new_id_and_an_unknown_source_are_refused(
 
 
 async def test_fork_after_a_parallel_group_reuses_its_outputs_and_runs_no_branch(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     group = Parallel(Step(tool="fast", input="x"), Step(tool="fast", input="y"))
     source = await client.submit([{"tool": "fast", "input": 0}, group, "fast"], task_id="fan")
     original = await source.wait(timeout=10)
@@ -256,7 +262,7 @@ async def test_fork_after_a_parallel_group_reuses_its_outputs_and_runs_no_branch
     assert original == {"step": 2, "payload": outputs}
     with pytest.raises(InvalidTaskError):  # a group takes no input of its own
         await client.fork("fan", 1, input="z", new_task_id="fan-input")
-    await assert_not_created(client, "fan-input")
+    await assert_not_created(client, store, "fan-input")
 
     handle = await client.fork("fan", 2, new_task_id="fan-2")
 
@@ -275,8 +281,9 @@ async def test_fork_after_a_parallel_group_reuses_its_outputs_and_runs_no_branch
 
 
 async def test_fork_from_a_step_a_tool_added_keeps_the_extended_plan(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     await completed(client, [{"tool": "plans", "input": {}}, {"tool": "fast", "input": "end"}], "p")
     source_plan = await client.handle("p").plan()
     assert [s.tool for s in source_plan] == ["plans", "fast", "fast", "summarize", "fast"]
@@ -291,8 +298,9 @@ async def test_fork_from_a_step_a_tool_added_keeps_the_extended_plan(
 
 
 async def test_fork_from_the_step_that_extended_the_plan_does_not_repeat_its_steps(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app)
     await completed(client, [{"tool": "plans", "input": {}}, {"tool": "fast", "input": "end"}], "q")
     source_plan = await client.handle("q").plan()
 
@@ -308,13 +316,15 @@ async def test_fork_from_the_step_that_extended_the_plan_does_not_repeat_its_ste
 
 async def test_the_api_fork_verb_replies_with_the_new_record_or_a_typed_error(
     client: Client,
+    store: Store,
     raw: Raw,
     config: NatsConfig,
     api: object,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
     executions: Path,
 ) -> None:
+    await make_worker(app)
     await completed(client, THREE, "api-src", metadata={"team": "x"})
     subject = config.names.api_subject("fork")
 
@@ -337,12 +347,17 @@ async def test_the_api_fork_verb_replies_with_the_new_record_or_a_typed_error(
     assert taken["error"]["code"] == "already_exists", taken
     beyond = await call({"task_id": "api-src", "from_step": 3, "new_task_id": "api-3"})
     assert beyond["error"]["code"] == "invalid", beyond
-    await assert_not_created(client, "api-3")
+    await assert_not_created(client, store, "api-3")
 
 
 async def test_the_cli_forks_and_waits_for_the_new_task(
-    config: NatsConfig, client: Client, dispatcher: object, worker: Worker, executions: Path
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(app)
     await completed(client, THREE, "cli-src")
 
     args = ["fork", "cli-src", "--from-step", "1", "--input", '{"n": 5}', "--id", "cli-new"]
@@ -360,8 +375,8 @@ async def test_the_cli_forks_and_waits_for_the_new_task(
 # -- small helpers ---------------------------------------------------------------------------
 
 
-async def _all_checkpoint_keys(client: Client) -> list[str]:
-    return await client._store.keys(client._store.names.checkpoints_bucket)
+async def _all_checkpoint_keys(store: Store) -> list[str]:
+    return await store.keys(store.names.checkpoints_bucket)
 
 
 async def _executed(executions: Path, task_id: str, step: int) -> None:

@@ -29,7 +29,15 @@ from nats.js.api import Header
 from nats.js.errors import NotFoundError
 
 from tests.apps.tools import app, read_executions
-from tests.conftest import APP, Raw, inline_only, raw_connection, start_worker, stop_worker
+from tests.conftest import (
+    APP,
+    MakeWorker,
+    Raw,
+    inline_only,
+    raw_connection,
+    start_worker,
+    stop_worker,
+)
 from tests.integration.test_bad_input import (
     VALID,
     VALID_RESULT,
@@ -46,6 +54,7 @@ from tests.integration.test_bad_input import (
 from tether import Client, Dispatcher, InvalidTaskError, NatsConfig, TaskFailedError, Worker
 from tether.api import ApiService
 from tether.nats.server import NatsServer
+from tether.nats.store import Store
 from tether.schemas.api import ErrorCode
 from tether.schemas.codec import encode
 from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
@@ -73,12 +82,6 @@ SUBMIT_OFFSETS = (*range(400, 0, -25), 1)
 put at least one record in the 52-byte header window (the issue's was max_payload - 279)."""
 STABLE_CODES = {code.value for code in ErrorCode}
 REPLY_TIMEOUT = 5.0
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config, layout=inline_only(config)) as w:  # limits of inline values
-        yield w
 
 
 @pytest.fixture
@@ -146,10 +149,12 @@ def legacy_record(task_id: str, size: int) -> bytes:
     return data
 
 
-async def write_legacy_record(client: Client, raw: Raw, task_id: str, size: int) -> None:
+async def write_legacy_record(
+    client: Client, store: Store, raw: Raw, task_id: str, size: int
+) -> None:
     """Put a record straight into the tasks bucket (a KV put carries no headers)."""
     assert size <= client.max_payload
-    kv = await raw.js.key_value(client._store.names.tasks_bucket)
+    kv = await raw.js.key_value(store.names.tasks_bucket)
     await kv.put(task_id, legacy_record(task_id, size))
 
 
@@ -209,10 +214,11 @@ async def publish_all(raw: Raw, names: Names, datas: Sequence[bytes], chunk: int
 
 
 async def test_a_checkpoint_in_the_header_window_fails_the_task_and_the_worker_keeps_serving(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker, config: NatsConfig
 ) -> None:
     """Used to: the checkpoint's payload fit, payload + header did not, the server closed the
     worker's connection and the task stayed running for ever."""
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     limit = client.max_payload
     for offset in HEADER_WINDOW_OFFSETS:
         plan = [{"tool": "sized", "input": limit - offset}, "fast"]
@@ -227,10 +233,11 @@ async def test_a_checkpoint_in_the_header_window_fails_the_task_and_the_worker_k
 
 
 async def test_an_output_over_the_stored_value_bound_fails_with_output_too_large(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker, config: NatsConfig
 ) -> None:
     """A bit over max_payload - 16 KiB: it would fit a message, but no reply could carry it.
     As the last step (the record's result) and as an earlier one (a checkpoint)."""
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     size = client.max_payload - STORED_MARGIN + 64
     plans: dict[str, list[Any]] = {
         "last-step": [{"tool": "sized", "input": size}],
@@ -251,12 +258,18 @@ async def test_an_output_over_the_stored_value_bound_fails_with_output_too_large
 
 
 async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatcher_keeps_serving(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
     """Used to: a record in the header window closed the dispatcher's connection unacked, and
     the redelivery closed the next dispatcher's: no submission was accepted any more."""
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     limit = client.max_payload
-    names = client._store.names
+    names = store.names
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for offset in SUBMIT_OFFSETS:
             task_id = f"h-k{offset}"
@@ -277,9 +290,16 @@ async def test_submissions_just_under_max_payload_are_rejected_and_the_dispatche
 
 
 async def test_get_answers_for_a_task_that_failed_with_output_too_large(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
+    api: ApiService,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     plan = [{"tool": "sized", "input": client.max_payload - 106}, "fast"]
     handle = await client.submit(plan, task_id="too-large")
     with pytest.raises(TaskFailedError):
@@ -294,12 +314,19 @@ async def test_get_answers_for_a_task_that_failed_with_output_too_large(
 
 
 async def test_get_of_a_legacy_record_too_large_to_reply_is_an_error_and_the_api_keeps_answering(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
+    api: ApiService,
 ) -> None:
     """Used to: the record fit the KV write, record + the reply's headers did not, and the
     server closed the API's connection: `get` stopped answering for everyone."""
-    names = client._store.names
-    await write_legacy_record(client, raw, "legacy", client.max_payload - 40)
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
+    await write_legacy_record(client, store, raw, "legacy", client.max_payload - 40)
 
     reply = await api_call(raw, names, "get", {"task_id": "legacy"})
 
@@ -316,9 +343,15 @@ async def test_get_of_a_legacy_record_too_large_to_reply_is_an_error_and_the_api
 
 
 async def test_a_deeply_nested_submission_is_dead_lettered_not_redelivered(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     data = nested_submit("d1", 10_000)
 
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
@@ -332,9 +365,15 @@ async def test_a_deeply_nested_submission_is_dead_lettered_not_redelivered(
 
 
 async def test_a_deeply_nested_work_message_is_dead_lettered_not_redelivered(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     data = nested_work("d2", 10_000)
 
     async with dead_letters(raw, names, "fast") as box:
@@ -348,10 +387,16 @@ async def test_a_deeply_nested_work_message_is_dead_lettered_not_redelivered(
 
 
 async def test_a_flood_of_nested_submissions_cannot_fill_the_dispatcher(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
     """1,100 submissions nested 1,200 deep: more than the consumer's 1,000 unacked slots."""
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     datas = [nested_submit(f"flood-{n:04d}", 1200) for n in range(1100)]
     wanted = set(datas)
 
@@ -378,11 +423,17 @@ HUGE_OVERRIDES = {
 
 
 async def test_raw_submissions_with_unbounded_overrides_are_rejected(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
 ) -> None:
     """Used to: accepted, then the worker's backoff overflowed on every delivery and the task
     stayed pending for ever (or a count of 10**9 attempts was taken as a policy)."""
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     async with dead_letters(raw, names, SUBMIT_DEAD_LETTER) as box:
         for field, override in HUGE_OVERRIDES.items():
             task_id = f"huge-{field}"
@@ -399,9 +450,16 @@ async def test_raw_submissions_with_unbounded_overrides_are_rejected(
 
 
 async def test_api_submits_with_unbounded_overrides_are_invalid(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
+    api: ApiService,
 ) -> None:
-    names = client._store.names
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
+    names = store.names
     for field, override in HUGE_OVERRIDES.items():
         body = {"task_id": f"huge-{field}", "steps": [{"tool": "fast", **override}]}
 
@@ -415,13 +473,13 @@ async def test_api_submits_with_unbounded_overrides_are_invalid(
 
 
 async def test_the_client_refuses_unbounded_overrides_before_publishing(
-    client: Client, raw: Raw, registered: None
+    client: Client, store: Store, raw: Raw, registered: None
 ) -> None:
     for field, override in HUGE_OVERRIDES.items():
         with pytest.raises(InvalidTaskError, match=field):
             await client.submit([{"tool": "fast", **override}])
 
-    await nothing_published(raw, client._store.names)
+    await nothing_published(raw, store.names)
 
 
 def _has_key(node: Any, key: str) -> bool:
@@ -462,13 +520,22 @@ def test_the_task_submit_json_schema_states_an_upper_bound(field: str) -> None:
 
 
 async def test_list_pages_past_a_record_too_large_to_list(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, api: ApiService
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    config: NatsConfig,
+    api: ApiService,
 ) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     normal = [f"n{n}" for n in range(5)]
     for task_id in normal[:2]:
         await valid_task_completes(client, task_id)
-    await write_legacy_record(client, raw, "oversized", client.max_payload - LIST_MARGIN // 2)
-    assert await client._store.records.reindex() == 3  # as `tether gc --reindex` does
+    await write_legacy_record(
+        client, store, raw, "oversized", client.max_payload - LIST_MARGIN // 2
+    )
+    assert await store.records.reindex() == 3  # as `tether gc --reindex` does
     for task_id in normal[2:]:
         await valid_task_completes(client, task_id)
 
@@ -476,7 +543,7 @@ async def test_list_pages_past_a_record_too_large_to_list(
     omitted: list[str] = []
     body: dict[str, Any] = {"limit": 2}
     for _ in range(20):
-        reply = await api_call(raw, client._store.names, "list", body)
+        reply = await api_call(raw, store.names, "list", body)
         assert "error" not in reply, f"list {body}: {reply['error']}"
         seen.extend(record["task_id"] for record in reply["tasks"])
         omitted.extend(reply.get("omitted") or [])
@@ -539,6 +606,7 @@ async def test_a_resubmit_after_a_server_restart_runs_nothing_twice(
 
 async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
     client: Client,
+    store: Store,
     raw: Raw,
     config: NatsConfig,
     dispatcher: object,
@@ -547,7 +615,7 @@ async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
 ) -> None:
     """What a redelivery looks like after a nats-server restart lost the consumer's state:
     num_delivered 1, and the step's output already stored."""
-    names = client._store.names
+    names = store.names
     handle = await client.submit([{"tool": "fast", "input": 0}, "fast", "fast"], task_id="ckpt")
     record = await client.get("ckpt")
     assert (record.status, record.current_step) == (TaskStatus.PENDING, 0)
@@ -556,7 +624,7 @@ async def test_a_first_delivery_whose_checkpoint_exists_does_not_run_the_step(
     assert consumer.delivered.consumer_seq == 0, "step 0's message was delivered already"
 
     stored = Checkpoint(output={"step": 0, "payload": "from-checkpoint"}, time=datetime.now(UTC))
-    assert await client._store.checkpoints.create("ckpt", 0, stored) == stored
+    assert await store.checkpoints.create("ckpt", 0, stored) == stored
 
     async with Worker(app, config):
         result = await handle.wait(timeout=15)
@@ -656,9 +724,9 @@ shapes = st.one_of(
 
 
 @pytest.fixture
-async def boxes(client: Client, raw: Raw) -> AsyncIterator[dict[str, DeadLetters]]:
+async def boxes(store: Store, raw: Raw) -> AsyncIterator[dict[str, DeadLetters]]:
     """Dead letters of submissions and of `fast` for the whole test (hypothesis reuses it)."""
-    names = client._store.names
+    names = store.names
     async with contextlib.AsyncExitStack() as stack:
         submit = await stack.enter_async_context(dead_letters(raw, names, SUBMIT_DEAD_LETTER))
         work = await stack.enter_async_context(dead_letters(raw, names, "fast"))
@@ -680,14 +748,17 @@ async def boxes(client: Client, raw: Raw) -> AsyncIterator[dict[str, DeadLetters
 @example(target="work", shape=("depth", 10_000))
 async def test_hostile_sizes_and_depths_get_a_clear_outcome_and_everything_keeps_serving(
     client: Client,
+    store: Store,
     raw: Raw,
     dispatcher: object,
-    worker: Worker,
+    make_worker: MakeWorker,
+    config: NatsConfig,
     api: ApiService,
     boxes: dict[str, DeadLetters],
     target: str,
     shape: tuple[str, int],
 ) -> None:
+    await make_worker(app, layout=inline_only(config))  # limits of inline values
     kind, amount = shape
     task_id = f"fz-{uuid.uuid4().hex[:8]}"
     size = client.max_payload - amount if kind == "size" else 0
@@ -695,17 +766,17 @@ async def test_hostile_sizes_and_depths_get_a_clear_outcome_and_everything_keeps
 
     if target == "submit":
         data = padded_submit(task_id, size) if kind == "size" else nested_submit(task_id, amount)
-        await _fuzz_submit(client, raw, boxes["submit"], task_id, data)
+        await _fuzz_submit(client, store, raw, boxes["submit"], task_id, data)
     elif target == "api.submit":
         data = padded_submit(task_id, size) if kind == "size" else nested_submit(task_id, amount)
-        await _fuzz_api_submit(client, raw, task_id, data)
+        await _fuzz_api_submit(client, store, raw, task_id, data)
     elif target == "api.get":
-        await _fuzz_api_get(client, raw, task_id, kind, size, amount)
+        await _fuzz_api_get(client, store, raw, task_id, kind, size, amount)
     else:
         data = padded_work(task_id, size) if kind == "size" else nested_work(task_id, amount)
-        await _fuzz_work(client, raw, boxes["work"], task_id, data)
+        await _fuzz_work(client, store, raw, boxes["work"], task_id, data)
 
-    await eventually(lambda: streams_drained(raw, client._store.names))
+    await eventually(lambda: streams_drained(raw, store.names))
     await valid_task_completes(client)
 
 
@@ -715,9 +786,9 @@ def _too_large_to_send(client: Client, data: bytes) -> bool:
 
 
 async def _fuzz_submit(
-    client: Client, raw: Raw, box: DeadLetters, task_id: str, data: bytes
+    client: Client, store: Store, raw: Raw, box: DeadLetters, task_id: str, data: bytes
 ) -> None:
-    names = client._store.names
+    names = store.names
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
             await publish_submit(raw, names, data)
@@ -731,7 +802,7 @@ async def _fuzz_submit(
         if letter is not None:
             assert letter.error.message, "a dead letter must say what is wrong"
             return "dead-lettered"
-        found = await client._store.records.get(task_id)
+        found = await store.records.get(task_id)
         if found is not None and found.record.submit_seq == seq and found.record.steps:
             return "accepted"
         raise AssertionError(f"{len(data):,}-byte submission neither accepted nor dead-lettered")
@@ -742,8 +813,10 @@ async def _fuzz_submit(
         await client.handle(task_id).wait_until_done(timeout=15)
 
 
-async def _fuzz_api_submit(client: Client, raw: Raw, task_id: str, data: bytes) -> None:
-    names = client._store.names
+async def _fuzz_api_submit(
+    client: Client, store: Store, raw: Raw, task_id: str, data: bytes
+) -> None:
+    names = store.names
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
             await api_call(raw, names, "submit", data)
@@ -759,7 +832,7 @@ async def _fuzz_api_submit(client: Client, raw: Raw, task_id: str, data: bytes) 
 
 
 async def _fuzz_api_get(
-    client: Client, raw: Raw, task_id: str, kind: str, size: int, depth: int
+    client: Client, store: Store, raw: Raw, task_id: str, kind: str, size: int, depth: int
 ) -> None:
     """By size: a task whose output is `size` bytes, then `get` of its record. By depth:
     a `get` request carrying a nested field."""
@@ -769,7 +842,7 @@ async def _fuzz_api_get(
         body = json.dumps({"task_id": task_id}).encode()
     else:
         body = f'{{"task_id":"{task_id}","extra":'.encode() + nested(depth) + b"}"
-    reply = await api_call(raw, client._store.names, "get", body)
+    reply = await api_call(raw, store.names, "get", body)
     if is_error_reply(reply):
         event(f"error reply: {error_of(reply, 'api get')[0]}")
         return
@@ -777,8 +850,10 @@ async def _fuzz_api_get(
     event(f"record: {reply['status']}")
 
 
-async def _fuzz_work(client: Client, raw: Raw, box: DeadLetters, task_id: str, data: bytes) -> None:
-    subject = client._store.names.work_subject("fast")
+async def _fuzz_work(
+    client: Client, store: Store, raw: Raw, box: DeadLetters, task_id: str, data: bytes
+) -> None:
+    subject = store.names.work_subject("fast")
     if _too_large_to_send(client, data):
         with pytest.raises(nats.errors.MaxPayloadError):
             await raw.js.publish(subject, data)

@@ -3,25 +3,17 @@ a row a task has left is never shown, and a row with no record is skipped."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from tests.apps.tools import app
-from tests.conftest import Raw
-from tether import Client, NatsConfig, Step, TaskStatus, Worker
+from tests.conftest import MakeWorker, Raw
+from tether import Client, Step, TaskStatus
+from tether.nats.store import Store
 from tether.testing import eventually
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
-
-
 async def test_pages_by_status_in_creation_order_and_newest_first(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     done = [f"page-{n}" for n in range(5)]
     for task_id in done:
         await (await client.submit(["fast"], task_id=task_id)).wait(timeout=20)
@@ -40,17 +32,18 @@ async def test_pages_by_status_in_creation_order_and_newest_first(
 
 
 async def test_a_task_that_moves_on_leaves_its_old_row_and_a_stale_row_is_skipped(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([Step(tool="slow", input={"sleep": 30})], task_id="moves")
     await handle.wait_for(lambda r: r.status is TaskStatus.RUNNING, timeout=20)
     await handle.cancel()
     # A row no record backs (a crash between the index and the record, say):
-    await raw.nc.publish(client._store.names.index_subject("cancelled", 1, "ghost"), b"")
+    await raw.nc.publish(store.names.index_subject("cancelled", 1, "ghost"), b"")
     await raw.nc.flush()
 
     async def moved() -> None:
-        rows = await client._store.records.index_rows("running")
+        rows = await store.records.index_rows("running")
         assert not any(row.endswith(".moves") for row in rows), rows  # expired after 1 s
 
     await eventually(moved, timeout=10)

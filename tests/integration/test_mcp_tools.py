@@ -5,7 +5,7 @@ official `mcp` client; a SIGKILL mid-call re-sends it only when the tool says th
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,8 @@ import pytest
 from tests.apps.mcp_agents import make_app
 from tests.apps.mcp_server import McpServer
 from tests.chaos.crashes import survive
-from tests.conftest import start_worker
-from tether import Client, NatsConfig, TaskFailedError, Worker
+from tests.conftest import MakeWorker, start_worker
+from tether import Client, NatsConfig, TaskFailedError
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 
@@ -29,14 +29,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpServer]:
         yield running
 
 
-@pytest.fixture
-async def worker(
-    config: NatsConfig, model: ScriptedModel, server: McpServer
-) -> AsyncIterator[None]:
-    async with Worker(make_app([server.url]), config):
-        yield
-
-
 def _call(tool: str, **arguments: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": tool, "arguments": arguments}]}
 
@@ -46,8 +38,13 @@ def _calls_of(server: McpServer, tool: str, **arguments: Any) -> int:
 
 
 async def test_the_model_is_offered_the_servers_tools_and_their_results(
-    client: Client, dispatcher: object, worker: None, model: ScriptedModel, server: McpServer
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
+    server: McpServer,
 ) -> None:
+    await make_worker(make_app([server.url]))
     question = model.conversation(
         _call("lookup", query="tides"), _call("fail", reason="no ink"), {"content": "Done."}
     )
@@ -66,9 +63,14 @@ async def test_the_model_is_offered_the_servers_tools_and_their_results(
 
 
 async def test_a_step_naming_another_server_is_refused(
-    client: Client, dispatcher: object, worker: None
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
+    server: McpServer,
 ) -> None:
     """A step's input names the server: a submitted one cannot send the worker elsewhere."""
+    await make_worker(make_app([server.url]))
     handle = await client.submit(
         [{"tool": "clerk", "input": {"mcp": {"server": "http://169.254.169.254/", "tool": "x"}}}]
     )

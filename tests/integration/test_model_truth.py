@@ -34,6 +34,7 @@ from tether import (
 from tether.clock import utcnow
 from tether.nats.cleanup import Cleanup
 from tether.nats.layout import Layout
+from tether.nats.store import Store
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
@@ -171,7 +172,7 @@ async def _submit_once_free(client: Client, question: str, task_id: str) -> Task
 
 
 async def test_an_id_gc_removed_is_held_back_for_the_duplicate_window_not_hung(
-    client: Client, dispatcher: object, config: NatsConfig, raw: Raw
+    client: Client, store: Store, dispatcher: object, config: NatsConfig, raw: Raw
 ) -> None:
     """Its messages' ids are remembered for the duplicate window, so a new task under it
     would have its steps dropped as repeats and hang: the SDK refuses it saying when the
@@ -179,7 +180,7 @@ async def test_an_id_gc_removed_is_held_back_for_the_duplicate_window_not_hung(
     handle = await client.submit(["fast"], task_id="gone-soon")
     async with Worker(tools, config):
         await handle.wait(timeout=30)
-    await Cleanup(client._store).remove_task("gone-soon")
+    await Cleanup(store).remove_task("gone-soon")
 
     with pytest.raises(TaskExistsError) as refused:
         await client.submit(["fast"], task_id="gone-soon")

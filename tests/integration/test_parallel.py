@@ -7,7 +7,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from tests.apps.tools import app, read_branch_executions, read_executions, record
-from tests.conftest import Raw, inline_only
+from tests.conftest import MakeWorker, Raw, inline_only
 from tether import (
     App,
     Client,
@@ -31,6 +30,7 @@ from tether import (
     TerminalError,
     Worker,
 )
+from tether.nats.store import Store
 from tether.schemas import (
     Cancelled,
     DeadLetter,
@@ -111,12 +111,6 @@ async def stubborn(ctx: StepContext, data: Any) -> Any:
 APPS = [app, parallel_app]
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(APPS, config) as w:
-        yield w
-
-
 # -- helpers ----------------------------------------------------------------------------
 
 
@@ -179,8 +173,14 @@ async def branch_ran(executions: Path, task_id: str, step: int, branch: int) -> 
 
 
 async def test_outputs_come_in_branch_order_whatever_order_branches_finish(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(APPS)
     handle = await client.submit(
         [
             Parallel(
@@ -202,7 +202,7 @@ async def test_outputs_come_in_branch_order_whatever_order_branches_finish(
     ]
     done = [e.branch for e in completions(await all_events(client, handle.task_id))]
     assert done.index(1) < done.index(0), f"branch 0 (0.5 s) finished first? {done}"
-    names = client._store.names
+    names = store.names
     tid = handle.task_id
     branch_1 = await checkpoint_json(raw, names, f"{tid}.0.b1")
     assert branch_1 is not None and branch_1["output"] == {"step": 0, "payload": 1}
@@ -213,8 +213,9 @@ async def test_outputs_come_in_branch_order_whatever_order_branches_finish(
 
 
 async def test_a_branch_without_input_gets_the_previous_output_and_each_runs_once(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(APPS)
     handle = await client.submit(
         [
             {"tool": "fast", "input": "seed"},
@@ -231,7 +232,7 @@ async def test_a_branch_without_input_gets_the_previous_output_and_each_runs_onc
     ]
     assert result == {"step": 2, "payload": group_output}
     tid = handle.task_id
-    assert await client._store.checkpoints.get(tid, 1) is not None
+    assert await store.checkpoints.get(tid, 1) is not None
     steps = read_executions(executions)
     assert (steps[(tid, 0)], steps[(tid, 1)], steps[(tid, 2)]) == (1, 0, 1)
     branches = read_branch_executions(executions)
@@ -239,8 +240,9 @@ async def test_a_branch_without_input_gets_the_previous_output_and_each_runs_onc
 
 
 async def test_branch_events_carry_the_branch_and_its_tool(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(APPS)
     handle = await client.submit(
         [
             Parallel(
@@ -297,8 +299,14 @@ async def test_twenty_branches_on_one_worker_with_four_slots(
 
 
 async def test_a_branch_that_fails_for_good_fails_the_task_and_stops_its_siblings(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(APPS)
     started = time.monotonic()
     handle = await client.submit(
         [
@@ -320,7 +328,7 @@ async def test_a_branch_that_fails_for_good_fails_the_task_and_stops_its_sibling
     assert "gave up after 3 attempts: the service is down" in failure.value.error.message
     record_ = await handle.get()
     assert record_.status is TaskStatus.FAILED and record_.failed_step == 0
-    names = client._store.names
+    names = store.names
     letters = await eventually(lambda: _letters(raw, names, "broken", tid))
     assert [(d.step, d.branch, d.attempt) for d in letters] == [(0, 2, 3)]
     # The siblings let go of their messages without completing.
@@ -328,8 +336,8 @@ async def test_a_branch_that_fails_for_good_fails_the_task_and_stops_its_sibling
     await eventually(lambda: consumer_idle(raw, names, "held"), timeout=5)
     if read_branch_executions(executions)[(tid, 0, 1)]:
         assert (tid, 0, 1, 1) in STOPPED
-    assert await client._store.checkpoints.get(tid, 0, 0) is None
-    assert await client._store.checkpoints.get(tid, 0, 1) is None
+    assert await store.checkpoints.get(tid, 0, 0) is None
+    assert await store.checkpoints.get(tid, 0, 1) is None
     events = await all_events(client, tid)
     failed = events[-1]
     assert isinstance(failed, Failed)
@@ -345,8 +353,9 @@ async def _letters(raw: Raw, names: Names, tool: str, task_id: str) -> list[Dead
 
 
 async def test_collect_errors_leaves_each_failure_in_its_place_and_the_task_goes_on(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(APPS)
     handle = await client.submit(
         [
             Parallel(
@@ -388,10 +397,11 @@ async def test_collect_errors_leaves_each_failure_in_its_place_and_the_task_goes
 
 
 async def test_a_terminal_error_fails_the_task_even_when_the_group_collects_errors(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """TerminalError is a tool's way to stop the whole run (an agent's tool calls are such
     a group): it is not collected as a result."""
+    await make_worker(APPS)
     group = Parallel(
         Step(tool="fast", input=1), Step(tool="refuses", input={}), collect_errors=True
     )
@@ -408,10 +418,11 @@ async def test_a_terminal_error_fails_the_task_even_when_the_group_collects_erro
 
 
 async def test_a_branch_may_not_extend_the_plan(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """(A branch may ask for input: its question waits in a child task, see
     test_sub_agents.py.)"""
+    await make_worker(APPS)
     tool = "plans"
     handle = await client.submit([Parallel(Step(tool="fast", input=1), Step(tool=tool, input={}))])
 
@@ -422,7 +433,7 @@ async def test_a_branch_may_not_extend_the_plan(
     record_ = await handle.get()
     assert record_.status is TaskStatus.FAILED and record_.failed_step == 0
     assert record_.input_request is None and len(record_.steps) == 1
-    letters = await eventually(lambda: _letters(raw, client._store.names, tool, handle.task_id))
+    letters = await eventually(lambda: _letters(raw, store.names, tool, handle.task_id))
     assert [(d.step, d.branch) for d in letters] == [(0, 1)]
 
 
@@ -430,8 +441,14 @@ async def test_a_branch_may_not_extend_the_plan(
 
 
 async def test_cancel_stops_every_running_branch(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(APPS)
     handle = await client.submit(
         [
             Parallel(
@@ -452,12 +469,12 @@ async def test_cancel_stops_every_running_branch(
     with pytest.raises(TaskCancelledError):
         await handle.wait(timeout=5)
     await wait_until(lambda: (tid, 0, 1, 1) in STOPPED, timeout=3, message="held to be stopped")
-    names = client._store.names
+    names = store.names
     await eventually(lambda: consumer_idle(raw, names, "slow"), timeout=3)
     await eventually(lambda: consumer_idle(raw, names, "held"), timeout=3)
-    assert await client._store.checkpoints.get(tid, 0, 0) is None
-    assert await client._store.checkpoints.get(tid, 0, 1) is None
-    assert await client._store.checkpoints.get(tid, 0) is None
+    assert await store.checkpoints.get(tid, 0, 0) is None
+    assert await store.checkpoints.get(tid, 0, 1) is None
+    assert await store.checkpoints.get(tid, 0) is None
     record_ = await handle.get()
     assert record_.status is TaskStatus.CANCELLED and record_.done_branches == [2]
     events = await all_events(client, tid)
@@ -470,8 +487,9 @@ async def test_cancel_stops_every_running_branch(
 
 
 async def test_a_tool_can_append_a_parallel_group(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(APPS)
     handle = await client.submit([Step(tool="fans_out", input={}), "fast"])
 
     result = await handle.wait(timeout=15)
@@ -499,8 +517,9 @@ async def test_a_tool_can_append_a_parallel_group(
 
 
 async def test_a_tool_that_appends_a_nested_group_fails_with_invalid_plan(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(APPS)
     handle = await client.submit([Step(tool="fans_out_nested", input={}), "fast"])
 
     with pytest.raises(TaskFailedError, match="groups do not nest") as failure:
@@ -535,7 +554,7 @@ INVALID_STEPS: list[tuple[str, Any, str]] = [
 
 
 async def test_an_invalid_group_is_refused_at_submit(
-    client: Client, raw: Raw, registered: None
+    client: Client, store: Store, raw: Raw, registered: None
 ) -> None:
     """Every case in one test: a worker per case would cost a second of teardown each."""
     for case, step, message in INVALID_STEPS:
@@ -546,7 +565,7 @@ async def test_an_invalid_group_is_refused_at_submit(
         else:
             pytest.fail(f"{case}: accepted")
 
-    info = await raw.js.stream_info(client._store.names.submit_stream)
+    info = await raw.js.stream_info(store.names.submit_stream)
     assert info.state.messages == 0, "an invalid task must not be published"
 
 
@@ -554,10 +573,11 @@ async def test_an_invalid_group_is_refused_at_submit(
 
 
 async def test_retry_reruns_only_the_branches_that_were_not_checkpointed(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, store: Store, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
     """b0 completes, b1 fails for good, b2 is running and gets stopped; the retry runs
     b1 and b2 again (b1 with the previous step's output again), not b0."""
+    await make_worker(APPS)
     tid = f"retry-{uuid.uuid4().hex[:8]}"
     handle = await client.submit(
         [
@@ -575,7 +595,7 @@ async def test_retry_reruns_only_the_branches_that_were_not_checkpointed(
     failed = await handle.get()
     assert failed.failed_step == 1 and failed.done_branches == [0]
     await wait_until(lambda: (tid, 1, 2, 1) in STOPPED, timeout=3, message="b2 to be stopped")
-    assert await client._store.checkpoints.get(tid, 1, 2) is None
+    assert await store.checkpoints.get(tid, 1, 2) is None
     OPEN.add(tid)
     release(tid, 2)
 
@@ -600,10 +620,16 @@ async def test_retry_reruns_only_the_branches_that_were_not_checkpointed(
 
 
 async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_running_it(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
     """A branch that finished after its task failed is checkpointed but not counted in
     `done_branches`; the retry sends it again, and the checkpoint answers for it."""
+    await make_worker(APPS)
     tid = f"late-{uuid.uuid4().hex[:8]}"
     handle = await client.submit(
         [Parallel(Step(tool="stubborn", input="late"), Step(tool="held", input=2))], task_id=tid
@@ -614,7 +640,7 @@ async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_r
         await handle.wait(timeout=10)
 
     async def late_checkpoint() -> None:
-        assert await client._store.checkpoints.get(tid, 0, 0) is not None
+        assert await store.checkpoints.get(tid, 0, 0) is not None
 
     await eventually(late_checkpoint, timeout=5)
     assert (await handle.get()).done_branches == []
@@ -627,7 +653,7 @@ async def test_retry_completes_a_branch_checkpointed_after_the_failure_without_r
     branches = read_branch_executions(executions)
     assert (branches[(tid, 0, 0)], branches[(tid, 0, 1)]) == (1, 2)
     # `events()` ends at the first run's `failed`: read the whole log.
-    events = await raw_events(raw, client._store.names, tid, until="completed")
+    events = await raw_events(raw, store.names, tid, until="completed")
     again = [e for e in events if e["event"] == "step_completed" and e["branch"] == 0]
     assert [e.get("skipped", False) for e in again] == [True], "branch 0 ran again?"
 
@@ -659,9 +685,15 @@ async def test_retry_of_a_group_that_failed_at_its_fan_in_does_not_hang(
 
 
 async def test_a_raw_json_submit_runs_a_group(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
-    names = client._store.names
+    await make_worker(APPS)
+    names = store.names
     tid = f"raw-{uuid.uuid4().hex[:8]}"
     body = {
         "task_id": tid,
@@ -695,12 +727,18 @@ async def test_a_raw_json_submit_runs_a_group(
 
 
 async def test_a_raw_json_submit_with_a_nested_group_is_rejected(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(APPS)
     tid = f"raw-{uuid.uuid4().hex[:8]}"
     body = {"task_id": tid, "steps": [{"parallel": [{"parallel": [{"tool": "fast"}]}]}]}
     await raw.js.publish(
-        client._store.names.submit_subject(tid),
+        store.names.submit_subject(tid),
         json.dumps(body).encode(),
         headers={"Nats-Msg-Id": tid},
     )

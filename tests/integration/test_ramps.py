@@ -19,6 +19,7 @@ from tests.conftest import APP, start_worker, stop_worker
 from tether import App, Child, Client, NatsConfig, StepContext, TaskFailedError, Worker
 from tether.clock import utcnow
 from tether.errors import TaskConflictError
+from tether.nats.store import Store
 from tether.schemas.builds import Versioning, WhenGone
 from tether.tasks.sweep import Sweeper
 from tether.testing import wait_until
@@ -242,7 +243,7 @@ async def test_a_child_task_counts_as_started_on_the_build_of_the_step_that_star
 
 
 async def test_gc_forgets_builds_no_worker_runs_and_no_unfinished_task_started_on(
-    client: Client, config: NatsConfig
+    client: Client, store: Store, config: NatsConfig
 ) -> None:
     async with Worker(_reports("v1"), config, build="v1"):
         assert await (await client.submit(["first", "report"])).wait(timeout=20) == "v1 1"
@@ -252,7 +253,7 @@ async def test_gc_forgets_builds_no_worker_runs_and_no_unfinished_task_started_o
         await waiting.wait_for(lambda r: r.current_step == 1, timeout=20)
     async with Worker(_reports("v3", ("first",)), config, build="v3"):
         later = utcnow() + timedelta(days=8)
-        report = await Sweeper(client._store).sweep(now=later, dry_run=True)
+        report = await Sweeper(store).sweep(now=later, dry_run=True)
         assert report.builds == ["v1"]  # v2 has a task still to run, v3 a worker up
-        await Sweeper(client._store).sweep(now=later)
-    assert [info.build for info in await client._store.workers.builds()] == ["v2", "v3"]
+        await Sweeper(store).sweep(now=later)
+    assert [info.build for info in await store.workers.builds()] == ["v2", "v3"]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from tests.apps.tools import app
-from tether import Client, NatsConfig, Worker
+from tests.conftest import MakeWorker
+from tether import Client, NatsConfig
 from tether.schemas import Completed, StepCompleted, StepStarted, Submitted, TaskStatus
 
 SEED = [
@@ -17,15 +14,10 @@ SEED = [
 ]
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
-
-
 async def test_seed_task_completes_with_inputs_flowing(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit(SEED, task_id="report-42", metadata={"user": "alice"})
 
     result = await handle.wait(timeout=20)
@@ -40,8 +32,9 @@ async def test_seed_task_completes_with_inputs_flowing(
 
 
 async def test_status_events_arrive_in_order(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit(SEED)
     await handle.wait(timeout=20)
 
@@ -69,8 +62,9 @@ async def test_status_events_arrive_in_order(
 
 
 async def test_a_late_client_finds_the_finished_task(
-    config: NatsConfig, dispatcher: object, worker: Worker
+    config: NatsConfig, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     async with Client(config) as first:
         handle = await first.submit(SEED, task_id="come-back-later")
     # The first client is gone; a new one asks by id.

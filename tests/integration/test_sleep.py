@@ -3,27 +3,20 @@ worker slot, and the next step starts on time."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from tests.apps.tools import app, read_executions
-from tests.conftest import Raw
-from tether import Client, NatsConfig, Worker
+from tests.conftest import MakeWorker, Raw
+from tether import Client
+from tether.nats.store import Store
 from tether.schemas import StepCompleted, TaskStatus
 from tether.testing import eventually
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config, concurrency=1) as w:  # one slot: a sleeper must not hold it
-        yield w
-
-
 async def test_the_next_step_starts_after_the_sleep_and_no_slot_is_held(
-    client: Client, dispatcher: object, worker: Worker, executions: Path
+    client: Client, dispatcher: object, make_worker: MakeWorker, executions: Path
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot: a sleeper must not hold it
     sleeper = await client.submit([{"tool": "naps", "input": {"seconds": 2}}, "clock"])
     await eventually(lambda: _sleeping(client, sleeper.task_id), timeout=10)
 
@@ -47,22 +40,29 @@ async def test_the_next_step_starts_after_the_sleep_and_no_slot_is_held(
 
 
 async def test_a_sleep_on_the_last_step_completes_the_task(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot: a sleeper must not hold it
     handle = await client.submit([{"tool": "naps", "input": {"seconds": 3600}}])
     result = await handle.wait(timeout=10)
     assert result["napped"] == 3600
 
 
 async def test_a_cancelled_sleeper_does_not_wake(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker, executions: Path
+    client: Client,
+    store: Store,
+    raw: Raw,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    executions: Path,
 ) -> None:
+    await make_worker(app, concurrency=1)  # one slot: a sleeper must not hold it
     handle = await client.submit([{"tool": "naps", "input": {"seconds": 1}}, "clock"])
     await eventually(lambda: _sleeping(client, handle.task_id), timeout=10)
     await handle.cancel()
 
     # The schedule still fires; the worker drops the stale step. Wait until it did.
-    names = client._store.names
+    names = store.names
     await eventually(lambda: _fired(raw, names.work_stream, names.timer_subjects), timeout=10)
     await eventually(lambda: _work_drained(raw, names.work_stream), timeout=10)
     assert read_executions(executions)[(handle.task_id, 1)] == 0

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import Raw
 from tests.e2e.test_cli_ops import tether
 from tether import Client, NatsConfig, TaskConflictError, TaskHandle, TaskStatus, Worker
+from tether.nats.store import Store
 from tether.schemas import StepStarted
 from tether.schemas.events import AgentUpdated, MessageSent
 from tether.testing.llm import ScriptedModel
@@ -58,7 +59,7 @@ async def test_messages_sent_mid_run_reach_the_next_call_once_in_order(
 
 
 async def test_an_update_changes_model_instructions_and_budget_from_the_next_call(
-    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+    client: Client, store: Store, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
     question = model.conversation(SLOW, ANSWER)
     handle = await client.submit_agent("researcher", question, token_budget=5_000)  # one call
@@ -76,7 +77,7 @@ async def test_an_update_changes_model_instructions_and_budget_from_the_next_cal
     events = [e async for e in handle.events(timeout=5)]
     (updated,) = [e for e in events if isinstance(e, AgentUpdated)]
     assert (updated.model, updated.token_budget) == ("scripted-large", 100_000)
-    ledger = await client._store.checkpoints.entry(f"{handle.task_id}.budget")
+    ledger = await store.checkpoints.entry(f"{handle.task_id}.budget")
     assert ledger is not None and msgspec.json.decode(ledger[0])["tokens"] == 100_000
 
 
@@ -101,6 +102,7 @@ async def test_a_message_sent_while_the_agent_answers_gets_an_answer_of_its_own(
 
 async def test_only_a_running_agent_task_can_be_told_anything(
     client: Client,
+    store: Store,
     raw: Raw,
     api: object,
     dispatcher: object,
@@ -117,7 +119,7 @@ async def test_only_a_running_agent_task_can_be_told_anything(
         await client.update_agent(plain.task_id, model="other")
 
     async def ask(verb: str, body: dict[str, Any]) -> dict[str, Any]:
-        subject = client._store.names.api_subject(verb)
+        subject = store.names.api_subject(verb)
         reply = await raw.nc.request(subject, json.dumps(body).encode(), timeout=10)
         answer: dict[str, Any] = json.loads(reply.data)
         return answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tests.conftest import Raw
 from tether import Client
 from tether.clock import utcnow
+from tether.nats.store import Store
 from tether.schemas.tasks import TaskRecord, TaskStatus
 
 
@@ -15,8 +16,9 @@ def _record(task_id: str) -> TaskRecord:
     )
 
 
-async def test_keys_lists_every_key_and_records_skip_deleted_ones(client: Client, raw: Raw) -> None:
-    store = client._store
+async def test_keys_lists_every_key_and_records_skip_deleted_ones(
+    client: Client, store: Store, raw: Raw
+) -> None:
     assert await store.keys(store.names.tasks_bucket) == []
     for n in range(5):
         assert await store.records.create(_record(f"k-{n}")) is not None

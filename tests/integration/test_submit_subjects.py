@@ -5,14 +5,13 @@ bare `tether.submit` is no longer stored at all."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 from nats.js.api import Header
 from nats.js.errors import NoStreamResponseError
 
 from tests.apps.tools import app
-from tests.conftest import Raw
+from tests.conftest import MakeWorker, Raw
 from tests.integration.test_bad_input import (
     VALID,
     VALID_RESULT,
@@ -20,21 +19,17 @@ from tests.integration.test_bad_input import (
     drained,
     find_record,
 )
-from tether import Client, NatsConfig, TaskNotFoundError, Worker
+from tether import Client, TaskNotFoundError
+from tether.nats.store import Store
 from tether.schemas.names import SUBMIT_DEAD_LETTER
 from tether.testing import eventually
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
-
-
 async def test_a_payload_for_another_task_is_refused_and_that_task_is_untouched(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
-    names = client._store.names
+    await make_worker(app)
+    names = store.names
     victim = await client.submit(VALID, task_id="victims-task")
     assert await victim.wait(timeout=15) == VALID_RESULT
     before = await client.get("victims-task")
@@ -59,15 +54,18 @@ async def test_a_payload_for_another_task_is_refused_and_that_task_is_untouched(
 
 
 async def test_a_submission_on_its_own_subject_runs(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     body = json.dumps({"task_id": "on-its-own", "steps": VALID}).encode()
-    await raw.js.publish(client._store.names.submit_subject("on-its-own"), body)
+    await raw.js.publish(store.names.submit_subject("on-its-own"), body)
     await eventually(lambda: find_record(client, "on-its-own"))
     assert await client.handle("on-its-own").wait(timeout=15) == VALID_RESULT
 
 
-async def test_the_bare_submit_subject_is_not_stored(raw: Raw, client: Client) -> None:
+async def test_the_bare_submit_subject_is_not_stored(
+    raw: Raw, client: Client, store: Store
+) -> None:
     body = json.dumps({"task_id": "old-style", "steps": VALID}).encode()
     with pytest.raises(NoStreamResponseError):  # no stream captures it
-        await raw.js.publish(client._store.names.prefix + ".submit", body)
+        await raw.js.publish(store.names.prefix + ".submit", body)

@@ -25,13 +25,16 @@ from tether.worker.succession import Succession
 
 
 async def test_a_worker_that_hears_it_was_claimed_stops_the_steps_it_held(
-    config: NatsConfig, client: Client, dispatcher: object, caplog: pytest.LogCaptureFixture
+    config: NatsConfig,
+    client: Client,
+    store: Store,
+    dispatcher: object,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="tether.worker")
     async with Worker(tools, config) as worker:
         key = worker_key(worker.worker_id)
         handle = await client.submit([{"tool": "slow", "input": {"sleep": 2.0}}])
-        store = client._store
         await wait_until(lambda: _holds(store, key), timeout=10, message="the step to be held")
 
         # Another worker takes it for dead, as one whose beats stopped reaching it would.
@@ -56,6 +59,7 @@ async def survivor_store(config: NatsConfig) -> AsyncIterator[Store]:
 async def test_a_claim_whose_hand_on_fails_is_followed_through_and_the_step_runs_on_until_then(
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     survivor_store: Store,
     monkeypatch: pytest.MonkeyPatch,
@@ -76,7 +80,6 @@ async def test_a_claim_whose_hand_on_fails_is_followed_through_and_the_step_runs
     async with Worker(tools, config) as worker:
         key = worker_key(worker.worker_id)
         handle = await client.submit([{"tool": "slow", "input": {"sleep": 4.0}}])
-        store = client._store
         await wait_until(lambda: _holds(store, key), timeout=10, message="the step to be held")
         announce = worker._announce
 
@@ -106,6 +109,7 @@ async def test_a_claim_whose_hand_on_fails_is_followed_through_and_the_step_runs
 async def test_a_survivor_that_cannot_store_its_own_beat_judges_no_worker_dead(
     config: NatsConfig,
     client: Client,
+    store: Store,
     dispatcher: object,
     survivor_store: Store,
     monkeypatch: pytest.MonkeyPatch,
@@ -117,7 +121,6 @@ async def test_a_survivor_that_cannot_store_its_own_beat_judges_no_worker_dead(
     async with Worker(tools, config) as worker:
         key = worker_key(worker.worker_id)
         handle = await client.submit([{"tool": "slow", "input": {"sleep": 6.0}}])
-        store = client._store
         await wait_until(lambda: _holds(store, key), timeout=10, message="the step to be held")
         monkeypatch.setattr(worker, "_announce", _silent)  # its beats stop reaching anyone
         await survivor.start()

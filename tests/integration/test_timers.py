@@ -4,27 +4,22 @@ a waiting or sleeping task, fired by message schedules and handled by the dispat
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 
 from tests.apps.tools import app
-from tests.conftest import Raw
-from tether import Client, NatsConfig, TaskFailedError, Worker
+from tests.conftest import MakeWorker, Raw
+from tether import Client, TaskFailedError
+from tether.nats.store import Store
 from tether.schemas import Failed, TaskStatus
 from tether.testing import eventually
 
 
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
-
-
 async def test_an_unanswered_input_wait_expires(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "asks_briefly", "input": {"timeout": 1}}, "fast"])
     waiting = await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=10)
     assert waiting.input_request is not None and waiting.input_request.expires_at is not None
@@ -42,14 +37,15 @@ async def test_an_unanswered_input_wait_expires(
 
 
 async def test_an_answer_in_time_wins_and_the_late_timer_does_nothing(
-    client: Client, raw: Raw, dispatcher: object, worker: Worker
+    client: Client, store: Store, raw: Raw, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([{"tool": "asks_briefly", "input": {"timeout": 1}}, "fast"])
     await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=10)
     await handle.send_input({"approved": True})
     assert (await handle.wait(timeout=10))["payload"] == {"approved": True}
 
-    await eventually(lambda: _timers_fired(raw, client), timeout=10)  # it fired, and then
+    await eventually(lambda: _timers_fired(raw, store), timeout=10)  # it fired, and then
     assert (await handle.get()).status is TaskStatus.COMPLETED
 
 
@@ -57,8 +53,9 @@ async def test_an_answer_in_time_wins_and_the_late_timer_does_nothing(
     "first", [{"tool": "asks", "input": {}}, {"tool": "naps", "input": {"seconds": 3600}}]
 )
 async def test_a_deadline_fails_a_task_that_nothing_is_running(
-    first: dict[str, object], client: Client, dispatcher: object, worker: Worker
+    first: dict[str, object], client: Client, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     handle = await client.submit([first, "fast"], deadline=timedelta(seconds=2))
     await handle.wait_for(lambda r: r.status is TaskStatus.WAITING or r.wake_at is not None, 10)
 
@@ -70,7 +67,7 @@ async def test_a_deadline_fails_a_task_that_nothing_is_running(
     assert (await handle.get()).failed_step == expected_step
 
 
-async def _timers_fired(raw: Raw, client: Client) -> None:
-    names = client._store.names
+async def _timers_fired(raw: Raw, store: Store) -> None:
+    names = store.names
     info = await raw.js.stream_info(names.work_stream, subjects_filter=names.timer_subjects)
     assert not info.state.subjects, info.state.subjects

@@ -5,7 +5,7 @@ headers, also from a client in another language that sets `traceparent` itself."
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.apps.agents import app as agents
 from tests.apps.tools import app
-from tests.conftest import Raw
-from tether import Client, NatsConfig, Step, Worker
+from tests.conftest import MakeWorker, Raw
+from tether import Client, NatsConfig, Step
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
@@ -36,12 +36,6 @@ def provider() -> Iterator[None]:
     EXPORTER.clear()
 
 
-@pytest.fixture
-async def worker(config: NatsConfig, model: ScriptedModel) -> AsyncIterator[Worker]:
-    async with Worker([app, agents], config) as w:
-        yield w
-
-
 def _spans(trace_id: int) -> list[ReadableSpan]:
     return [s for s in EXPORTER.get_finished_spans() if s.context.trace_id == trace_id]
 
@@ -58,8 +52,9 @@ async def _traced(trace_id: int, names: list[str]) -> list[ReadableSpan]:
 
 
 async def test_a_task_is_one_trace_from_the_clients_span_through_every_step_attempt(
-    client: Client, dispatcher: object, worker: Worker
+    client: Client, dispatcher: object, make_worker: MakeWorker, model: ScriptedModel
 ) -> None:
+    await make_worker([app, agents])
     tracer = trace.get_tracer("test")
     with tracer.start_as_current_span("request") as parent:
         handle = await client.submit(["fast", Step(tool="flaky", input={"succeed_on": 2})])
@@ -84,8 +79,9 @@ def _attempt(span: ReadableSpan) -> Any:
 
 
 async def test_an_agent_has_genai_spans_for_its_llm_calls_and_tool_calls(
-    client: Client, dispatcher: object, worker: Worker, model: ScriptedModel
+    client: Client, dispatcher: object, make_worker: MakeWorker, model: ScriptedModel
 ) -> None:
+    await make_worker([app, agents])
     search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "spans"}}]}
     answer = {"content": "Traced.", "usage": {"prompt_tokens": 33, "completion_tokens": 3}}
     model.load({"conversations": [{"match": "trace question", "turns": [search, answer]}]})
@@ -112,8 +108,9 @@ async def test_an_agent_has_genai_spans_for_its_llm_calls_and_tool_calls(
 
 
 async def test_a_traceparent_set_by_another_languages_client_is_the_tasks_trace(
-    raw: Raw, config: NatsConfig, dispatcher: object, worker: Worker
+    raw: Raw, config: NatsConfig, dispatcher: object, make_worker: MakeWorker, model: ScriptedModel
 ) -> None:
+    await make_worker([app, agents])
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     task = {"task_id": "traced-raw", "steps": [{"tool": "fast", "input": 1}]}
     headers = {"Nats-Msg-Id": "traced-raw", "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}

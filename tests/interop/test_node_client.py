@@ -14,6 +14,7 @@ import pytest
 
 from tests.apps.agents import app as agents_app
 from tests.apps.tools import app
+from tests.conftest import MakeWorker
 from tether import NatsConfig, Worker
 from tether.testing.llm import ScriptedModel
 
@@ -30,12 +31,6 @@ SEED_EVENTS = [
     ["step_completed", 2],
     ["completed", None],
 ]
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
 
 
 @pytest.fixture
@@ -83,9 +78,10 @@ def assert_seed_task(summary: dict[str, Any]) -> None:
 
 
 async def test_node_client_submits_follows_and_reads_the_record(
-    node: str, config: NatsConfig, dispatcher: object, worker: Worker
+    node: str, config: NatsConfig, dispatcher: object, make_worker: MakeWorker
 ) -> None:
     """Streams and KV only: no request/reply API is running."""
+    await make_worker(app)
     summary = await run_client(node, config, "--no-api")
 
     assert_seed_task(summary)
@@ -93,10 +89,11 @@ async def test_node_client_submits_follows_and_reads_the_record(
 
 
 async def test_node_client_uses_the_request_reply_api(
-    node: str, config: NatsConfig, dispatcher: object, worker: Worker, api: None
+    node: str, config: NatsConfig, dispatcher: object, make_worker: MakeWorker, api: None
 ) -> None:
     """Under an inbox prefix of its own, as `deploy/nats/roles.conf` requires of each role:
     the API's replies come back to it."""
+    await make_worker(app)
     summary = await run_client(node, config, env={"TETHER_NATS_INBOX_PREFIX": "_INBOX_node"})
 
     assert_seed_task(summary)

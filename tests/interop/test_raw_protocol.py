@@ -20,7 +20,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.subscription import Subscription
 
 from tests.apps.tools import APPROVAL, app
-from tether import NatsConfig, Worker
+from tests.conftest import MakeWorker
 
 SEED = [
     {"tool": "search", "input": {"query": "AI trends 2026"}},
@@ -65,12 +65,6 @@ TERMINAL = {"completed", "failed", "cancelled"}
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 VERBS = ["submit", "get", "result", "list", "cancel", "input", "retry", "fork", "blob", "builds"]
 VERBS += ["continue", "message", "update_agent", "deploy"]
-
-
-@pytest.fixture
-async def worker(config: NatsConfig) -> AsyncIterator[Worker]:
-    async with Worker(app, config) as w:
-        yield w
 
 
 @pytest.fixture
@@ -151,8 +145,9 @@ def assert_event_shapes(events: list[dict[str, Any]], task_id: str) -> None:
 
 
 async def test_submit_follow_and_read_the_record(
-    nc: Nats, prefix: str, dispatcher: object, worker: Worker
+    nc: Nats, prefix: str, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     task_id = new_id()
     sub = await nc.subscribe(f"{prefix}.status.{task_id}")  # live: subscribe first
 
@@ -190,8 +185,9 @@ async def test_submit_follow_and_read_the_record(
 
 
 async def test_a_late_reader_replays_the_status_stream(
-    nc: Nats, prefix: str, dispatcher: object, worker: Worker
+    nc: Nats, prefix: str, dispatcher: object, make_worker: MakeWorker
 ) -> None:
+    await make_worker(app)
     task_id = new_id()
     live = await nc.subscribe(f"{prefix}.status.{task_id}")
     await submit(nc, prefix, task_id, [{"tool": "fast", "input": 1}])
@@ -214,8 +210,9 @@ async def test_a_late_reader_replays_the_status_stream(
 
 
 async def test_api_get_and_cancel_by_request_reply(
-    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+    nc: Nats, prefix: str, dispatcher: object, make_worker: MakeWorker, api: None
 ) -> None:
+    await make_worker(app)
     done_id, slow_id = new_id(), new_id()
     done = await nc.subscribe(f"{prefix}.status.{done_id}")
     slow = await nc.subscribe(f"{prefix}.status.{slow_id}")
@@ -242,8 +239,9 @@ async def test_api_get_and_cancel_by_request_reply(
 
 
 async def test_api_submit_result_and_list(
-    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+    nc: Nats, prefix: str, dispatcher: object, make_worker: MakeWorker, api: None
 ) -> None:
+    await make_worker(app)
     submitted = await call_ok(nc, prefix, "submit", {"steps": [{"tool": "fast", "input": 7}]})
     task_id = submitted["task_id"]
 
@@ -268,8 +266,9 @@ async def test_api_submit_result_and_list(
 
 
 async def test_api_input_resumes_a_waiting_task(
-    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+    nc: Nats, prefix: str, dispatcher: object, make_worker: MakeWorker, api: None
 ) -> None:
+    await make_worker(app)
     task_id = new_id()
     sub = await nc.subscribe(f"{prefix}.status.{task_id}")
     await submit(nc, prefix, task_id, [{"tool": "asks", "input": "draft"}, {"tool": "fast"}])
@@ -296,8 +295,9 @@ async def test_api_input_resumes_a_waiting_task(
 
 
 async def test_api_retry_runs_a_failed_task_again_as_a_new_generation(
-    nc: Nats, prefix: str, dispatcher: object, worker: Worker, api: None
+    nc: Nats, prefix: str, dispatcher: object, make_worker: MakeWorker, api: None
 ) -> None:
+    await make_worker(app)
     task_id = new_id()
     sub = await nc.subscribe(f"{prefix}.status.{task_id}")
     await submit(nc, prefix, task_id, [{"tool": "fast", "input": 1}, {"tool": "refuses"}])

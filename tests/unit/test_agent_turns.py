@@ -10,11 +10,11 @@ import msgspec
 from tether.agents.conversation import AgentStep, Entry, Turn, rebuild
 from tether.agents.models import retry_after
 from tether.agents.schemas import function_tool
-from tether.agents.turns import ToolShape, after_approval, after_reply
+from tether.agents.turns import CallShape, after_approval, after_reply
 from tether.cli.render import StreamedText, format_usage
 from tether.schemas.tasks import StepSpec, TokenChunk, ToolInfo, Usage
 
-TOOLS = {"search": ToolShape(), "shout": ToolShape(wrapped=True), "mail": ToolShape(approval=True)}
+TOOLS = {"search": CallShape(), "shout": CallShape(wrapped=True), "mail": CallShape(approval=True)}
 
 
 def _call(n: int, name: str, arguments: str) -> dict[str, Any]:

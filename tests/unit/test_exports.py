@@ -136,3 +136,37 @@ def test_the_cli_port_defaults_are_the_services() -> None:
 
     assert DEFAULT_GATEWAY_PORT == DEFAULT_PORT
     assert DEFAULT_UI_PORT == DASHBOARD_PORT
+
+
+TOOLS_ALL = [
+    "App",
+    "Child",
+    "NeedsInput",
+    "NextSteps",
+    "RetryPolicy",
+    "Sleep",
+    "StepContext",
+    "Tool",
+    "ToolSource",
+]
+
+
+def test_the_tool_authors_api_is_its_own_package() -> None:
+    import tether.tools as tools
+
+    assert sorted(tools.__all__) == TOOLS_ALL
+    for name in TOOLS_ALL:
+        if name in tether.__all__:
+            assert getattr(tether, name) is getattr(tools, name), name
+
+
+def test_the_worker_re_exports_the_authors_api_for_one_round() -> None:
+    import tether.tools as tools
+    import tether.worker as worker
+    from tether.worker.app import App, Tool
+    from tether.worker.retry import RetryPolicy
+
+    assert (App, Tool, RetryPolicy) == (tools.App, tools.Tool, tools.RetryPolicy)
+    for name in ("App", "Child", "NeedsInput", "NextSteps", "RetryPolicy", "Sleep", "Tool"):
+        assert getattr(worker, name) is getattr(tools, name), name
+    assert worker.StepContext is tools.StepContext

@@ -52,7 +52,7 @@ def test_struct_schemas_are_inlined_and_other_inputs_wrapped() -> None:
     }
     schema, wrapped = input_schema(struct)
     assert not wrapped and schema["type"] == "object" and "query" in schema["properties"]
-    assert input_schema({}) == ({"type": "object"}, False)
+    assert input_schema({}) == ({"type": "object", "properties": {}}, False)
 
     listing, wrapped = input_schema(
         {"type": "array", "items": {"$ref": "#/$defs/Hit"}, "$defs": {}}

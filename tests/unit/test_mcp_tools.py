@@ -6,7 +6,7 @@ from __future__ import annotations
 import mcp_types as types
 
 from tether.agents.mcp_tools import listed, result_text
-from tether.agents.turns import ToolShape, after_reply
+from tether.agents.turns import CallShape, after_reply
 
 SERVER = "http://tools.example/mcp"
 
@@ -49,7 +49,7 @@ def test_a_result_reads_as_its_structured_content_or_its_text_and_errors_say_so(
 
 
 def test_a_call_of_an_mcp_tool_is_a_branch_of_the_agents_own_step() -> None:
-    tools = {"find": ToolShape(mcp_server=SERVER, safe=True)}
+    tools = {"find": CallShape(mcp_server=SERVER, safe=True)}
     call = {"id": "c0", "type": "function", "function": {"name": "find", "arguments": '{"q": "x"}'}}
     reply = {"role": "assistant", "content": None, "tool_calls": [call]}
     group, _ = after_reply("clerk", 1, reply, tools).steps

@@ -1,4 +1,4 @@
-"""Durable agents: an LLM tool-calling loop on the step engine (`App.agent`).
+"""Durable agents: an LLM tool-calling loop on the step engine (`app.add(Agent(...))`).
 
 Names load on first use: the CLI reads agent steps (`agents.conversation`) without
 paying for the `openai` client, which takes a second to import.
@@ -10,24 +10,30 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.agents.agent import Agent, MaxTurnsExceeded, TokenBudgetExceeded
-    from tether.agents.budget import PRICES, BudgetExceeded, Price
-    from tether.agents.models import (
+    from tether.agents.agent import Agent
+    from tether.agents.budget import PRICES, Price
+    from tether.agents.errors import (
+        BudgetExceeded,
         ContextLengthExceeded,
+        MaxTurnsExceeded,
         ModelAuthError,
         ModelRequestError,
-        OpenAIModel,
+        TokenBudgetExceeded,
     )
+    from tether.agents.models import OpenAIModel
 
 _HOMES = {
-    "tether.agents.agent": ["Agent", "MaxTurnsExceeded", "TokenBudgetExceeded"],
-    "tether.agents.budget": ["PRICES", "BudgetExceeded", "Price"],
-    "tether.agents.models": [
+    "tether.agents.agent": ["Agent"],
+    "tether.agents.budget": ["PRICES", "Price"],
+    "tether.agents.errors": [
+        "BudgetExceeded",
         "ContextLengthExceeded",
+        "MaxTurnsExceeded",
         "ModelAuthError",
         "ModelRequestError",
-        "OpenAIModel",
+        "TokenBudgetExceeded",
     ],
+    "tether.agents.models": ["OpenAIModel"],
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 

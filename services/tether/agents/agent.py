@@ -1,24 +1,25 @@
 """`Agent`: an LLM tool-calling loop whose every turn and tool call is a durable step.
 
-An agent is served as a tool named after it. Each of its steps is one LLM turn (or an
-approval gate); the tool calls of a reply run as a parallel group on whatever workers
-serve those tools, in any language, and fan in to the next turn. A crash re-runs only
-the call in flight; a checkpointed turn or tool call never runs again.
+An agent is one definition (`Agent(name, model=..., tools=[...])`) and a tool the app
+adds (`app.add(agent)`: `as_tool()`). Its class is the router of its steps: each step is
+one LLM turn (`llm_turn`), an approval gate, a guardrail's finish or a call of an MCP
+tool; the tool calls of a reply run as a parallel group on whatever workers serve those
+tools, in any language, and fan in to the next turn. A crash re-runs only the call in
+flight; a checkpointed turn or tool call never runs again.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
-from tether import tracing
 from tether.agents import spending
-from tether.agents.budget import TreeBudget, cost, price_of
+from tether.agents.budget import TreeBudget
 from tether.agents.conversation import (
     AgentStep,
     Entry,
@@ -29,33 +30,31 @@ from tether.agents.conversation import (
     calls_of,
     rebuild,
 )
-from tether.agents.models import OpenAIModel, Reply, StructuredOutputsRefused, complete
+from tether.agents.errors import MaxTurnsExceeded as MaxTurnsExceeded
+from tether.agents.errors import TokenBudgetExceeded as TokenBudgetExceeded
+from tether.agents.llm_turn import take_turn
+from tether.agents.models import OpenAIModel
 from tether.agents.output import OutputType
+from tether.agents.output import output_type as typed_output
 from tether.agents.runtime import Runtime
-from tether.agents.schemas import function_tool
-from tether.agents.spending import Spent
-from tether.agents.spending import TokenBudgetExceeded as TokenBudgetExceeded
+from tether.agents.toolbox import toolbox
 from tether.agents.turns import (
-    Next,
-    ToolShape,
-    Typed,
     after_approval,
-    after_reply,
     approval_prompt,
     approval_schema,
+    guards,
+    result,
+    turn_step,
 )
-from tether.errors import RetryableError, TerminalError
-from tether.schemas.codec import to_builtins
-from tether.schemas.events import AgentUpdated
+from tether.errors import TerminalError
+from tether.schemas.builds import Versioning
+from tether.schemas.ids import validate_tool_name
 from tether.schemas.tasks import StepSpec
-from tether.worker.context import StepContext
-from tether.worker.results import Child, NeedsInput, NextSteps
-from tether.worker.retry import RetryPolicy
+from tether.tools.context import StepContext
+from tether.tools.results import Child, NeedsInput, NextSteps
+from tether.tools.retry import RetryPolicy
+from tether.tools.tool import Tool, ToolFunction, names, seconds
 
-if TYPE_CHECKING:
-    pass
-
-log = logging.getLogger("tether.agents")
 AGENT_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -91,31 +90,35 @@ def agent_input_schema(token_budget: int | None, cost_budget: float | None) -> d
     return {**AGENT_INPUT_SCHEMA, "properties": properties}
 
 
-SUB_AGENT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"input": AGENT_INPUT_SCHEMA["properties"]["input"]},
-    "required": ["input"],
-}
-"""What a model sees of an agent it may call: a question (it runs as a child task)."""
 LLM_RETRY = RetryPolicy(max_attempts=8, initial_backoff=1, max_backoff=60)
 """Rate limits and overloaded providers pass; eight attempts over about two minutes."""
-
-
-class MaxTurnsExceeded(TerminalError):
-    """The agent did not answer within `max_turns` LLM turns."""
 
 
 @dataclass(frozen=True)
 class Agent:
     """An agent: a model, its instructions and the Tether tools it may call.
 
-    Create one with `App.agent(...)`; submit with `client.submit_agent(name, input)`.
+    ```python
+    researcher = app.add(Agent(
+        "researcher",
+        model="gpt-4o-mini",  # or OpenAIModel("llama3.1", base_url="http://localhost:11434/v1")
+        instructions="Answer with sources.",
+        tools=["search", "fetch_page"],
+    ))
+    ```
+
+    Served as the tool `name`; submit with `client.submit_agent(name, input)`. Each LLM
+    turn is a durable step, each tool call a branch of a parallel step, so a crash re-runs
+    only what was in flight. `tools` name Tether tools, served by any worker in any
+    language (their JSON Schemas come from the registry); an agent among them is a
+    sub-agent, each call a child task of its own.
     """
 
     name: str
-    model: OpenAIModel
+    model: str | OpenAIModel
+    """A model name (`OpenAIModel(name)`: `OPENAI_BASE_URL`, `OPENAI_API_KEY`) or a model."""
     instructions: str = ""
-    tools: tuple[str, ...] = ()
+    tools: Sequence[str | ToolFunction] = ()
     max_turns: int = 20
     token_budget: int | None = None
     """Input plus output tokens the task and every task below it (sub-agents) may spend;
@@ -123,37 +126,112 @@ class Agent:
     cost_budget: float | None = None
     """The same in dollars, from the model's price (`agents.budget.PRICES`)."""
     on_budget: Literal["ask", "fail"] = "ask"
-    """When the budget is spent: ask a person to raise it (the task waits), or fail."""
-    budget_timeout: timedelta | None = None
+    """When a call does not fit the budget: ask a person to raise it or stop (the task
+    waits), or fail."""
+    budget_timeout: timedelta | float | None = None
     """Unanswered this long, a question about the budget stops the run."""
-    approval: frozenset[str] = frozenset()
+    approval: Sequence[str | ToolFunction] = ()
     """Tools whose calls wait for a person's approval (besides those registered with
-    `approval=True`)."""
-    approval_timeout: timedelta | None = None
+    `approval=True`). When a reply asks for several gated calls, the others run at once
+    and the task waits for an answer per call (`{"call_id": ..., "approved": ...,
+    "arguments"?: ...}`) or one for all."""
+    approval_timeout: timedelta | float | None = None
     """Unanswered this long, an approval fails the task (`InputExpired`), or denies the
     calls it asked for (`approval_timeout_denies`)."""
     approval_timeout_denies: bool = False
-    output: OutputType | None = None
-    """The type of the final answer (None: text)."""
+    output_type: Any = None
+    """The type of the final answer (a msgspec Struct, a dataclass or a JSON Schema;
+    None: text): asked for and checked as that type."""
     output_retries: int = 2
-    """Wrong typed answers told to the model before the task fails (`InvalidOutput`)."""
+    """Wrong typed answers told back to the model before the task fails (`InvalidOutput`)."""
+    input_guardrails: Sequence[str | ToolFunction] = ()
+    """Tools (or plain functions, registered as tools by `App.add`) that check the
+    question before the first turn, as a step of their own; one that raises
+    `GuardrailTripped(reason)` fails the task with it."""
+    output_guardrails: Sequence[str | ToolFunction] = ()
+    """The same for the final answer, before it is the result."""
     tool_choice: str | dict[str, Any] | None = None
     """`tool_choice` of the first LLM call ("required", a function, ...)."""
     reset_tool_choice: bool = True
     """After the first call, leave the choice to the model (a forced call would loop)."""
-    input_guardrails: tuple[str, ...] = ()
-    """Tools that check the question before the first turn (raise GuardrailTripped)."""
-    output_guardrails: tuple[str, ...] = ()
-    """Tools that check the final answer before it is the result."""
-    mcp_servers: tuple[str, ...] = ()
-    """MCP servers (streamable HTTP URLs) whose tools the model is offered."""
-    handoffs: tuple[str, ...] = ()
-    """Agents the model may hand the conversation over to (`transfer_to_<agent>`)."""
-    _runtime: Runtime = field(default_factory=lambda: Runtime(), compare=False, repr=False)
+    mcp_servers: Sequence[str] = ()
+    """MCP servers (streamable HTTP URLs) whose tools the model is offered, each call a
+    branch like any other; after a crash mid-call, a call is made again only when the
+    tool says that is safe (`readOnlyHint`, `idempotentHint`), and a server that runs
+    calls as tasks (MCP tasks) is polled instead of called twice."""
+    handoffs: Sequence[str] = ()
+    """Agents the model may hand the conversation over to (`transfer_to_<agent>`), which
+    take it from the next turn on, under their own instructions and tools, in the same
+    task (a sub-agent answers one question in a task of its own instead)."""
+    description: str | None = None
+    retry: RetryPolicy | None = None
+    """How a failed turn is retried (default `LLM_RETRY`)."""
+    versioning: Versioning | None = None
+    """`pinned`: every turn of a conversation runs on the build that started it, so it
+    keeps its instructions, tools and model through a deploy (default: the app's)."""
+    llm: OpenAIModel = field(init=False, repr=False, compare=False)
+    """`model`, made an `OpenAIModel` once (its clients are kept by identity)."""
+    output: OutputType | None = field(init=False, repr=False, compare=False)
+    """`output_type`, made the schema asked for and the check of the answer."""
+    runtime: Runtime = field(init=False, repr=False, compare=False, default_factory=Runtime)
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"agent {self.name!r}: max_turns must be at least 1")
+        if self.output_retries < 0:
+            raise ValueError(f"agent {self.name!r}: output_retries must be 0 or more")
+        validate_tool_name(self.name)
+        for sequence in ("tools", "approval", "input_guardrails", "output_guardrails"):
+            object.__setattr__(self, sequence, tuple(getattr(self, sequence)))
+        object.__setattr__(self, "mcp_servers", tuple(self.mcp_servers))
+        object.__setattr__(self, "handoffs", tuple(self.handoffs))
+        object.__setattr__(self, "budget_timeout", seconds(self.budget_timeout))
+        object.__setattr__(self, "approval_timeout", seconds(self.approval_timeout))
+        model = OpenAIModel(self.model) if isinstance(self.model, str) else self.model
+        object.__setattr__(self, "llm", model)
+        output = None if self.output_type is None else typed_output(self.output_type)
+        object.__setattr__(self, "output", output)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return names(self.tools)
+
+    @property
+    def approval_names(self) -> frozenset[str]:
+        return frozenset(names(self.approval))
+
+    @property
+    def input_checks(self) -> tuple[str, ...]:
+        return names(self.input_guardrails)
+
+    @property
+    def output_checks(self) -> tuple[str, ...]:
+        return names(self.output_guardrails)
+
+    def as_tool(self) -> Tool:
+        """The agent as the tool `name`, whose steps `run_step` routes."""
+        if self.mcp_servers:  # the `mcp` client takes seconds to import: now, not mid-step
+            importlib.import_module("tether.agents.mcp_tools")
+        checks = (*self.input_guardrails, *self.output_guardrails)
+        return Tool(
+            name=self.name,
+            function=self.run_step,
+            description=self.description
+            or f"Agent {self.name!r} on {self.llm.name}: {self.instructions}",
+            retry=self.retry or LLM_RETRY,
+            max_concurrency=self.llm.max_concurrency,
+            schema=agent_input_schema(self.token_budget, self.cost_budget),
+            output_schema=None if self.output is None else self.output.schema,
+            agent=True,
+            calls=(*self.tool_names, *self.input_checks, *self.output_checks, *self.handoffs),
+            helpers=tuple(check for check in checks if not isinstance(check, str)),
+            close=self.aclose,
+            versioning=self.versioning,
+        )
 
     async def aclose(self) -> None:
         """Close the model clients this process made (a later step makes them again)."""
-        await self._runtime.aclose()
+        await self.runtime.aclose()
 
     async def run_step(self, ctx: StepContext, data: Any) -> Any:
         """The tool function: one LLM turn, or an approval gate, of this agent's task."""
@@ -165,12 +243,12 @@ class Agent:
             # Called by another agent (or in a plan's parallel step): run as a task of its
             # own, whose turns and tool calls are steps like any other, linked as a child.
             return Child([StepSpec(tool=self.name, input=data)])
-        if role.input is not None and self.input_guardrails:
-            steps = [self._guards(self.input_guardrails, role.input), self._turn_step(1)]
+        if role.input is not None and self.input_checks:
+            steps = [guards(self.input_checks, role.input), turn_step(self.name, 1)]
             return NextSteps(steps=steps, output={"guarded": "input"})
         journal, before = await self._journal(ctx, role)
         if role.budget:
-            found = await TreeBudget(ctx, await self._runtime.root(ctx)).read()
+            found = await TreeBudget(ctx, await self.runtime.root(ctx)).read()
             return spending.budget_question(found[0] if found else None, before, self)
         if role.finish:
             return _guarded_answer(before)
@@ -179,134 +257,13 @@ class Agent:
         if role.dispatch is not None:
             return await self._dispatch(ctx, journal, role.dispatch)
         answered = before[-1].output if before and as_step(before[-1].spec.input).budget else None
-        return await self._turn(ctx, journal, answered)
-
-    async def _turn(self, ctx: StepContext, journal: Journal, answered: Any = None) -> Any:
-        tree = TreeBudget(ctx, await self._runtime.root(ctx))
-        await spending.open_tree(tree, self, journal)
-        steering = await ctx.inbox(journal.inbox_seq)
-        if steering:  # told something since the last call: take it first (see conversation)
-            limits = [e.token_budget for _, e in steering if isinstance(e, AgentUpdated)]
-            await spending.take_limits(tree, [n for n in limits if n], journal)
-            taken = [{"seq": seq, "entry": to_builtins(entry)} for seq, entry in steering]
-            return NextSteps(steps=[self._turn_step(journal.turns + 1)], output={"inbox": taken})
-        if answered is not None:  # a person answered about the spent budget
-            await tree.change(lambda ledger: ledger.answered(answered, ctx.task_id))
-        self._check_limits(journal)
-        shapes, specs = await self._tools(ctx)
-
-        async def waiting(message: str) -> None:
-            log.info("task %s: %s", ctx.task_id, message)
-            await ctx.progress(message=message)
-
-        typed = self._typed(journal)
-        try:
-            reply = await self._call(ctx, journal, specs, typed, waiting, tree)
-        except Spent as spent:
-            return await spending.when_spent(ctx, self, journal, tree, spent, answered)
-        except StructuredOutputsRefused:
-            if typed is None or typed.tool or self.model.structured_outputs is not None:
-                raise
-            log.info(
-                "task %s: %s refuses json_schema: asking for a final_answer call instead",
-                ctx.task_id,
-                self.model.name,
-            )
-            self._runtime.no_json_schema.add(self.model)
-            typed = self._typed(journal)
-            reply = await self._call(ctx, journal, specs, typed, waiting, tree)
-        ctx.add_usage(reply.usage)
-        if tree.held and journal.turns == 0 and reply.usage.total_tokens == 0:
-            message = (
-                f"agent {self.name!r}: {self.model.name!r} reports no token usage, so the "
-                "budget cannot count what it spends; ask the endpoint for usage "
-                "(stream_options include_usage) or drop the budget"
-            )
-            log.warning("task %s: %s", ctx.task_id, message)
-            await ctx.progress(message=message)
-        turn = journal.turns + 1
-        next_ = after_reply(self.name, turn, reply.message, shapes, typed, journal.start)
-        if not next_.steps and await ctx.inbox(journal.inbox_seq):
-            # Told something while it answered: the answer stays in the conversation, and
-            # the next turn reads what it was told and answers again.
-            told = Turn(message=reply.message, run=[])
-            next_ = Next(output=to_builtins(told), steps=[self._turn_step(journal.turns + 2)])
-        elif not next_.steps and self.output_guardrails:
-            finish = StepSpec(tool=self.name, input=to_builtins(AgentStep(finish=True)))
-            guards = self._guards(self.output_guardrails, next_.output)
-            next_ = Next(output={"answer": next_.output}, steps=[guards, finish])
-        return _result(next_)
-
-    def _guards(self, names: tuple[str, ...], value: Any) -> StepSpec:
-        """The guardrails as one parallel step: any that trips fails the task."""
-        return StepSpec(parallel=[StepSpec(tool=name, input=value) for name in names])
-
-    def _turn_step(self, turn: int) -> StepSpec:
-        return StepSpec(tool=self.name, input=to_builtins(AgentStep(turn=turn)))
-
-    def _check_limits(self, journal: Journal) -> None:
-        """Stop before a call past `max_turns`."""
-        if journal.turns >= self.max_turns:
-            raise MaxTurnsExceeded(
-                f"agent {self.name!r} did not answer within {self.max_turns} turns: raise "
-                "max_turns (app.agent(..., max_turns=N)), restart its workers, then retry "
-                "the task ('tether dlq retry ID'): its turns so far are kept, none is sent again"
-            )
-
-    def _typed(self, journal: Journal) -> Typed | None:
-        if self.output is None:
-            return None
-        tool = self.model.structured_outputs is False or self.model in self._runtime.no_json_schema
-        return Typed(self.output, tool, journal.wrong_answers, self.output_retries)
-
-    async def _call(
-        self,
-        ctx: StepContext,
-        journal: Journal,
-        specs: list[dict[str, Any]],
-        typed: Typed | None,
-        waiting: Callable[[str], Awaitable[None]],
-        tree: TreeBudget,
-    ) -> Reply:
-        options: dict[str, Any] = dict(journal.settings)
-        if self.tool_choice is not None and (journal.turns == 0 or not self.reset_tool_choice):
-            options["tool_choice"] = self.tool_choice
-        if typed is not None and typed.tool:
-            specs = [*specs, typed.output.final_tool()]
-            options["tool_choice"] = "required"
-        elif typed is not None:
-            options["response_format"] = typed.output.response_format()
-        # An update may name another model on the same endpoint (and client).
-        model = self.model if journal.model is None else replace(self.model, name=journal.model)
-        price = price_of(model.name, self.model.price)
-        key = ctx.idempotency_key
-        follow = spending.defaults_followed(self, ctx, journal)
-        await spending.reserve(self, tree, key, price, (journal.messages, specs, options), follow)
-        try:
-            with tracing.chat_span(model.name, ctx.task_id) as span:
-                async with self._runtime.using(self.model) as client:
-                    messages = journal.messages
-                    reply = await complete(
-                        client, model, messages, specs, ctx.stream, waiting, options
-                    )
-                tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
-        except Exception:
-            if tree.held:
-                await tree.change(lambda ledger: ledger.release(key))
-            raise
-        if price is not None:
-            usage = msgspec.structs.replace(reply.usage, cost_usd=cost(reply.usage, price))
-            reply = replace(reply, usage=usage)
-        if tree.held:
-            spent = reply.usage
-            await tree.change(lambda ledger: ledger.settle(key, spent.total_tokens, spent.cost_usd))
-        return reply
+        return await take_turn(self, ctx, journal, answered)
 
     async def _gate(self, ctx: StepContext, journal: Journal, pending: list[str]) -> NeedsInput:
         """Ask a person about the calls in `pending` (each on its own, or all at once)."""
         denial = {"approved": False, "reason": "no answer came in time"}
         turn = _pending(journal)
-        _, specs = await self._tools(ctx)
+        _, specs = await toolbox(self, ctx)
         schemas = {spec["function"]["name"]: spec["function"]["parameters"] for spec in specs}
         calls = {c.id: schemas[c.name] for c in calls_of(turn.message) if c.name in schemas}
         return NeedsInput(
@@ -318,9 +275,9 @@ class Agent:
 
     async def _dispatch(self, ctx: StepContext, journal: Journal, turn: int) -> Any:
         """After approval gates: ask again about undecided calls, or run the approved."""
-        shapes, _ = await self._tools(ctx)
+        shapes, _ = await toolbox(self, ctx)
         answers = journal.answers
-        return _result(after_approval(self.name, turn, _pending(journal), answers, shapes))
+        return result(after_approval(self.name, turn, _pending(journal), answers, shapes))
 
     async def _call_mcp(self, ctx: StepContext, call: McpCall) -> str:
         from tether.agents.mcp_tools import call_tool  # the `mcp` client: only when used
@@ -335,10 +292,10 @@ class Agent:
     async def _journal(self, ctx: StepContext, role: AgentStep) -> tuple[Journal, list[Entry]]:
         """The conversation so far, and the steps before this one."""
         if role.input is not None:  # the first turn: nothing before it is the agent's
-            earlier = await self._runtime.thread(ctx, role.after)
+            earlier = await self.runtime.thread(ctx, role.after)
             journal = rebuild(self.instructions, role, [], earlier)
             return msgspec.structs.replace(journal, start=ctx.step), []
-        entries = await self._runtime.history(ctx)
+        entries = await self.runtime.history(ctx)
         start = role.handoff if role.handoff is not None else self._start_of(entries)
         if start is None or not 0 <= start < len(entries):
             raise TerminalError(f"step {ctx.step} of agent {self.name!r} has no first turn")
@@ -346,7 +303,7 @@ class Agent:
         if first is None and start > 0:  # the question was the previous step's output
             first = entries[start - 1].output
         opening = as_step(first)
-        earlier = await self._runtime.thread(ctx, opening.after)
+        earlier = await self.runtime.thread(ctx, opening.after)
         journal = rebuild(self.instructions, opening, entries[start:], earlier)
         return msgspec.structs.replace(journal, start=start), entries
 
@@ -364,52 +321,6 @@ class Agent:
                 return index
         return None
 
-    async def _tools(self, ctx: StepContext) -> tuple[dict[str, ToolShape], list[dict[str, Any]]]:
-        shapes: dict[str, ToolShape] = {}
-        specs: list[dict[str, Any]] = []
-        for name in self.tools:
-            info = await self._runtime.tool_info(ctx, name)
-            if info is None:
-                raise RetryableError(
-                    f"agent {self.name!r}: tool {name!r} is not registered yet; start a "
-                    "worker that serves it"
-                )
-            if info.agent:  # a sub-agent: the model gives it a question, nothing else
-                info = msgspec.structs.replace(info, input_schema=SUB_AGENT_SCHEMA)
-            spec, wrapped = function_tool(info)
-            shapes[name] = ToolShape(
-                wrapped=wrapped, approval=info.approval or name in self.approval
-            )
-            specs.append(spec)
-        for target in self.handoffs:
-            info = await self._runtime.tool_info(ctx, target)
-            if info is None or not info.agent:
-                raise RetryableError(
-                    f"agent {self.name!r} hands over to {target!r}, which no worker serves "
-                    "as an agent yet: start one that does (or take it out of handoffs)"
-                )
-            name = f"transfer_to_{target}"
-            shapes[name] = ToolShape(handoff=target)
-            about = f"Hand the conversation over to the agent {target!r}: {info.description}"
-            no_arguments = {"type": "object", "properties": {}}
-            specs.append(
-                {
-                    "type": "function",
-                    "function": {"name": name, "description": about, "parameters": no_arguments},
-                }
-            )
-        for tool in await self._runtime.mcp_tools(self.mcp_servers):
-            if tool.name in shapes:
-                raise TerminalError(
-                    f"agent {self.name!r}: two tools are named {tool.name!r} (one from the "
-                    f"MCP server {tool.server}): a model cannot tell them apart; take one "
-                    "out of its tools or mcp_servers"
-                )
-            approval = tool.name in self.approval
-            shapes[tool.name] = ToolShape(approval=approval, mcp_server=tool.server, safe=tool.safe)
-            specs.append(tool.function())
-        return shapes, specs
-
 
 def _guarded_answer(before: list[Entry]) -> Any:
     """The answer the output guardrails passed: the latest `{"answer": ...}` output."""
@@ -423,7 +334,3 @@ def _pending(journal: Journal) -> Turn:
     if journal.last_turn is None:
         raise TerminalError("an approval step found no tool calls waiting for it")
     return journal.last_turn
-
-
-def _result(next_: Next) -> Any:
-    return NextSteps(steps=next_.steps, output=next_.output) if next_.steps else next_.output

@@ -18,21 +18,18 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tether.agents.errors import BudgetExceeded as BudgetExceeded
 from tether.errors import RevisionConflictError, TerminalError
 from tether.schemas.tasks import Usage
 
 if TYPE_CHECKING:
-    from tether.worker.context import StepContext
+    from tether.tools.context import StepContext
 
 DEFAULT_OUTPUT_CAP = 4096
 """The most a call may answer when its settings set no `max_tokens`."""
 CHARS_PER_TOKEN = 3
 """A token is about 4 characters of English; 3 errs on the side of a larger reservation."""
 MAX_TREE_DEPTH = 100
-
-
-class BudgetExceeded(TerminalError):
-    """The tree's budget is spent, and the agent fails rather than ask to raise it."""
 
 
 @dataclass(frozen=True)

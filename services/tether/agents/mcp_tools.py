@@ -33,7 +33,7 @@ from tether.mcp_tasks import (
     tasks_client,
     wait_for_task,
 )
-from tether.worker.context import StepContext
+from tether.tools.context import StepContext
 
 log = logging.getLogger("tether.agents")
 TASK_TIMEOUT = 24 * 3600.0

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import email.utils
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,51 +20,24 @@ from typing import Any, Literal
 
 import openai
 
-from tether.agents import responses
+from tether.agents import chat, responses
 from tether.agents.budget import Price
+from tether.agents.errors import ContextLengthExceeded as ContextLengthExceeded
+from tether.agents.errors import ModelAuthError as ModelAuthError
+from tether.agents.errors import ModelContentFiltered as ModelContentFiltered
+from tether.agents.errors import ModelOutputTruncated as ModelOutputTruncated
+from tether.agents.errors import ModelQuotaExceeded as ModelQuotaExceeded
+from tether.agents.errors import ModelRequestError as ModelRequestError
+from tether.agents.errors import RateLimited as RateLimited
+from tether.agents.errors import StructuredOutputsRefused as StructuredOutputsRefused
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import Usage
 
 OnDelta = Callable[[str], Awaitable[None]]
 OnWait = Callable[[str], Awaitable[None]]
-_SURROGATE = re.compile("[\ud800-\udfff]")
 RATE_LIMIT_BACKOFF = (1.0, 60.0)
 """First and longest wait between calls a provider rate-limits (a `Retry-After` it sends
 is honoured up to the longest)."""
-
-
-class ModelAuthError(TerminalError):
-    """The endpoint refused the API key."""
-
-
-class ContextLengthExceeded(TerminalError):
-    """The conversation no longer fits the model's context window."""
-
-
-class ModelRequestError(TerminalError):
-    """The endpoint rejected the request (unknown model, bad parameter, ...)."""
-
-
-class ModelOutputTruncated(TerminalError):
-    """The model stopped at its output token limit (`finish_reason: length`): a cut-off
-    answer or cut-off tool arguments are never stored as if they were whole."""
-
-
-class ModelContentFiltered(TerminalError):
-    """The endpoint's content filter stopped the answer (`finish_reason: content_filter`)."""
-
-
-class ModelQuotaExceeded(TerminalError):
-    """The account behind the API key has no quota left (`insufficient_quota`): a billing
-    matter, which no retry mends."""
-
-
-class StructuredOutputsRefused(ModelRequestError):
-    """The endpoint rejected `response_format` `json_schema`."""
-
-
-class RateLimited(RetryableError):
-    """The endpoint answered 429: waited out in place (see `complete`), not an attempt."""
 
 
 @dataclass(frozen=True, eq=False)  # by identity: `settings` is a dict
@@ -157,7 +129,7 @@ async def _complete_once(
         return await _respond_once(client, model, messages, tools, on_delta, options)
     if tools:
         options["tools"] = list(tools)
-    reply = _Accumulated(model.name)
+    reply = chat.Accumulated(model.name)
     with model_errors(model):
         create: Any = client.chat.completions.create  # messages are plain dicts here
         stream = await create(
@@ -176,7 +148,7 @@ async def _complete_once(
                 # without this, one stream holds the event loop for a whole read, and the
                 # worker's beat starves behind a few busy streams (taken for dead).
                 await asyncio.sleep(0)
-    return checked(reply.result(), model)
+    return checked(Reply(reply.message(), reply.usage, reply.finish_reason), model)
 
 
 async def _respond_once(
@@ -234,93 +206,6 @@ def checked(reply: Reply, model: OpenAIModel) -> Reply:
             f"{reply.finish_reason!r}): the call is sent again"
         )
     return reply
-
-
-class _Accumulated:
-    """A streamed reply put back together: text, tool calls by index, usage."""
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-        self.content: list[str] = []
-        self.calls: list[dict[str, Any]] = []
-        self._open: dict[int, dict[str, Any]] = {}
-        """The call each stream index adds to now."""
-        self.usage = Usage(requests=1, model=model)
-        self.finish_reason: str | None = None
-        self._held = ""
-        """A high surrogate that ended the last piece of text: its pair may come next."""
-
-    def add(self, chunk: Any) -> str:
-        if chunk.usage is not None:
-            details = chunk.usage.prompt_tokens_details
-            self.usage = Usage(
-                input_tokens=chunk.usage.prompt_tokens or 0,
-                output_tokens=chunk.usage.completion_tokens or 0,
-                cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
-                requests=1,
-                model=self.model,
-            )
-        text = ""
-        for choice in chunk.choices:
-            self.finish_reason = choice.finish_reason or self.finish_reason
-            delta = choice.delta
-            if delta.content:
-                text += delta.content
-            for call in delta.tool_calls or []:
-                self._add_call(call)
-        text, self._held = _whole_text(self._held + text, final=self.finish_reason is not None)
-        self.content.append(text)
-        return text
-
-    def _add_call(self, call: Any) -> None:
-        entry = self._open.get(call.index)
-        if entry is None or (call.id and entry["id"] and call.id != entry["id"]):
-            # A new call (some servers reuse an index for the next call, with a new id).
-            entry = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-            self._open[call.index] = entry
-            self.calls.append(entry)
-        if call.id:
-            entry["id"] = call.id
-        if call.function is not None:
-            if call.function.name:
-                entry["function"]["name"] += call.function.name
-            if call.function.arguments:
-                entry["function"]["arguments"] += call.function.arguments
-
-    def result(self) -> Reply:
-        content = "".join(self.content) + _whole_text(self._held, final=True)[0]
-        message: dict[str, Any] = {"role": "assistant", "content": content or None}
-        for call in self.calls:
-            function = call["function"]
-            for part in ("name", "arguments"):
-                function[part] = _whole_text(function[part], final=True)[0]
-        if self.calls:
-            message["tool_calls"] = unique_ids(self.calls)
-        return Reply(message=message, usage=self.usage, finish_reason=self.finish_reason)
-
-
-def _whole_text(text: str, final: bool) -> tuple[str, str]:
-    """(text fit to store, a trailing high surrogate held for the next piece). A lone
-    UTF-16 surrogate (some servers send one, split from its pair or alone) becomes U+FFFD:
-    it cannot be encoded, so it would fail every attempt the same way."""
-    held = ""
-    if not final and text and "\ud800" <= text[-1] <= "\udbff":
-        text, held = text[:-1], text[-1]
-    if _SURROGATE.search(text) is None:
-        return text, held
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"), held
-
-
-def unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The calls, each with an id no other has: an empty or repeated id (some compatible
-    servers send them) is replaced by `tether_call_<i>`. The message is stored with these
-    ids, so the model hears each call's own result under the id it is shown."""
-    seen: set[str] = set()
-    for i, call in enumerate(calls):
-        if not call["id"] or call["id"] in seen:
-            call["id"] = f"tether_call_{i}"
-        seen.add(call["id"])
-    return calls
 
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -16,19 +16,12 @@ from typing import Any
 
 import msgspec
 
+from tether.agents.errors import InvalidOutput as InvalidOutput
+from tether.agents.errors import WrongAnswer as WrongAnswer
 from tether.agents.schemas import inline_root
-from tether.errors import TerminalError
 
 FINAL_ANSWER_TOOL = "final_answer"
 DEFAULT_OUTPUT_RETRIES = 2
-
-
-class InvalidOutput(TerminalError):
-    """The model's answer did not fit the agent's `output_type`, every time it was asked."""
-
-
-class WrongAnswer(Exception):
-    """One answer that does not fit; the message says where and why."""
 
 
 @dataclass(frozen=True, eq=False)

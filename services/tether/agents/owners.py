@@ -13,15 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tether.errors import TerminalError
+from tether.agents.errors import ForeignConversation as ForeignConversation
 
 MCP_METADATA_KEY = "mcp"
 """Key in a task's metadata under which the gateway keeps what the MCP client asked for
 (the caller it bound the task to among it)."""
-
-
-class ForeignConversation(TerminalError):
-    """A follow-up names a conversation bound to another caller."""
 
 
 def bound_caller(metadata: Mapping[str, Any]) -> str | None:

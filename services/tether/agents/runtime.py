@@ -23,7 +23,7 @@ from tether.agents.models import OpenAIModel
 from tether.agents.owners import bound_caller, check_same_caller
 from tether.errors import TerminalError
 from tether.schemas.tasks import Checkpoint, TaskRecord, TaskStatus, ToolInfo
-from tether.worker.context import StepContext
+from tether.tools.context import StepContext
 
 if TYPE_CHECKING:
     from tether.agents.mcp_tools import McpTool

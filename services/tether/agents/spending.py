@@ -1,4 +1,6 @@
-"""The budget side of an agent's turn, around the ledger of `agents.budget`.
+"""The budget protocol of an agent's turn, around the ledger of `agents.budget`: open the
+tree's budget, reserve a call's worst case (waiting while calls elsewhere settle), settle
+or release it, and when it does not fit, fail or ask.
 
 - A run may ask for less than its agent's `token_budget`/`cost_budget`, never more: the
   agent's budget is a ceiling, refused (not clamped) when a run asks past it, so whoever
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -30,33 +33,21 @@ from tether.agents.budget import (
     worst_case,
 )
 from tether.agents.conversation import AgentStep, Entry, Journal
+from tether.agents.errors import BudgetAboveCeiling as BudgetAboveCeiling
+from tether.agents.errors import Spent as Spent
+from tether.agents.errors import TokenBudgetExceeded as TokenBudgetExceeded
 from tether.errors import TerminalError
 from tether.schemas.codec import to_builtins
-from tether.schemas.tasks import StepSpec
-from tether.worker.results import NeedsInput, NextSteps
+from tether.schemas.tasks import StepSpec, Usage
+from tether.tools.results import NeedsInput, NextSteps
 
 if TYPE_CHECKING:
     from tether.agents.agent import Agent
-    from tether.worker.context import StepContext
+    from tether.tools.context import StepContext
 
+log = logging.getLogger("tether.agents")
 BUDGET_POLL = 2.0
 """Seconds a call waits, at first, while another task of its tree asks about the budget."""
-
-
-class TokenBudgetExceeded(BudgetExceeded):
-    """The tree's token budget is spent (kept for code that catches this name)."""
-
-
-class BudgetAboveCeiling(TerminalError):
-    """A run asked for a larger budget than its agent's, which is the most it may have."""
-
-
-class Spent(Exception):
-    """The call's reservation (`tokens`, `usd`) did not fit in the tree's budget."""
-
-    def __init__(self, ledger: Ledger, tokens: int, usd: float) -> None:
-        super().__init__(ledger.spent())
-        self.ledger, self.tokens, self.usd = ledger, tokens, usd
 
 
 def check_ceiling(agent: Agent, start: AgentStep) -> None:
@@ -117,13 +108,13 @@ async def reserve(
         return
     if found[0].usd is not None and price is None:
         raise TerminalError(
-            f"agent {agent.name!r}: no price for the model {agent.model.name!r}, so a "
+            f"agent {agent.name!r}: no price for the model {agent.llm.name!r}, so a "
             "budget in dollars cannot hold: give it one (OpenAIModel(..., price=Price("
             "input=..., output=...)), dollars per million tokens) or add it to "
             "tether.agents.PRICES"
         )
     messages, specs, options = call
-    cap = output_cap({**agent.model.settings, **options})
+    cap = output_cap({**agent.llm.settings, **options})
     tokens = worst_case(messages, specs, cap)
     usd = 0.0 if price is None else ((tokens - cap) * price.input + cap * price.output) / 1e6
 
@@ -143,6 +134,37 @@ async def reserve(
             raise Spent(found[0], tokens, usd)
         # It fits once calls in flight elsewhere in the tree settle: wait for them.
         await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
+
+
+async def settle(tree: TreeBudget, key: str, spent: Usage) -> None:
+    """Replace the call's reservation by what it really spent."""
+    if tree.held:
+        await tree.change(lambda ledger: ledger.settle(key, spent.total_tokens, spent.cost_usd))
+
+
+async def release(tree: TreeBudget, key: str) -> None:
+    """Give back the reservation of a call that failed (its attempt may be retried)."""
+    if tree.held:
+        await tree.change(lambda ledger: ledger.release(key))
+
+
+async def take_answer(tree: TreeBudget, answered: Any, task_id: str) -> None:
+    """A person answered about the spent budget: raise it, or stop the tree."""
+    await tree.change(lambda ledger: ledger.answered(answered, task_id))
+
+
+async def warn_unmetered(
+    ctx: StepContext, agent: Agent, tree: TreeBudget, journal: Journal, usage: Usage
+) -> None:
+    """Say so, once, when a budget holds but the model reports no usage to count."""
+    if tree.held and journal.turns == 0 and usage.total_tokens == 0:
+        message = (
+            f"agent {agent.name!r}: {agent.llm.name!r} reports no token usage, so the "
+            "budget cannot count what it spends; ask the endpoint for usage "
+            "(stream_options include_usage) or drop the budget"
+        )
+        log.warning("task %s: %s", ctx.task_id, message)
+        await ctx.progress(message=message)
 
 
 async def when_spent(

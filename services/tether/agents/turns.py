@@ -22,6 +22,8 @@ from tether.agents.output import (
 )
 from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import StepSpec
+from tether.schemas.tool_schema import unwrap
+from tether.tools.results import NextSteps
 
 
 def approval_schema(
@@ -64,8 +66,9 @@ def approval_schema(
 
 
 @dataclass(frozen=True)
-class ToolShape:
-    """How a tool's input maps onto a function call's JSON object of arguments."""
+class CallShape:
+    """How a model's function call maps onto a tool's input (or what else it is: an MCP
+    tool, a handoff), and whether a person approves it first."""
 
     wrapped: bool = False
     """The tool takes something other than an object: the model passes it as `input`."""
@@ -102,7 +105,7 @@ def after_reply(
     agent: str,
     turn: int,
     message: dict[str, Any],
-    tools: Mapping[str, ToolShape],
+    tools: Mapping[str, CallShape],
     typed: Typed | None = None,
     start: int = 0,
 ) -> Next:
@@ -157,7 +160,7 @@ def after_approval(
     turn: int,
     pending: Turn,
     answers: Sequence[tuple[Sequence[str], Any]],
-    tools: Mapping[str, ToolShape],
+    tools: Mapping[str, CallShape],
 ) -> Next:
     """After the approval gates since turn `turn`'s reply (each with the calls it asked
     for, and its answer): ask again for calls still undecided, else run the approved
@@ -265,7 +268,7 @@ def approval_prompt(turn: Turn, pending: Sequence[str]) -> str:
     return f"Approve these tool calls (each by its call_id, or all at once)? {listed}"
 
 
-def _branch(agent: str, call: ToolCall, tools: Mapping[str, ToolShape]) -> StepSpec | str:
+def _branch(agent: str, call: ToolCall, tools: Mapping[str, CallShape]) -> StepSpec | str:
     """The branch that runs `call`, or the result the model gets instead of running it."""
     shape = tools.get(call.name)
     if shape is None:
@@ -280,8 +283,22 @@ def _branch(agent: str, call: ToolCall, tools: Mapping[str, ToolShape]) -> StepS
     if shape.mcp_server is not None:
         mcp = McpCall(server=shape.mcp_server, tool=call.name, arguments=arguments, safe=shape.safe)
         return _step(agent, AgentStep(mcp=mcp))
-    value = arguments.get("input") if shape.wrapped else arguments
-    return StepSpec(tool=call.name, input=value if value is not None else arguments)
+    return StepSpec(tool=call.name, input=unwrap(arguments, shape.wrapped))
+
+
+def turn_step(agent: str, turn: int) -> StepSpec:
+    """The step of LLM turn `turn` of `agent`."""
+    return _step(agent, AgentStep(turn=turn))
+
+
+def guards(names: Sequence[str], value: Any) -> StepSpec:
+    """Guardrails as one parallel step over `value`: any that trips fails the task."""
+    return StepSpec(parallel=[StepSpec(tool=name, input=value) for name in names])
+
+
+def result(next_: Next) -> Any:
+    """What the step returns: its output, and the steps to run after it if any."""
+    return NextSteps(steps=next_.steps, output=next_.output) if next_.steps else next_.output
 
 
 def _group(branches: list[StepSpec]) -> StepSpec:

@@ -21,6 +21,7 @@ from tether.api.verbs import VERBS
 from tether.schemas.api import ErrorReply
 from tether.schemas.builds import BuildInfo, BuildTool, Deployment
 from tether.schemas.events import AnyStatusEvent
+from tether.schemas.failures import FailureType
 from tether.schemas.names import DEFAULT_NAMES, Names
 from tether.schemas.tasks import (
     Checkpoint,
@@ -59,6 +60,7 @@ MESSAGES: dict[str, Any] = {
     "TokenChunk": TokenChunk,
     "Timer": Timer,
     "ErrorReply": ErrorReply,
+    "FailureType": FailureType,
     **{verb.request.__name__: verb.request for verb in VERBS.values()},
     **{verb.reply.__name__: verb.reply for verb in VERBS.values()},
 }

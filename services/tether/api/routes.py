@@ -20,7 +20,7 @@ from faststream.middlewares import ExceptionMiddleware
 from faststream.nats import NatsBroker
 
 from tether.api.discovery import Discovery
-from tether.api.errors import InvalidRequestError, error_reply
+from tether.api.errors import InvalidRequestError
 from tether.api.verbs import VERBS
 from tether.client import Client
 from tether.errors import TaskTimeoutError
@@ -41,6 +41,7 @@ from tether.schemas.api import (
     SubmitRequest,
     TaskRequest,
     UpdateAgentRequest,
+    error_reply,
 )
 from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
 from tether.schemas.codec import encode

@@ -3,21 +3,27 @@ rollback: the operator's, refused at once to any other NATS user)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.table import Table
 
 from tether.cli import render
 from tether.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, JsonOption, NatsOption, PrefixOption
-from tether.cli.output import format_time
 from tether.cli.running import ExitCode, connected, run
-from tether.schemas.builds import BuildsReply, DeployRequest
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from tether.schemas.builds import BuildsReply, DeployRequest
 
 BuildArgument = Annotated[str, typer.Argument(metavar="BUILD", help="A build's name, e.g. v2.")]
 
 
 def builds_table(reply: BuildsReply) -> Table:
+    from rich.table import Table
+
+    from tether.cli.output import format_time
+
     table = Table(box=None, header_style="bold")
     for name in ("build", "state", "new tasks", "workers", "running", "routed", "first seen"):
         table.add_column(name)
@@ -71,6 +77,14 @@ def builds_ls(
     run(_builds(nats, prefix, None, as_json), as_json)
 
 
+def _deploy(
+    action: Literal["ramp", "promote", "rollback"], build: str, percent: float = 0.0
+) -> DeployRequest:
+    from tether.schemas.builds import DeployRequest
+
+    return DeployRequest(action=action, build=build, percent=percent)
+
+
 def ramp(
     build: BuildArgument,
     percent: Annotated[
@@ -81,8 +95,7 @@ def ramp(
     as_json: JsonOption = False,
 ) -> None:
     """Send a share of new tasks (by task id) to BUILD; the rest go where they went."""
-    request = DeployRequest(action="ramp", build=build, percent=percent)
-    run(_builds(nats, prefix, request, as_json), as_json)
+    run(_builds(nats, prefix, _deploy("ramp", build, percent), as_json), as_json)
 
 
 def promote(
@@ -92,7 +105,7 @@ def promote(
     as_json: JsonOption = False,
 ) -> None:
     """Send every new task, and every moving step, to BUILD."""
-    run(_builds(nats, prefix, DeployRequest(action="promote", build=build), as_json), as_json)
+    run(_builds(nats, prefix, _deploy("promote", build), as_json), as_json)
 
 
 def rollback(
@@ -103,7 +116,7 @@ def rollback(
 ) -> None:
     """Send new tasks and moving steps back to the build before BUILD (pinned tasks stay
     on BUILD while its workers run)."""
-    run(_builds(nats, prefix, DeployRequest(action="rollback", build=build), as_json), as_json)
+    run(_builds(nats, prefix, _deploy("rollback", build), as_json), as_json)
 
 
 def register(app: typer.Typer) -> None:

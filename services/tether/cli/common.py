@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from tether.cli import credentials
-from tether.nats.connection import DEFAULT_URL, NatsConfig
-from tether.schemas.names import Names
 
 if TYPE_CHECKING:
     from tether.metrics import Metrics
+    from tether.nats.connection import NatsConfig
 
 NatsOption = Annotated[
     str,
@@ -44,16 +43,19 @@ ReplicasOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
-DEFAULT_NATS = DEFAULT_URL
+DEFAULT_NATS = "nats://127.0.0.1:4222"
 DEFAULT_PREFIX = "tether"
 DEFAULT_GATEWAY_PORT = 8765
 DEFAULT_UI_PORT = 8233
-"""`Gateway`'s and `Dashboard`'s default ports, kept here so option defaults need not
-import them (a unit test keeps each pair equal)."""
+"""NATS's default URL and `Gateway`'s and `Dashboard`'s default ports, kept here so
+option defaults need not import them (a unit test keeps each pair equal)."""
 
 
 def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int = 1) -> NatsConfig:
     """The command's NATS config, with the credentials it was given (`--creds`, ...)."""
+    from tether.nats.connection import NatsConfig
+    from tether.schemas.names import Names
+
     given = credentials.current()
     return NatsConfig(
         url=url,

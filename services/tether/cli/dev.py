@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from tether.cli.common import (
     DEFAULT_GATEWAY_PORT,
@@ -25,15 +24,15 @@ from tether.cli.common import (
     fail,
     nats_config,
 )
-from tether.cli.loading import AppLoadError, load_apps
 from tether.cli.processes import supervise
 from tether.errors import TetherError
-from tether.nats.connection import NatsConfig
-from tether.nats.server import NatsServer, NatsServerError
-from tether.schemas.codec import encode
 from tether.service import Service
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tether.nats.connection import NatsConfig
+    from tether.nats.server import NatsServer
     from tether.worker import App
     from tether.worker.app import Tool
 
@@ -91,6 +90,8 @@ class _Banner(Service):
 @contextlib.contextmanager
 def _nats(url: str | None, data_dir: Path, port: int) -> Iterator[tuple[str, NatsServer | None]]:
     """The given URL, or an embedded nats-server's (running until the block ends)."""
+    from tether.nats.server import NatsServer, NatsServerError
+
     if url:
         yield url, None
         return
@@ -114,6 +115,8 @@ def _services(
     ui_port: int | None,
 ) -> list[Service]:
     """The roles of `tether dev`, in the order they start, the banner last."""
+    from rich.console import Console
+
     from tether.api import ApiService
     from tether.dispatcher import Dispatcher
     from tether.gateway import Gateway
@@ -171,6 +174,8 @@ def _example(nats_url: str, tools: Mapping[str, Tool]) -> str:
     else:
         tool = next(iter(tools.values()))
         value = example_value(tool.input_schema()) if tool.takes_input else None
+        from tether.schemas.codec import encode
+
         step = tool.name if value is None else f"{tool.name}={encode(value).decode()}"
         steps = shlex.quote(step)
     return f"{env}tether submit {steps} --wait"
@@ -235,6 +240,8 @@ def dev(
 ) -> None:
     """Run an embedded nats-server, the dispatcher, workers, the MCP gateway and the
     dashboard in one process."""
+    from tether.cli.loading import AppLoadError, load_apps
+
     try:
         loaded = load_apps(apps or [DEMO_APP])
     except AppLoadError as exc:
@@ -268,7 +275,10 @@ def demo(
     keep: Annotated[bool, typer.Option(help="Keep the demo's nats-server data.")] = False,
 ) -> None:
     """Run an agent, kill its worker with SIGKILL mid-fan-out, watch it finish and stream."""
+    from rich.console import Console
+
     from tether.demo.story import Demo
+    from tether.nats.server import NatsServerError
 
     if base_url is not None and model is None:
         fail("--base-url needs --model: name the model the endpoint serves")

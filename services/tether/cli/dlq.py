@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,7 +15,6 @@ from tether.cli.common import (
     PrefixOption,
     fail,
 )
-from tether.cli.following import follow
 from tether.cli.running import (
     ExitCode,
     TaskIdArgument,
@@ -23,12 +22,15 @@ from tether.cli.running import (
     connected,
     run,
 )
-from tether.client import Client
-from tether.schemas.codec import to_builtins
-from tether.schemas.tasks import DeadLetter, TaskStatus
+
+if TYPE_CHECKING:
+    from tether.client import Client
+    from tether.schemas.tasks import DeadLetter, TaskStatus
 
 
 async def _dlq_ls(nats: str, prefix: str, limit: int, as_json: bool) -> ExitCode:
+    from tether.schemas.codec import to_builtins
+
     async with connected(nats, prefix) as client:
         letters = await client.dead_letters(limit)
         now = await _task_statuses(client, letters)
@@ -76,6 +78,8 @@ async def _dlq_retry(nats: str, prefix: str, task_id: str, wait: bool, as_json: 
             render.print_lines([f"retrying task {task_id} from step {record.current_step}"])
         if not wait:
             return ExitCode.OK
+        from tether.cli.following import follow
+
         return await follow(client, task_id, render.event_view(as_json))
 
 

@@ -12,6 +12,7 @@ from tether.cli.running import ExitCode, outcome
 from tether.cli.transcript import Transcript
 from tether.client import Client, TaskHandle
 from tether.errors import NatsUnavailableError
+from tether.schemas.events import AnyStatusEvent
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus, TokenChunk
 
 HEARTBEAT_POLL = 0.3
@@ -19,11 +20,11 @@ HEARTBEAT_POLL = 0.3
 STALL_POLL = 1.0
 """Seconds between looks at what a followed task waits for (see `Client.stall`)."""
 CATCH_UP = 2.0
-"""Seconds `watch` waits, after the record has ended, for the next event while none comes
-(it waits on while they do: a follower resuming after NATS was away may be behind), and
-for the text written before an event (both follow at once; the wait only matters if a
-writer died in between, or NATS is away)."""
+"""Seconds `watch` waits for the text written before an event (it follows at once; the
+wait only matters if a writer died in between, or NATS is away)."""
 CATCH_UP_AT_MOST = 30.0
+"""Seconds `watch` waits, after the record has ended, for its follower to show the last
+event stored (it is behind only after NATS was away)."""
 
 
 def live_heartbeat(record: TaskRecord, heartbeat: Heartbeat | None) -> Heartbeat | None:
@@ -81,7 +82,8 @@ class Following:
         self.text = TextFeed(handle, lambda chunk: view.show(self._transcript.chunk(chunk)))
         self.ended = asyncio.Event()
         """Set once the events of the task's current run have all been shown."""
-        self.shown = 0
+        self._shown: list[AnyStatusEvent] = []
+        self._new = asyncio.Event()
 
     async def events(self) -> None:
         async for event in self._handle.events():
@@ -91,19 +93,26 @@ class Following:
                 written = 0  # reconnecting: show the event now, the text follows
             await self.text.reach(written, CATCH_UP)
             self._view.show(self._transcript.event(event))
-            self.shown += 1
+            self._shown.append(event)
+            self._new.set()
         self.ended.set()
+        self._new.set()
 
     async def catch_up(self) -> None:
-        """Wait for the rest of the events while they come, `CATCH_UP` for each."""
-        waited = 0.0
-        while waited < CATCH_UP_AT_MOST:
-            before = self.shown
+        """The task ended: wait until the last event stored for it has been shown (a
+        follower resuming after NATS was away may be behind), `CATCH_UP_AT_MOST`. If its
+        writer died before the terminal event, that is an earlier one, shown already."""
+        try:
+            last = await self._client.last_event(self._handle.task_id)
+        except NatsUnavailableError:
+            last = None
+        loop = asyncio.get_running_loop()
+        until = loop.time() + CATCH_UP_AT_MOST
+        while last is not None and last not in self._shown and not self.ended.is_set():
+            self._new.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.ended.wait()), CATCH_UP)
-                return
-            waited += CATCH_UP
-            if self.shown == before:
+                await asyncio.wait_for(self._new.wait(), until - loop.time())
+            if loop.time() >= until:
                 return
 
     def close(self) -> None:

@@ -16,7 +16,6 @@ from tether.cli.common import (
     PrefixOption,
     fail,
 )
-from tether.cli.following import follow
 from tether.cli.running import ExitCode, TaskIdArgument, checked_id, connected, run
 
 
@@ -41,6 +40,8 @@ async def _fork(
             )
         if not wait:
             return ExitCode.OK
+        from tether.cli.following import follow
+
         return await follow(client, handle.task_id, render.event_view(as_json))
 
 

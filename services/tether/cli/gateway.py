@@ -19,7 +19,6 @@ from tether.cli.common import (
     nats_config,
 )
 from tether.cli.processes import serve
-from tether.http import loopback
 
 
 def gateway(
@@ -54,6 +53,7 @@ def gateway(
     """Serve MCP over Streamable HTTP at http://HOST:PORT/mcp: tools run as durable tasks."""
     from tether.gateway import Gateway
     from tether.gateway.callers import parse_tokens
+    from tether.http import loopback
 
     tokens = parse_tokens(token or [])
     if not tokens and not loopback(host):

@@ -10,7 +10,10 @@ import typer
 from tether.cli import render
 from tether.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, JsonOption, NatsOption, PrefixOption
 from tether.cli.running import ExitCode, connected, run
-from tether.tasks.retention import DEFAULT_RETENTION
+
+DEFAULT_RETENTION_DAYS = 7
+"""`tether.tasks.retention.DEFAULT_RETENTION` in days, here so `--help` need not load
+the store (a unit test keeps them equal)."""
 
 
 async def _gc(
@@ -50,7 +53,7 @@ def gc(
             metavar="DAYS",
             help="Remove tasks that finished more than DAYS days ago.",
         ),
-    ] = DEFAULT_RETENTION.days,
+    ] = DEFAULT_RETENTION_DAYS,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
     ] = False,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Annotated
 
 import typer
@@ -34,6 +33,8 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
+        from importlib.metadata import version  # read for --version only: it is slow
+
         typer.echo(f"tether {version('tether')}")
         raise typer.Exit
 

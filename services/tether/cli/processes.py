@@ -23,7 +23,6 @@ from tether.cli.common import (
     metrics_on,
     nats_config,
 )
-from tether.cli.loading import AppLoadError, load_apps
 from tether.cli.waiting import Waiting, start_waiting
 from tether.errors import DefinitionError, TetherError
 from tether.service import Service
@@ -196,6 +195,7 @@ def worker(
     ] = None,
 ) -> None:
     """Serve the tools of one or more apps."""
+    from tether.cli.loading import AppLoadError, load_apps
     from tether.worker import Liveness, Worker
 
     config = nats_config(nats, prefix, "tether-worker", replicas)

@@ -14,12 +14,13 @@ from tether.cli.common import (
     nats_config,
 )
 from tether.cli.running import ExitCode, run
-from tether.nats.connection import close, connect, jetstream_context
-from tether.nats.layout import Layout, expected_streams
-from tether.nats.provision import provision
 
 
 async def _provision(nats: str, prefix: str, replicas: int) -> ExitCode:
+    from tether.nats.connection import close, connect, jetstream_context
+    from tether.nats.layout import Layout, expected_streams
+    from tether.nats.provision import provision
+
     config = nats_config(nats, prefix, "tether-provision", replicas)
     nc = await connect(config)
     try:

@@ -1,4 +1,7 @@
-"""How every operator command runs: exit codes, one-line (or JSON) errors, the client."""
+"""How every operator command runs: exit codes, one-line (or JSON) errors, the client.
+
+Light to import (the client, NATS and the wire schemas load when a command runs), so
+`tether --help` costs what typer does."""
 
 from __future__ import annotations
 
@@ -8,17 +11,14 @@ import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from enum import IntEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import msgspec
 import typer
 
-from tether.api.errors import error_reply
 from tether.cli.common import (
     fail,
     nats_config,
 )
-from tether.client import Client
 from tether.errors import (
     TaskCancelledError,
     TaskExistsError,
@@ -26,8 +26,10 @@ from tether.errors import (
     TaskNotFoundError,
     TetherError,
 )
-from tether.schemas.ids import InvalidNameError, validate_task_id
-from tether.schemas.tasks import TaskRecord, TaskStatus
+
+if TYPE_CHECKING:
+    from tether.client import Client
+    from tether.schemas.records import TaskRecord
 
 
 class ExitCode(IntEnum):
@@ -45,10 +47,11 @@ class ExitCode(IntEnum):
 
 
 OUTCOMES = {
-    TaskStatus.COMPLETED: ExitCode.OK,
-    TaskStatus.FAILED: ExitCode.FAILED,
-    TaskStatus.CANCELLED: ExitCode.CANCELLED,
+    "completed": ExitCode.OK,
+    "failed": ExitCode.FAILED,
+    "cancelled": ExitCode.CANCELLED,
 }
+"""The exit code of a task that ended, by its status."""
 TaskIdArgument = Annotated[str, typer.Argument(metavar="ID", help="The task id.")]
 
 
@@ -74,6 +77,10 @@ def run(command: Coroutine[Any, Any, int], as_json: bool = False) -> None:
     except REPORTED as exc:
         message, code = describe(exc)
         if as_json:
+            import msgspec
+
+            from tether.schemas.api import error_reply
+
             reply = error_reply(exc)
             error = msgspec.structs.replace(reply.error, message=" ".join(message.split()))
             typer.echo(msgspec.json.encode(msgspec.structs.replace(reply, error=error)))
@@ -103,12 +110,16 @@ def describe(exc: BaseException) -> tuple[str, ExitCode]:
 async def connected(nats: str, prefix: str) -> AsyncIterator[Client]:
     """A client of the installation under `prefix`, which must exist: a typo in --prefix
     says so instead of creating an empty installation."""
+    from tether.client import Client
+
     async with Client(nats_config(nats, prefix), provision=False) as client:
         yield client
 
 
 def checked_id(task_id: str) -> str:
     """The id if it can name a task; ids are parts of subjects and keys."""
+    from tether.schemas.ids import InvalidNameError, validate_task_id
+
     try:
         return validate_task_id(task_id)
     except InvalidNameError as exc:
@@ -117,4 +128,4 @@ def checked_id(task_id: str) -> str:
 
 def outcome(record: TaskRecord) -> ExitCode:
     """Exit code of a task that has ended (ERROR if it has not)."""
-    return OUTCOMES.get(record.status, ExitCode.ERROR)
+    return OUTCOMES.get(record.status.value, ExitCode.ERROR)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,7 +17,9 @@ from tether.cli.common import (
     fail,
 )
 from tether.cli.running import ExitCode, TaskIdArgument, checked_id, connected, run
-from tether.client import Client
+
+if TYPE_CHECKING:
+    from tether.client import Client
 
 
 async def _steer(

@@ -10,7 +10,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from tether.nats.failures import away_for_now
 from tether.service import Service
 
 log = logging.getLogger("tether.cli")
@@ -59,6 +58,8 @@ async def start_waiting(
 
     Returns the started services, or none once `stopping` is set (nothing runs then).
     """
+    from tether.nats.failures import away_for_now  # NATS's own, loaded only to serve
+
     patience = _Patience(waiting)
     while True:
         try:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import builtins
-import contextlib
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -13,27 +10,26 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tether import tracing
+from tether.client.actions import LocalActions
 from tether.client.handle import TaskHandle
+from tether.client.operations import Operations
 from tether.client.reads import Reads
+from tether.client.reads import position_of as position_of  # moved there; kept for one round
 from tether.client.remote import RemoteActions
 from tether.errors import (
     InvalidTaskError,
     TaskConflictError,
-    TaskExistsError,
-    TaskTimeoutError,
     UnservedToolWarning,
 )
-from tether.nats.connection import Connection, NatsConfig, Refused, close, connect, unless_refused
+from tether.nats.connection import NatsConfig
 from tether.nats.layout import Layout
+from tether.nats.opening import close_store, open_store
 from tether.nats.store import Store
 from tether.schemas.codec import encode
-from tether.schemas.events import AgentUpdated, MessageSent
-from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
 from tether.service import Service
-from tether.tasks import listing, plans
-from tether.tasks.known_tools import KnownTools, waiting_note
+from tether.tasks import plans
+from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import to_step, validate_submit
 from tether.tasks.service import TaskService
 
@@ -42,15 +38,10 @@ if TYPE_CHECKING:
     from tether.metrics import Metrics
 
 StepLike = StepSpec | dict[str, Any] | str
-FIRST_LOOK = 0.5
-"""Seconds `submit` waits for the record before it asks whether a dispatcher runs."""
-ACCEPT_WAIT = 5.0
-"""Seconds `submit` waits for a running dispatcher to record the task (with none running
-it returns after `FIRST_LOOK`: the task is recorded when one starts)."""
 RECORD_OVERHEAD = 1024
 
 
-class Client(Reads, Service):
+class Client(Reads, Operations, Service):
     """A connection to Tether.
 
     ```python
@@ -76,24 +67,37 @@ class Client(Reads, Service):
         self.nats = NatsConfig(url=nats) if isinstance(nats, str) else nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)
         self.provision = provision
-        self.act_through_api = act_through_api
-        self._nc: Connection | None = None
+        self._through_api = act_through_api
         self._store: Store | None = None
         self._known_tools: KnownTools | None = None
         self._tasks: TaskService  # set by connect(), with the store
-        self._queue_submits = False
-        """Set once the server refused this user a record write (see `_start`)."""
+
+    @property
+    def act_through_api(self) -> bool:
+        """Whether actions are asked of the API service (see `__init__`)."""
+        return self._through_api
+
+    @act_through_api.setter
+    def act_through_api(self, through_api: bool) -> None:
+        self._through_api = through_api
+        if self._store is not None:
+            self._pick_actions(self._store)
 
     async def connect(self) -> None:
-        self._nc = await connect(self.nats, self.connection_lost)
-        try:
-            self._store = await Store.open(self._nc, self.layout, provision=self.provision)
-        except BaseException:
-            await close(self._nc)
-            self._nc = None
-            raise
+        self._store = await open_store(
+            self.nats, self.layout, provision=self.provision, on_lost=self.connection_lost
+        )
         self._known_tools = KnownTools(self._store)
         self._tasks = TaskService(self._store)
+        self._pick_actions(self._store)
+
+    def _pick_actions(self, store: Store) -> None:
+        """Done here, or asked of the API: decided once, not at every action."""
+        if self._through_api:
+            self._actions = RemoteActions(store)
+        else:
+            assert self._known_tools is not None
+            self._actions = LocalActions(store, self._tasks, self._known_tools)
 
     async def start(self) -> None:
         await self.connect()
@@ -102,9 +106,9 @@ class Client(Reads, Service):
         await self.close()
 
     async def close(self) -> None:
-        if self._nc is not None:
-            await close(self._nc)
-        self._nc = self._store = None
+        if self._store is not None:
+            await close_store(self._store)
+        self._store = self._actions = None
 
     def count_into(self, metrics: Metrics) -> None:
         """Count what this client writes, and its reconnects, into `metrics`."""
@@ -138,45 +142,11 @@ class Client(Reads, Service):
         assert self._known_tools is not None
         if strict:
             await self._known_tools.check(submit.steps)
-        if not (self.act_through_api or self._queue_submits):
-            await self._start(submit, await self._known_tools.unknown(submit.steps))
-        else:
-            await self._queue(submit)
+        await self._acting().submit(submit)
         unserved = sorted(plans.tools_of(submit.steps) - await self.live_tools())
         if unserved:
             warnings.warn(UnservedToolWarning(submit.task_id, unserved), stacklevel=2)
         return self.handle(submit.task_id)
-
-    async def _start(self, submit: TaskSubmit, missing: list[str]) -> None:
-        """Record the task and hand off its first step here: no dispatcher in between.
-        A NATS user that may not write records (the `client` role) submits through the
-        queue instead, from then on."""
-        store = self._connected()
-        try:
-            await unless_refused(
-                store.nc,
-                self._tasks.start(submit, waiting_note(missing), tracing.current()),
-                store.names.kv_subject(store.names.tasks_bucket),
-            )
-        except Refused:
-            self._queue_submits = True
-            await self._queue(submit)
-
-    async def _queue(self, submit: TaskSubmit) -> None:
-        """Submit on `tether.submit.<task_id>`, for the dispatcher to record; wait
-        (briefly) until it has, so `get` right after `submit` finds the task. Without a
-        dispatcher the task stays queued and is recorded when one starts."""
-        store = self._connected()
-        await store.records.check_free(submit.task_id)
-        if not await store.publish_submit(submit, tracing.current()):
-            raise TaskExistsError(submit.task_id)
-        handle = self.handle(submit.task_id)
-        with contextlib.suppress(TaskTimeoutError):
-            await handle.wait_for(lambda record: True, timeout=FIRST_LOOK)
-            return
-        if await self.dispatcher_running():
-            with contextlib.suppress(TaskTimeoutError):
-                await handle.wait_for(lambda record: True, timeout=ACCEPT_WAIT)
 
     async def submit_agent(
         self,
@@ -282,95 +252,14 @@ class Client(Reads, Service):
                 "inputs by reference (a URL or object name)"
             )
 
-    def handle(self, task_id: str) -> TaskHandle:
-        """A handle on an existing task, e.g. after a restart of the client."""
-        try:
-            validate_task_id(task_id)
-        except InvalidNameError as exc:
-            raise InvalidTaskError(str(exc)) from exc
-        return TaskHandle(self._connected(), task_id)
-
-    async def get(self, task_id: str) -> TaskRecord:
-        return await self.handle(task_id).get()
-
-    async def list(self, status: TaskStatus | str | None = None) -> list[TaskRecord]:
-        """Tasks, oldest first, optionally only those with `status`."""
-        wanted = None if status is None else TaskStatus(status)
-        records = await self._connected().records.list()
-        return sorted(
-            (r for r in records if wanted is None or r.status is wanted), key=lambda r: r.created_at
-        )
-
-    async def list_page(
-        self,
-        status: TaskStatus | str | None = None,
-        *,
-        limit: int = 100,
-        cursor: str | None = None,
-        newest_first: bool = False,
-        after: tuple[int, str] | None = None,
-    ) -> tuple[builtins.list[TaskRecord], bool]:
-        """A page of tasks in creation order (or newest first), after the task `cursor`,
-        and whether more may follow. Read from the status index, so the first page costs
-        one request and `limit` record reads however many tasks the store holds.
-        `after`: a position (`position_of`) instead of `cursor`, read from no record."""
-        wanted = None if status is None else TaskStatus(status)
-        store = self._connected()
-        known: dict[str, TaskRecord] = {}
-        if await store.records.index_is_empty():  # a store from before the index: read it all
-            known = {record.task_id: record for record in await self.list(wanted)}
-            rows = [
-                listing.Row(listing.created_us(r.created_at), r.task_id, "") for r in known.values()
-            ]
-        else:
-            subjects = await store.records.index_rows(wanted.value if wanted else None)
-            rows = listing.parse(subjects, store.names.prefix)
-        if newest_first:
-            rows.reverse()
-        if after is None and cursor is not None:
-            after = await self._position(cursor)
-        if after is not None:
-            rows = listing.after(rows, after, reverse=newest_first)
-        page: builtins.list[TaskRecord] = []
-        for start in range(0, len(rows), limit):  # a page's records read at once
-            chunk = [row.task_id for row in rows[start : start + limit]]
-            for offset, record in enumerate(await self._records(chunk, known)):
-                if record is None or (wanted is not None and record.status is not wanted):
-                    continue  # a row the task has left (or a task gone): the record decides
-                if not page or page[-1].task_id != record.task_id:
-                    page.append(record)
-                if len(page) == limit:
-                    return page, start + offset + 1 < len(rows)
-        return page, False
-
-    async def _records(
-        self, task_ids: builtins.list[str], known: dict[str, TaskRecord]
-    ) -> builtins.list[TaskRecord | None]:
-        async def record(task_id: str) -> TaskRecord | None:
-            if task_id in known:
-                return known[task_id]
-            found = await self._connected().records.get(task_id)
-            return None if found is None else found.record
-
-        return [*await asyncio.gather(*(record(task_id) for task_id in task_ids))]
-
-    async def _position(self, task_id: str) -> tuple[int, str]:
-        """Where task `task_id` sits in creation order."""
-        return position_of((await self._connected().records.require(task_id)).record)
-
     async def cancel(self, task_id: str) -> TaskRecord:
         """Cancel an unfinished task; raises TaskConflictError if it already ended."""
-        if self.act_through_api:
-            return await self._remote().cancel(self.handle(task_id).task_id)
-        return await self.handle(task_id).cancel()
+        return await self._acting().cancel(self.handle(task_id).task_id)
 
     async def retry(self, task_id: str) -> TaskHandle:
         """Run a failed task again from its failed step (completed steps are not re-run)."""
         handle = self.handle(task_id)
-        if self.act_through_api:
-            await self._remote().retry(handle.task_id)
-        else:
-            await self._tasks.retry(task_id)
+        await self._acting().retry(handle.task_id)
         return handle
 
     async def fork(
@@ -387,18 +276,12 @@ class Client(Reads, Service):
         new_id = uuid.uuid4().hex if new_task_id is None else new_task_id
         handle = self.handle(new_id)
         original = self.handle(task_id).task_id
-        if self.act_through_api:
-            await self._remote().fork(original, from_step, input, new_id)
-        else:
-            await self._tasks.forks.fork(original, from_step, new_id, input)
+        await self._acting().fork(original, from_step, input, new_id)
         return handle
 
     async def send_input(self, task_id: str, data: Any) -> None:
         """Answer a task that is waiting for input; it resumes at its next step."""
-        if self.act_through_api:
-            await self._remote().send_input(self.handle(task_id).task_id, data)
-        else:
-            await self.handle(task_id).send_input(data)
+        await self._acting().send_input(self.handle(task_id).task_id, data)
 
     async def send_message(self, task_id: str, text: str, *, message_id: str | None = None) -> None:
         """Tell a running agent task something: it reads `text` as a user message before
@@ -407,10 +290,7 @@ class Client(Reads, Service):
         the agent gives its final answer may come too late: it then reads nothing more."""
         task_id = self.handle(task_id).task_id
         message_id = message_id or uuid.uuid4().hex
-        if self.act_through_api:
-            await self._remote().send_message(task_id, text, message_id)
-        else:
-            await self._tasks.steer(task_id, MessageSent, message_id, text=text)
+        await self._acting().send_message(task_id, text, message_id)
 
     async def runs_an_agent(self, record: TaskRecord) -> bool:
         """Whether a step still to run is an agent's: a task `send_message` can reach."""
@@ -434,15 +314,4 @@ class Client(Reads, Service):
         task_id = self.handle(task_id).task_id
         update_id = update_id or uuid.uuid4().hex
         changes = {"model": model, "instructions": instructions, "token_budget": token_budget}
-        if self.act_through_api:
-            await self._remote().update_agent(task_id, update_id, **changes)
-        else:
-            await self._tasks.steer(task_id, AgentUpdated, update_id, **changes)
-
-    def _remote(self) -> RemoteActions:
-        return RemoteActions(self._connected())
-
-
-def position_of(record: TaskRecord) -> tuple[int, str]:
-    """Where a task sits in creation order (a `list_page` position)."""
-    return listing.created_us(record.created_at), record.task_id
+        await self._acting().update_agent(task_id, update_id, **changes)

@@ -8,18 +8,16 @@ import asyncio
 import builtins
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
-from tether.client.remote import RemoteActions
+from tether.client.handle import TaskHandle
 from tether.clock import utcnow
-from tether.errors import NotAllowedError
-from tether.nats.connection import Refused, unless_refused
+from tether.errors import InvalidTaskError
 from tether.nats.feeds import AllEvents, dead_letters, last_event, task_events, task_history
 from tether.nats.store import Store
 from tether.nats.tokens import last_text_sequence
-from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
 from tether.schemas.events import AnyStatusEvent, StepRetrying
+from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.tasks import (
     DeadLetter,
     Heartbeat,
@@ -29,31 +27,33 @@ from tether.schemas.tasks import (
     ToolInfo,
     WorkerBeat,
 )
-from tether.tasks import builds, listing, stalls
+from tether.tasks import listing, stalls
 from tether.tasks.forks import full_plan
 from tether.tasks.known_tools import live_tools
-from tether.tasks.retention import DEFAULT_RETENTION
 from tether.tasks.stalls import Stall
-from tether.tasks.sweep import Sweeper, SweepReport
 
 LIVE_TOOLS_FOR = 1.0
 """Seconds a read of the live workers' tools is reused (a dashboard or gateway polls)."""
+
+
+def connected(store: Store | None) -> Store:
+    """The client's store, once it is connected."""
+    if store is None:
+        raise RuntimeError(
+            "the client is not connected: use 'async with Client(...)' or await connect()"
+        )
+    return store
 
 
 class Reads:
     """The read half of `Client`: tasks, their events and plans, workers and tools."""
 
     _store: Store | None
-    act_through_api: bool = False
     _live: tuple[float, set[str]] | None = None
     _reading_live: asyncio.Future[set[str]] | None = None
 
     def _connected(self) -> Store:
-        if self._store is None:
-            raise RuntimeError(
-                "the client is not connected: use 'async with Client(...)' or await connect()"
-            )
-        return self._store
+        return connected(self._store)
 
     @property
     def prefix(self) -> str:
@@ -146,42 +146,6 @@ class Reads:
         """Every worker that beat lately, by id."""
         return await self._connected().workers.list()
 
-    async def builds(self, request: BuildsRequest | None = None) -> BuildsReply:
-        """The builds workers run, with their workers and steps; a request with an
-        `action` changes where tasks go first (see `ramp`, `promote`, `rollback`)."""
-        if request is None or request.action == "list" or not request.build:
-            return await builds.builds(self._connected(), request)
-        return await self._deploy(
-            DeployRequest(action=request.action, build=request.build, percent=request.percent)
-        )
-
-    async def ramp(self, build: str, percent: float) -> BuildsReply:
-        """Send `percent` % of new tasks (by task id) to `build`, the rest where they went."""
-        return await self._deploy(DeployRequest(action="ramp", build=build, percent=percent))
-
-    async def promote(self, build: str) -> BuildsReply:
-        """Send every new task, and every moving step, to `build`."""
-        return await self._deploy(DeployRequest(action="promote", build=build))
-
-    async def rollback(self, build: str) -> BuildsReply:
-        """Send new tasks and moving steps back to the build before `build`; tasks pinned
-        to it stay on it while its workers run."""
-        return await self._deploy(DeployRequest(action="rollback", build=build))
-
-    async def _deploy(self, request: DeployRequest) -> BuildsReply:
-        """The operator's change: asked of the API's `deploy` when acting through it, else
-        written here; either way only the operator's NATS user is allowed it, and any
-        other is refused at once (NotAllowedError), not after a timeout."""
-        store = self._connected()
-        if self.act_through_api:
-            return await RemoteActions(store).deploy(request)
-        change = BuildsRequest(action=request.action, build=request.build, percent=request.percent)
-        subject = store.names.kv_subject(store.names.workers_bucket, store.names.DEPLOYMENT_KEY)
-        try:
-            return await unless_refused(store.nc, builds.builds(store, change), subject)
-        except Refused as exc:
-            raise NotAllowedError(subject, str(exc).removeprefix("nats: ")) from None
-
     async def dead_letters(self, limit: int = 20) -> builtins.list[DeadLetter]:
         """The latest `limit` dead letters, oldest first."""
         return await dead_letters(self._connected(), limit)
@@ -212,12 +176,83 @@ class Reads:
         """Whether anyone replies to a request on `subject` within `timeout` seconds."""
         return await self._connected().answers(subject, timeout)
 
-    async def sweep(
-        self, retention: timedelta = DEFAULT_RETENTION, dry_run: bool = False
-    ) -> SweepReport:
-        """Remove finished tasks past `retention` and blobs nothing refers to."""
-        return await Sweeper(self._connected()).sweep(retention, dry_run=dry_run)
+    def handle(self, task_id: str) -> TaskHandle:
+        """A handle on an existing task, e.g. after a restart of the client."""
+        try:
+            validate_task_id(task_id)
+        except InvalidNameError as exc:
+            raise InvalidTaskError(str(exc)) from exc
+        return TaskHandle(self._connected(), task_id)
 
-    async def reindex(self) -> int:
-        """Write the status index row of every task (for tasks from before the index)."""
-        return await self._connected().records.reindex()
+    async def get(self, task_id: str) -> TaskRecord:
+        return await self.handle(task_id).get()
+
+    async def list(self, status: TaskStatus | str | None = None) -> list[TaskRecord]:
+        """Tasks, oldest first, optionally only those with `status`."""
+        wanted = None if status is None else TaskStatus(status)
+        records = await self._connected().records.list()
+        return sorted(
+            (r for r in records if wanted is None or r.status is wanted), key=lambda r: r.created_at
+        )
+
+    async def list_page(
+        self,
+        status: TaskStatus | str | None = None,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        newest_first: bool = False,
+        after: tuple[int, str] | None = None,
+    ) -> tuple[builtins.list[TaskRecord], bool]:
+        """A page of tasks in creation order (or newest first), after the task `cursor`,
+        and whether more may follow. Read from the status index, so the first page costs
+        one request and `limit` record reads however many tasks the store holds.
+        `after`: a position (`position_of`) instead of `cursor`, read from no record."""
+        wanted = None if status is None else TaskStatus(status)
+        store = self._connected()
+        known: dict[str, TaskRecord] = {}
+        if await store.records.index_is_empty():  # a store from before the index: read it all
+            known = {record.task_id: record for record in await self.list(wanted)}
+            rows = [
+                listing.Row(listing.created_us(r.created_at), r.task_id, "") for r in known.values()
+            ]
+        else:
+            subjects = await store.records.index_rows(wanted.value if wanted else None)
+            rows = listing.parse(subjects, store.names.prefix)
+        if newest_first:
+            rows.reverse()
+        if after is None and cursor is not None:
+            after = await self._position(cursor)
+        if after is not None:
+            rows = listing.after(rows, after, reverse=newest_first)
+        page: builtins.list[TaskRecord] = []
+        for start in range(0, len(rows), limit):  # a page's records read at once
+            chunk = [row.task_id for row in rows[start : start + limit]]
+            for offset, record in enumerate(await self._records(chunk, known)):
+                if record is None or (wanted is not None and record.status is not wanted):
+                    continue  # a row the task has left (or a task gone): the record decides
+                if not page or page[-1].task_id != record.task_id:
+                    page.append(record)
+                if len(page) == limit:
+                    return page, start + offset + 1 < len(rows)
+        return page, False
+
+    async def _records(
+        self, task_ids: builtins.list[str], known: dict[str, TaskRecord]
+    ) -> builtins.list[TaskRecord | None]:
+        async def record(task_id: str) -> TaskRecord | None:
+            if task_id in known:
+                return known[task_id]
+            found = await self._connected().records.get(task_id)
+            return None if found is None else found.record
+
+        return [*await asyncio.gather(*(record(task_id) for task_id in task_ids))]
+
+    async def _position(self, task_id: str) -> tuple[int, str]:
+        """Where task `task_id` sits in creation order."""
+        return position_of((await self._connected().records.require(task_id)).record)
+
+
+def position_of(record: TaskRecord) -> tuple[int, str]:
+    """Where a task sits in creation order (a `list_page` position)."""
+    return listing.created_us(record.created_at), record.task_id

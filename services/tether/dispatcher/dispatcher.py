@@ -18,6 +18,7 @@ from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.schemas.codec import NESTED, submit_decoder
+from tether.schemas.failures import FailureType
 from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
 from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit, Timer
 from tether.service import Service
@@ -151,7 +152,7 @@ class Dispatcher(Service):
     ) -> None:
         """Tell the sender: a failed record and event if the id is usable (and `record`),
         always a dead letter."""
-        error = ErrorInfo(type="InvalidTask", message=reason)
+        error = ErrorInfo(type=FailureType.INVALID_TASK, message=reason)
         task_id = task_id_of(delivery.data)
         await self._tasks.dead_letter(
             tool=SUBMIT_DEAD_LETTER,

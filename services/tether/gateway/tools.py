@@ -15,13 +15,12 @@ import msgspec
 
 from tether.errors import InvalidTaskError
 from tether.schemas.tasks import StepSpec, ToolInfo
+from tether.schemas.tool_schema import WRAPPED_FIELD, arguments_schema, unwrap
 from tether.tasks.conformance import mismatch
 from tether.tasks.plans import to_step, validate_steps
 
 RUN_PLAN = "run_plan"
 """The gateway's own tool: run a whole list of steps as one durable task."""
-WRAPPED_FIELD = "input"
-_DEFS_PREFIX = "#/$defs/"
 
 TaskSupport = Literal["forbidden", "optional", "required"]
 
@@ -51,35 +50,10 @@ RUN_PLAN_DESCRIPTION = (
 )
 
 
-def _resolve_root(schema: dict[str, Any]) -> dict[str, Any]:
-    """Inline a root `$ref` into `$defs` (msgspec's shape for a struct), keeping `$defs`."""
-    ref = schema.get("$ref")
-    defs = schema.get("$defs")
-    if not (isinstance(ref, str) and ref.startswith(_DEFS_PREFIX) and isinstance(defs, dict)):
-        return schema
-    target = defs.get(ref[len(_DEFS_PREFIX) :])
-    if not isinstance(target, dict):
-        return schema
-    rest = {key: value for key, value in schema.items() if key != "$ref"}
-    return {**target, **rest}
-
-
 def input_schema(advertised: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The MCP `inputSchema` for a tool's advertised schema, and whether it is wrapped."""
-    if not advertised:
-        return {"type": "object"}, False
-    resolved = _resolve_root(advertised)
-    if resolved.get("type") == "object":
-        return resolved, False
-    inner = {key: value for key, value in advertised.items() if key != "$defs"}
-    wrapper: dict[str, Any] = {
-        "type": "object",
-        "properties": {WRAPPED_FIELD: inner},
-        "required": [WRAPPED_FIELD],
-    }
-    if "$defs" in advertised:
-        wrapper["$defs"] = advertised["$defs"]
-    return wrapper, True
+    """The MCP `inputSchema` for a tool's advertised schema, and whether it is wrapped
+    (the same object schema an agent's model is offered: `tether.schemas.tool_schema`)."""
+    return arguments_schema(advertised)
 
 
 def task_support(name: str) -> TaskSupport:
@@ -116,14 +90,12 @@ def tool_step(info: ToolInfo, arguments: dict[str, Any] | None) -> StepSpec:
         raise InvalidTaskError(
             f"invalid arguments for tool {info.name!r}: {problem} (see its inputSchema)"
         )
-    if not wrapped:
-        return StepSpec(tool=info.name, input=arguments)
-    if WRAPPED_FIELD not in arguments:
+    if wrapped and WRAPPED_FIELD not in arguments:
         raise InvalidTaskError(
             f"tool {info.name!r} takes its input in the argument {WRAPPED_FIELD!r}: "
             f'call it with {{"{WRAPPED_FIELD}": ...}}'
         )
-    return StepSpec(tool=info.name, input=arguments[WRAPPED_FIELD])
+    return StepSpec(tool=info.name, input=unwrap(arguments, wrapped))
 
 
 class _Plan(msgspec.Struct, forbid_unknown_fields=True):

@@ -1,4 +1,6 @@
-"""Request/reply for the hot path: one wildcard inbox, counter tokens, one timeout sweep.
+"""Request/reply: `ask` for a service's answer, with the transport's failures as
+Tether's errors, and `Requester` for the hot path (one wildcard inbox, counter tokens,
+one timeout sweep).
 
 A worker makes about a dozen JetStream requests per task. nats-py's `request` reads
 random bytes from the OS for each token and arms a timer and a `wait_for` per call;
@@ -9,17 +11,50 @@ of time, which halves the client-side cost of a request.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, TypeVar
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from tether.errors import NatsUnavailableError, NotAllowedError
+from tether.nats.connection import Refused, unless_refused
 from tether.nats.headers import STATUS
 from tether.nats.limits import check_message
 
+if TYPE_CHECKING:
+    from tether.nats.store import Store
+
 NO_RESPONDERS = "503"
 SWEEP_EVERY = 0.25
+R = TypeVar("R")
+
+
+async def ask(store: Store, subject: str, data: bytes, timeout: float, unanswered: str) -> bytes:
+    """The reply to one request to a service on `subject`. A subject the server refuses
+    this user fails at once with NotAllowedError (nats-py would wait out the timeout);
+    no responders, or no answer within `timeout` seconds, is NatsUnavailableError with
+    the message `unanswered` (who should answer, and how to start it)."""
+    nc = store.nc
+    asked = nc.request(subject, data, timeout=timeout)
+    try:
+        reply = await unless_refused(nc, asked, subject)
+    except Refused as exc:
+        raise NotAllowedError(subject, str(exc).removeprefix("nats: ")) from None
+    except (NoRespondersError, NatsTimeoutError) as exc:
+        raise NatsUnavailableError(unanswered) from exc
+    return reply.data
+
+
+async def allowed(store: Store, call: Awaitable[R], about: str) -> R:
+    """`call`, or NotAllowedError as soon as the server refuses this user a publish that
+    mentions `about` (a subject or its start): nats-py would wait out the timeout."""
+    try:
+        return await unless_refused(store.nc, call, about)
+    except Refused as exc:
+        raise NotAllowedError(about, str(exc).removeprefix("nats: ")) from None
 
 
 class Requester:

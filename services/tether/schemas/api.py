@@ -1,4 +1,6 @@
-"""Requests and replies of the request/reply API on `tether.api.<verb>`."""
+"""Requests and replies of the request/reply API on `tether.api.<verb>`, and its error
+replies both ways: an exception as a reply (`error_reply`), a reply as the exception
+the same call raises in process (`raised`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,17 @@ from typing import Annotated, Any
 
 import msgspec
 
+from tether.errors import (
+    BlobNotFoundError,
+    InvalidTaskError,
+    NatsUnavailableError,
+    TaskConflictError,
+    TaskExistsError,
+    TaskNotFoundError,
+    TaskTimeoutError,
+    TetherError,
+)
+from tether.schemas.ids import InvalidNameError
 from tether.schemas.tasks import DurationMs, ErrorInfo, Plan, TaskId, TaskRecord, TaskStatus
 
 MAX_RESULT_WAIT_MS = 24 * 3600 * 1000
@@ -32,6 +45,47 @@ class ApiError(msgspec.Struct, frozen=True, kw_only=True):
 
 class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
     error: ApiError
+
+
+_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], ErrorCode]] = [
+    ((TaskNotFoundError, BlobNotFoundError), ErrorCode.NOT_FOUND),
+    (TaskExistsError, ErrorCode.ALREADY_EXISTS),
+    (TaskConflictError, ErrorCode.CONFLICT),
+    (TaskTimeoutError, ErrorCode.TIMEOUT),
+    (
+        (InvalidTaskError, InvalidNameError, msgspec.ValidationError, msgspec.DecodeError),
+        ErrorCode.INVALID,
+    ),
+    (NatsUnavailableError, ErrorCode.UNAVAILABLE),
+]
+
+
+def error_reply(exc: BaseException) -> ErrorReply:
+    """Every failure of an API call as a typed error reply with a stable code."""
+    for kinds, code in _CODES:
+        if isinstance(exc, kinds):
+            return ErrorReply(error=ApiError(code=code, message=str(exc) or type(exc).__name__))
+    return ErrorReply(
+        error=ApiError(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+    )
+
+
+def raised(reply: ErrorReply, task_id: str) -> TetherError:
+    """The other way: an error reply as the exception the same call raises in process."""
+    code, message = reply.error.code, reply.error.message
+    if code is ErrorCode.NOT_FOUND:
+        return TaskNotFoundError(task_id)
+    if code is ErrorCode.CONFLICT:
+        return TaskConflictError(task_id, message)
+    if code is ErrorCode.ALREADY_EXISTS:
+        return TaskExistsError(task_id)
+    if code is ErrorCode.TIMEOUT:
+        return TaskTimeoutError(task_id, message)
+    if code is ErrorCode.INVALID:
+        return InvalidTaskError(message)
+    if code is ErrorCode.UNAVAILABLE:
+        return NatsUnavailableError(message)
+    return TetherError(message)
 
 
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True):

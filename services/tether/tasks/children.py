@@ -11,16 +11,16 @@ from tether.errors import InvalidTaskError, TaskExistsError, TaskNotFoundError
 from tether.nats.recent import Versioned
 from tether.schemas.events import Cancelled, Failed, Submitted
 from tether.schemas.ids import validate_task_id
-from tether.schemas.tasks import (
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import (
     Checkpoint,
     ErrorInfo,
     InputRequest,
     ParentStep,
-    StepSpec,
     TaskRecord,
     TaskStatus,
 )
-from tether.tasks import rules
+from tether.tasks import branch_rules, child_rules, rules
 from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import validate_steps
 
@@ -66,8 +66,8 @@ class ChildTasks:
             validate_task_id(task_id)
         await KnownTools(self.store).check(steps)
         parent = current.record
-        child_id = task_id or rules.child_id(parent.task_id, step, parent.generation, branch)
-        child = rules.new_child(
+        child_id = task_id or child_rules.child_id(parent.task_id, step, parent.generation, branch)
+        child = child_rules.new_child(
             parent, step, child_id, steps, metadata or {}, utcnow(), branch, build
         )
         link = child.parent
@@ -90,13 +90,13 @@ class ChildTasks:
         # branches run on, and the child's end resumes the branch by its checkpoint).
         def linked(record: TaskRecord) -> TaskRecord | None:
             if branch is not None:
-                return rules.list_child(record, child_id, utcnow())
-            return rules.await_child(record, step, child_id, utcnow(), build)
+                return child_rules.list_child(record, child_id, utcnow())
+            return child_rules.await_child(record, step, child_id, utcnow(), build)
 
         stored, _ = await self.store.records.update(parent.task_id, linked, listed)
         if child.status.is_terminal:
             await self.resume_parent(child)
-        elif not rules.awaits(stored.record, link):
+        elif not child_rules.awaits(stored.record, link):
             # The parent ended (or was retried) since the listing: its cancel or failure
             # may have looked for the child before its record existed, so apply it here.
             pending_only = stored.record.status is not TaskStatus.CANCELLED
@@ -110,12 +110,12 @@ class ChildTasks:
         before the child's record is created; None if it no longer runs the step."""
 
         def listed(record: TaskRecord) -> TaskRecord | None:
-            if not rules.awaits(record, link):
+            if not child_rules.awaits(record, link):
                 return None
-            return rules.list_starting(record, child_id, utcnow())
+            return child_rules.list_starting(record, child_id, utcnow())
 
         stored, _ = await self.store.records.update(link.task_id, listed, current)
-        return stored if rules.awaits(stored.record, link) else None
+        return stored if child_rules.awaits(stored.record, link) else None
 
     async def ask(
         self, current: Versioned, step: int, branch: int, request: InputRequest, attempt: int
@@ -125,8 +125,8 @@ class ChildTasks:
         does not run again). The other branches run on meanwhile."""
         parent = current.record
         spec = parent.spec(step).branch(branch)
-        child_id = rules.child_id(parent.task_id, step, parent.generation, branch)
-        child = rules.new_child(parent, step, child_id, [spec], {}, utcnow(), branch)
+        child_id = child_rules.child_id(parent.task_id, step, parent.generation, branch)
+        child = child_rules.new_child(parent, step, child_id, [spec], {}, utcnow(), branch)
         assert child.parent is not None
         if await self._list_first(current, child.parent, child_id) is None:
             return
@@ -138,10 +138,10 @@ class ChildTasks:
         else:
             await self.tasks.emit(Submitted, child)
         await self.store.records.update(
-            parent.task_id, lambda record: rules.list_child(record, child_id, utcnow())
+            parent.task_id, lambda record: child_rules.list_child(record, child_id, utcnow())
         )
         if found.record.status is TaskStatus.PENDING:
-            await self.tasks.wait_for_input(found, 0, request, attempt)
+            await self.tasks.answers.wait_for_input(found, 0, request, attempt)
 
     async def resume_parent(self, child: TaskRecord) -> None:
         """A child task ended: complete its parent's step with the result (as an answer
@@ -151,12 +151,14 @@ class ChildTasks:
         if link is None or not child.status.is_terminal:
             return
         found = await self.store.records.get(link.task_id)
-        if found is None or not rules.awaits(found.record, link):
+        if found is None or not child_rules.awaits(found.record, link):
             return
         found, _ = await self.store.records.update(
-            link.task_id, lambda record: rules.list_child(record, child.task_id, utcnow()), found
+            link.task_id,
+            lambda record: child_rules.list_child(record, child.task_id, utcnow()),
+            found,
         )
-        failure = rules.child_failure(child)
+        failure = child_rules.child_failure(child)
         parent = found.record
         if link.branch is not None:
             await self._resume_branch(found, link, child, failure)
@@ -184,7 +186,7 @@ class ChildTasks:
         if failure is not None and not group.collect_errors:
             await self._fail_step_if_waiting(link, failure)
             return
-        output = child.result if failure is None else rules.branch_error(failure)
+        output = child.result if failure is None else branch_rules.branch_error(failure)
         spec = group.branch(link.branch)
         done = Checkpoint(output=output, time=utcnow(), spec=spec, usage=child.usage)
         stored = await self.store.checkpoints.create(parent.task_id, link.step, done, link.branch)
@@ -194,7 +196,7 @@ class ChildTasks:
         now = utcnow()
 
         def fail(record: TaskRecord) -> TaskRecord | None:
-            waiting = rules.awaits(record, link)
+            waiting = child_rules.awaits(record, link)
             return rules.fail(record, link.step, error, now) if waiting else None
 
         stored, changed = await self.store.records.update(link.task_id, fail)

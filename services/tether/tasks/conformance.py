@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tether.errors import InvalidTaskError
-from tether.schemas.tasks import InputRequest
+from tether.schemas.records import InputRequest
 
 
 def mismatch(schema: dict[str, Any], value: Any) -> str | None:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from tether.clock import utcnow
 from tether.errors import TaskConflictError, TaskExistsError
 from tether.schemas.events import Submitted
-from tether.schemas.tasks import Checkpoint, StepSpec, TaskRecord
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Checkpoint, TaskRecord
 from tether.tasks import rules
 
 if TYPE_CHECKING:

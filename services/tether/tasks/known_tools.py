@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from tether.clock import utcnow
 from tether.errors import InvalidTaskError
 from tether.nats.store import Store
-from tether.schemas.tasks import StepSpec, ToolInfo
+from tether.schemas.plans import StepSpec
+from tether.schemas.workers import ToolInfo
 from tether.tasks import plans
 
 KNOWN_TOOL_TTL = 30.0

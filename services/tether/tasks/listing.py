@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
 
-from tether.schemas.tasks import TaskStatus
+from tether.schemas.records import TaskStatus
 
 
 class Row(NamedTuple):

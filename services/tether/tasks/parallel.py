@@ -18,9 +18,10 @@ from tether.clock import utcnow
 from tether.errors import MessageTooLargeError
 from tether.nats.recent import Versioned
 from tether.schemas.events import StepCompleted
-from tether.schemas.tasks import Checkpoint, ErrorInfo, TaskRecord, TaskStatus
-from tether.tasks import rules
-from tether.tasks.rules import event_output
+from tether.schemas.failures import FailureType
+from tether.schemas.records import Checkpoint, ErrorInfo, TaskRecord, TaskStatus
+from tether.tasks import branch_rules
+from tether.tasks.events import event_output
 
 if TYPE_CHECKING:
     from tether.tasks.service import TaskService
@@ -83,7 +84,7 @@ class ParallelSteps:
                 start = latest if latest and latest.revision > current.revision else current
                 stored, changed = await self.store.records.update(
                     record.task_id,
-                    lambda record: rules.complete_branch(record, step, branch, utcnow()),
+                    lambda record: branch_rules.complete_branch(record, step, branch, utcnow()),
                     start,
                 )
                 group.latest = stored
@@ -91,11 +92,11 @@ class ParallelSteps:
             group.users -= 1
             if not group.users:
                 del self._groups[key]
-        if changed or rules.branch_counted(stored.record, step, branch):
+        if changed or branch_rules.branch_counted(stored.record, step, branch):
             # Every delivery that finds the branch counted says so again: its holder may
             # have died between the count and the event; the message id drops a repeat.
             await self.say_completed(stored.record, step, branch, checkpoint, attempt, skipped)
-        if rules.all_branches_done(stored.record, step):
+        if branch_rules.all_branches_done(stored.record, step):
             return await self.fan_in(stored, step)
         return stored.record if changed else None
 
@@ -132,13 +133,15 @@ class ParallelSteps:
             raise RuntimeError(
                 f"task {record.task_id!r}, step {step}: a branch checkpoint is missing"
             )
-        group = rules.fan_in([b for b in branches if b is not None], record.spec(step), utcnow())
+        group = branch_rules.fan_in(
+            [b for b in branches if b is not None], record.spec(step), utcnow()
+        )
         try:
             winner = await self.store.checkpoints.create(record.task_id, step, group)
         except MessageTooLargeError as exc:
             message = f"the outputs of step {step}'s branches do not fit together: {exc}"
-            error = ErrorInfo(type="OutputTooLarge", message=message)
-            await self.tasks.fail(record.task_id, error, step=step, current=stored)
+            error = ErrorInfo(type=FailureType.OUTPUT_TOO_LARGE, message=message)
+            await self.tasks.endings.fail(record.task_id, error, step=step, current=stored)
             return None
         return await self.tasks.complete_step(stored, step, winner)
 
@@ -150,7 +153,7 @@ class ParallelSteps:
         completed the group), then replay the hand-off (its holder may have died after
         the record moved and before the next step was published). Message ids make both
         no-ops when they were done. `mine`: the branch's checkpoint, as read."""
-        if mine is not None and rules.branch_counted(record, step, branch):
+        if mine is not None and branch_rules.branch_counted(record, step, branch):
             await self.say_completed(record, step, branch, mine, mine.attempt, skipped=True)
         group = await self.store.checkpoints.get(record.task_id, step)
         if group is None and record.status is TaskStatus.COMPLETED:

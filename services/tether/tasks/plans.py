@@ -10,16 +10,16 @@ import msgspec
 
 from tether.errors import InvalidTaskError
 from tether.schemas.ids import InvalidNameError, validate_task_id, validate_tool_name
-from tether.schemas.tasks import (
+from tether.schemas.plans import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_MS,
     MAX_BRANCHES,
     MAX_DURATION_MS,
     MAX_STEPS,
     StepSpec,
-    TaskRecord,
     TaskSubmit,
 )
+from tether.schemas.records import TaskRecord
 
 MAX_DEADLINE_MS = MAX_DURATION_MS
 

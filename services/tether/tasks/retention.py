@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from tether.nats.blobs import BLOB_GRACE as BLOB_GRACE  # the blob store's rule
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 
 DEFAULT_RETENTION = timedelta(days=7)
 """As long as the status stream keeps a task's events."""

@@ -1,45 +1,29 @@
 """Task rules (pure, no I/O): how a record changes and what runs next.
 
 Every change to a task is one of these functions applied by compare-and-set
-(`TaskService` and its parallel, children and forks parts); the checks of a submitted
-plan are in `tasks.plans`.
+(`TaskService` and its parts); the rules of child tasks are in `tasks.child_rules`, of
+parallel steps in `tasks.branch_rules`, the checks of a submitted plan in `tasks.plans`.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
 from tether.errors import InvalidTaskError
-from tether.schemas.codec import encode
-from tether.schemas.ids import (
-    MAX_TASK_ID_LENGTH,
-)
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    InputRequest,
-    ParentStep,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    TaskSubmit,
-    Timer,
-    Usage,
-    WorkMessage,
-)
+from tether.schemas.failures import FailureType
+from tether.schemas.plans import StepSpec, TaskSubmit
+from tether.schemas.records import Checkpoint, ErrorInfo, InputRequest, TaskRecord, TaskStatus
+from tether.schemas.work import Timer, WorkMessage
 
-EVENT_OUTPUT_LIMIT = 4096
-
-
-def event_output(output: Any) -> Any:
-    """Outputs ride on events only when small; followers read big ones from the record."""
-    size = len(output) if isinstance(output, msgspec.Raw) else len(encode(output))
-    return output if size <= EVENT_OUTPUT_LIMIT else None
+# Moved to `branch_rules` and `child_rules`; kept here for one round (`worker.decisions`,
+# `worker.execution` and tests/unit/test_transitions.py call them as `rules.<name>`).
+from tether.tasks.branch_rules import branch_counted as branch_counted
+from tether.tasks.branch_rules import branch_error as branch_error
+from tether.tasks.child_rules import list_child as list_child
+from tether.tasks.usage import add_usage
 
 
 def new_record(
@@ -81,116 +65,6 @@ def plan_before(plan: list[StepSpec], added: dict[int, int]) -> list[StepSpec]:
     for step in sorted(added, reverse=True):
         del steps[step + 1 : step + 1 + added[step]]
     return steps
-
-
-def child_id(parent: str, step: int, generation: int, branch: int | None = None) -> str:
-    """The id of the child task a step (or a branch) starts: the same on every attempt."""
-    task_id = f"{parent}-s{step}" if branch is None else f"{parent}-s{step}b{branch}"
-    task_id = task_id if generation <= 1 else f"{task_id}-g{generation}"
-    if len(task_id) <= MAX_TASK_ID_LENGTH:
-        return task_id
-    return "child-" + hashlib.sha256(task_id.encode()).hexdigest()[:40]
-
-
-def new_child(
-    parent: TaskRecord,
-    step: int,
-    task_id: str,
-    steps: list[StepSpec],
-    metadata: dict[str, Any],
-    now: datetime,
-    branch: int | None = None,
-    build: str | None = None,
-) -> TaskRecord:
-    link = ParentStep(
-        task_id=parent.task_id,
-        step=step,
-        generation=parent.generation,
-        branch=branch,
-        build=build,
-    )
-    return TaskRecord(
-        task_id=task_id,
-        status=TaskStatus.PENDING,
-        steps=steps,
-        metadata=metadata,
-        created_at=now,
-        updated_at=now,
-        deadline_at=parent.deadline_at,  # a child cannot outlive its parent's deadline
-        parent=link,
-    )
-
-
-def await_child(
-    record: TaskRecord, step: int, child: str, now: datetime, build: str | None = None
-) -> TaskRecord | None:
-    """The step, run by `build`, waits for `child` (and the task lists it among its
-    children); a first step that starts a child started its task on `build`."""
-    if record.status.is_terminal or record.current_step != step or record.awaiting == child:
-        return None
-    status = TaskStatus.RUNNING if record.status is TaskStatus.PENDING else record.status
-    return msgspec.structs.replace(
-        record,
-        awaiting=child,
-        children=_with(record.children, child),
-        starting=_without(record.starting, child),
-        status=status,
-        updated_at=now,
-        build=record.build or build,
-    )
-
-
-def list_child(record: TaskRecord, child: str, now: datetime) -> TaskRecord | None:
-    """The record with `child` among its children (None: listed already). A child can end
-    before its parent's step, re-run after a crash, has recorded that it waits for it."""
-    if child in record.children:
-        return None
-    return msgspec.structs.replace(
-        record,
-        children=[*record.children, child],
-        starting=_without(record.starting, child),
-        updated_at=now,
-    )
-
-
-def list_starting(record: TaskRecord, child: str, now: datetime) -> TaskRecord | None:
-    """The record with `child` among the children being started (None: listed already),
-    before the child's record exists."""
-    if child in record.children or child in record.starting:
-        return None
-    return msgspec.structs.replace(record, starting=[*record.starting, child], updated_at=now)
-
-
-def _with(ids: list[str], one: str) -> list[str]:
-    return ids if one in ids else [*ids, one]
-
-
-def _without(ids: list[str], one: str) -> list[str]:
-    return [i for i in ids if i != one]
-
-
-def awaits(record: TaskRecord, parent: ParentStep) -> bool:
-    """Whether `record` (the parent) still waits at the step `parent` names."""
-    return (
-        not record.status.is_terminal
-        and record.current_step == parent.step
-        and record.generation == parent.generation
-        and (parent.branch is None or parent.branch not in record.done_branches)
-    )
-
-
-def child_failure(child: TaskRecord) -> ErrorInfo | None:
-    """What a child that ended without a result means for its parent's step."""
-    if child.status is TaskStatus.CANCELLED:
-        return ErrorInfo(
-            type="ChildCancelled", message=f"child task {child.task_id!r} was cancelled"
-        )
-    if child.status is TaskStatus.FAILED:
-        detail = f"{child.error.type}: {child.error.message}" if child.error else "unknown error"
-        return ErrorInfo(
-            type="ChildFailed", message=f"child task {child.task_id!r} failed: {detail}"
-        )
-    return None
 
 
 def forked(
@@ -262,7 +136,9 @@ def expired(record: TaskRecord, timer: Timer, now: datetime) -> ErrorInfo | None
             return None
         assert record.deadline_at is not None
         at = record.deadline_at.isoformat()
-        return ErrorInfo(type="DeadlineExceeded", message=f"the task's deadline passed at {at}")
+        return ErrorInfo(
+            type=FailureType.DEADLINE_EXCEEDED, message=f"the task's deadline passed at {at}"
+        )
     request = record.input_request
     if (
         record.status is not TaskStatus.WAITING
@@ -273,7 +149,7 @@ def expired(record: TaskRecord, timer: Timer, now: datetime) -> ErrorInfo | None
     ):
         return None
     return ErrorInfo(
-        type="InputExpired",
+        type=FailureType.INPUT_EXPIRED,
         message=f"no answer to {request.prompt!r} by {request.expires_at.isoformat()}",
     )
 
@@ -324,17 +200,6 @@ def complete_step(
     )
 
 
-def complete_branch(record: TaskRecord, step: int, branch: int, now: datetime) -> TaskRecord | None:
-    """Count one checkpointed branch of the current (parallel) step; None if counted."""
-    if record.status.is_terminal or record.current_step != step or branch in record.done_branches:
-        return None
-    done = sorted([*record.done_branches, branch])
-    status = TaskStatus.RUNNING if record.status is TaskStatus.PENDING else record.status
-    return msgspec.structs.replace(
-        record, done_branches=done, status=status, note=None, updated_at=now
-    )
-
-
 def runs_step(record: TaskRecord, step: int, generation: int) -> bool:
     """Whether the task, in this run, is at `step` and not over: what a message must name
     before its failure may fail the task."""
@@ -343,47 +208,6 @@ def runs_step(record: TaskRecord, step: int, generation: int) -> bool:
         and record.generation == generation
         and record.current_step == step
     )
-
-
-def branch_counted(record: TaskRecord, step: int, branch: int) -> bool:
-    """Whether the record counts `branch` of `step` as done: in `done_branches` while the
-    step runs, and every branch once the task has moved past the step. A run that
-    failed or was cancelled counts nothing more (its events say how it ended)."""
-    if record.status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
-        return False
-    if record.current_step == step:
-        return branch in record.done_branches
-    return record.current_step > step
-
-
-def all_branches_done(record: TaskRecord, step: int) -> bool:
-    """True when every branch of `step` is checkpointed and the step is not yet complete:
-    the fan-in is due (whoever sees this may do it; doing it twice is harmless)."""
-    if record.status.is_terminal or record.current_step != step:
-        return False
-    branches = record.spec(step).parallel
-    return branches is not None and len(record.done_branches) == len(branches)
-
-
-def fan_in(branches: Sequence[Checkpoint], group: StepSpec, now: datetime) -> Checkpoint:
-    """A parallel step's checkpoint: its branches' outputs as a list, in branch order,
-    and the model tokens they spent."""
-    usage = None
-    for branch in branches:
-        usage = add_usage(usage, branch.usage)
-    outputs = [branch.output for branch in branches]
-    return Checkpoint(output=outputs, time=now, spec=group, usage=usage)
-
-
-def add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
-    if more is None:
-        return total
-    return more if total is None else total + more
-
-
-def branch_error(error: ErrorInfo) -> dict[str, Any]:
-    """What a branch that failed for good leaves in a group that collects errors."""
-    return {"error": {"type": error.type, "message": error.message}}
 
 
 def next_work(record: TaskRecord, step: int, output: Any) -> list[WorkMessage]:

@@ -9,15 +9,14 @@ checkpoint and the record's compare-and-set are in flight together: a record tha
 past a step whose checkpoint did not land makes the step run again (the worker treats
 "no checkpoint" as "not done"), so no output is ever skipped.
 
-The other flows end or pause a task (fail, cancel, wait for input) or resume it
-(answer, retry); each is one rule of `rules` applied by compare-and-set.
+The other flows end a task (`endings`: fail, cancel), pause and resume it (`answers`:
+wait for input, answer, expire), or resume it (retry); each is one rule of `rules`
+applied by compare-and-set.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -28,42 +27,23 @@ from tether.clock import utcnow
 from tether.errors import TaskConflictError, TaskExistsError
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
-from tether.schemas.events import (
-    AnyStatusEvent,
-    Cancelled,
-    Completed,
-    Failed,
-    Steering,
-    StepCompleted,
-    StepRetrying,
-    Submitted,
-    Waiting,
-)
-from tether.schemas.tasks import (
-    Checkpoint,
-    DeadLetter,
-    ErrorInfo,
-    InputRequest,
-    TaskRecord,
-    TaskStatus,
-    TaskSubmit,
-    Timer,
-    WorkMessage,
-)
-from tether.tasks import rules
+from tether.schemas.events import AnyStatusEvent, Steering, StepRetrying, Submitted
+from tether.schemas.plans import TaskSubmit
+from tether.schemas.records import Checkpoint, TaskRecord, TaskStatus
+from tether.schemas.work import Timer, WorkMessage
+from tether.tasks import events, rules
+from tether.tasks.answers import Answers
+from tether.tasks.branch_rules import all_branches_done
 from tether.tasks.children import ChildTasks
-from tether.tasks.conformance import check_answer
+from tether.tasks.dead_letters import DeadLetters
+from tether.tasks.endings import Endings, change_or_conflict
 from tether.tasks.forks import Forks
 from tether.tasks.parallel import ParallelSteps
-from tether.tasks.rules import event_output
 from tether.tasks.steering import steering_refusal
-
-DEAD_LETTER_DATA_LIMIT = 64 * 1024
-Change = Callable[[TaskRecord], TaskRecord | None]
 
 
 class Router(Protocol):
-    """Which build a hand-off goes to (`tether.worker.fleet.FleetView`)."""
+    """Which build a hand-off goes to (`tether.deploys.fleet.FleetView`)."""
 
     def build_for(self, work: WorkMessage, record: TaskRecord | None) -> str | None: ...
 
@@ -71,18 +51,31 @@ class Router(Protocol):
 class TaskService:
     """The task flows of every role (worker, dispatcher, client, API, gateway).
 
-    Parallel steps (`branches`), child tasks (`children`) and a task's history and
-    forks (`forks`) live in modules of their own, over the same store and events.
+    Parallel steps (`branches`), child tasks (`children`), a task's history and forks
+    (`forks`), its ending (`endings`), its waits for input (`answers`) and the dead
+    letters (`dead_letters`) live in modules of their own, over the same store and events.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, router: Router | None = None) -> None:
         self.store = store
+        self.router = router
+        """A worker's fleet view: hand-offs go to the build that should run them (None:
+        every step to its tool's subject, where any worker takes it)."""
         self.branches = ParallelSteps(self)
         self.children = ChildTasks(self)
         self.forks = Forks(self)
-        self.router: Router | None = None
-        """Set in a worker: hand-offs go to the build that should run them (None: every
-        step to its tool's subject, where any worker takes it)."""
+        self.endings = Endings(self)
+        self.answers = Answers(self)
+        self.dead_letters = DeadLetters(store)
+        # Kept here for one round: the callers outside `tasks` (the worker, the
+        # dispatcher, the client) name them so; new code calls the part.
+        self.fail = self.endings.fail
+        self.say_failed = self.endings.say_failed
+        self.cancel = self.endings.cancel
+        self.wait_for_input = self.answers.wait_for_input
+        self.expire = self.answers.expire
+        self.send_input = self.answers.send_input
+        self.dead_letter = self.dead_letters.keep
 
     # -- starting a task -----------------------------------------------------------------
     async def start(
@@ -194,22 +187,12 @@ class TaskService:
         attempt: int | None = None,
         skipped: bool = False,
     ) -> None:
-        now = utcnow()
-        output = event_output(checkpoint.output)
-        await self.emit(
-            StepCompleted,
-            record,
-            step,
-            attempt=attempt,
-            time=now,
-            output=output,
-            skipped=skipped,
-            wake_at=record.wake_at,
-            usage=checkpoint.usage,
-            build=checkpoint.build,
+        said = events.step_completed(
+            record, step, checkpoint, utcnow(), attempt=attempt, skipped=skipped
         )
+        for event in said:  # in order: `completed` after the step's
+            await self.store.publish_event(event)
         if record.status is TaskStatus.COMPLETED:
-            await self.emit(Completed, record, time=now, output=event_output(record.result))
             await self.children.resume_parent(record)
 
     async def hand_off_next(self, record: TaskRecord, step: int, checkpoint: Checkpoint) -> None:
@@ -254,179 +237,7 @@ class TaskService:
         else:
             await asyncio.gather(*(publish(work) for work in works))
 
-    # -- ending and pausing ---------------------------------------------------------------
-    async def fail(
-        self,
-        task_id: str,
-        error: ErrorInfo,
-        *,
-        step: int | None = None,
-        branch: int | None = None,
-        attempt: int | None = None,
-        current: Versioned | None = None,
-    ) -> TaskRecord:
-        """Mark the task failed (unless it already ended) and say so (`say_failed`); the
-        record keeps the branch and attempt that failed it, for a redelivery to replay."""
-
-        def failed(record: TaskRecord) -> TaskRecord | None:
-            changed = rules.fail(record, step, error, utcnow())
-            if changed is None:
-                return None
-            return msgspec.structs.replace(changed, failed_branch=branch, failed_attempt=attempt)
-
-        stored, changed = await self.store.records.update(task_id, failed, current)
-        record = stored.record
-        if changed:
-            await self.say_failed(record)
-        return record
-
-    async def say_failed(self, record: TaskRecord) -> None:
-        """What follows a failed record's write: emit `failed`; a failed branch also stops
-        its running siblings (the notice a cancel sends); a child resumes its parent.
-
-        A redelivery of the message whose attempt failed the task does it again (its
-        holder may have died before it did), from the record alone: the event is the
-        same, with the same message id, so a repeat within the window is a no-op."""
-        branch = record.failed_branch
-        await self.emit(
-            Failed,
-            record,
-            record.failed_step,
-            branch=branch,
-            attempt=record.failed_attempt,
-            error=record.error,
-        )
-        if branch is not None:
-            await self.store.notify_cancelled(record.task_id)
-        await self.children.resume_parent(record)
-        await self.children.cancel_pending(record)
-
-    async def dead_letter(
-        self,
-        *,
-        tool: str,
-        subject: str,
-        data: bytes,
-        error: ErrorInfo,
-        task_id: str | None = None,
-        step: int | None = None,
-        branch: int | None = None,
-        attempt: int = 0,
-    ) -> None:
-        """Keep what Tether gave up on (the first 64 KiB of it) on `<prefix>.dead.<tool>`."""
-        await self.store.dead_letter(
-            DeadLetter(
-                tool=tool,
-                task_id=task_id,
-                step=step,
-                branch=branch,
-                attempt=attempt,
-                error=error,
-                subject=subject,
-                data=data[:DEAD_LETTER_DATA_LIMIT],
-                size=len(data),
-                time=utcnow(),
-            )
-        )
-
-    async def cancel(self, task_id: str) -> TaskRecord:
-        """Cancel a task that has not ended; workers running one of its steps stop it at
-        once (on the notice), or within one heartbeat if they missed the notice."""
-        record = await self._change_or_conflict(
-            task_id,
-            lambda record: rules.cancel(record, utcnow()),
-            "already {status}: only unfinished tasks can be cancelled",
-        )
-        await self.store.notify_cancelled(task_id)
-        await self.emit(Cancelled, record)
-        await self.children.cancel(record)
-        await self.children.resume_parent(record)
-        return record
-
-    async def wait_for_input(
-        self, current: Versioned, step: int, request: InputRequest, attempt: int
-    ) -> TaskRecord | None:
-        stored, changed = await self.store.records.update(
-            current.record.task_id,
-            lambda record: rules.wait_for_input(record, step, request, utcnow()),
-            current,
-        )
-        if not changed:
-            return None
-        record = stored.record
-        if request.expires_at is not None:
-            timer = Timer(
-                task_id=record.task_id, kind="input", step=step, generation=record.generation
-            )
-            subject = self.store.names.input_timer(record.task_id, step, record.generation)
-            await self.store.set_timer(subject, timer, request.expires_at)
-        await self.emit(Waiting, record, step, attempt=attempt, input_request=request)
-        return record
-
-    async def expire(self, timer: Timer) -> TaskRecord | None:
-        """A timer fired: fail the task if its deadline passed or its input wait expired
-        (nothing else has to touch a waiting or sleeping task for that)."""
-        found = await self.store.records.get(timer.task_id)
-        if found is None:
-            return None
-        now = utcnow()
-        request = found.record.input_request
-        if (
-            request is not None
-            and request.default is not msgspec.UNSET
-            and rules.expired(found.record, timer, now) is not None
-        ):
-            with contextlib.suppress(TaskConflictError):  # answered meanwhile: that stands
-                await self._answer(found.record, request.default)  # unanswered: the default
-            return None
-
-        def fail_if_expired(record: TaskRecord) -> TaskRecord | None:
-            error = rules.expired(record, timer, now)
-            step = record.current_step if record.has_step(record.current_step) else None
-            return None if error is None else rules.fail(record, step, error, now)
-
-        stored, changed = await self.store.records.update(timer.task_id, fail_if_expired, found)
-        record = stored.record
-        if changed:
-            await self.emit(Failed, record, record.failed_step, error=record.error)
-            await self.store.notify_cancelled(timer.task_id)  # a running step stops at once
-        if record.status is TaskStatus.FAILED and record.parent is not None:
-            # a child's parent step fails with it: again after a crash here, harmlessly
-            await self.children.resume_parent(record)
-        if record.status is TaskStatus.FAILED:  # again after a crash here, harmlessly
-            await self.children.cancel_pending(record)
-        return record if changed else None
-
     # -- resuming ---------------------------------------------------------------------------
-    async def send_input(self, task_id: str, data: Any) -> TaskRecord:
-        """Answer a waiting task: the answer becomes the waiting step's output.
-
-        The answer is stored create-only as the step's checkpoint, then a resume message
-        goes to the step's tool; the worker that takes it finds the checkpoint and hands
-        off the next step, so the step that asked never runs again.
-        """
-        found = await self.store.records.require(task_id)
-        record = found.record
-        if record.status is not TaskStatus.WAITING:
-            raise TaskConflictError(
-                task_id, f"task {task_id!r} is {record.status.value}, not waiting for input"
-            )
-        if record.input_request is not None:
-            check_answer(task_id, record.input_request, data)
-        await self._answer(record, data)
-        return record
-
-    async def _answer(self, record: TaskRecord, data: Any) -> None:
-        """Store `data` as the waiting step's output (create-only) and resume the task."""
-        task_id, step = record.task_id, record.current_step
-        answer = Checkpoint(output=data, time=utcnow(), spec=record.spec(step))
-        stored = await self.store.checkpoints.create(task_id, step, answer)
-        if stored != answer and stored.output != data:
-            raise TaskConflictError(task_id, f"task {task_id!r} has already been answered")
-        (work,) = rules.current_work(record)
-        msg_id = self.store.names.resume_msg_id(task_id, step, record.generation)
-        await self.store.publish_work(work, msg_id)
-
     async def steer(
         self, task_id: str, kind: type[Steering], msg_id: str, **fields: Any
     ) -> TaskRecord:
@@ -454,7 +265,8 @@ class TaskService:
 
     async def retry(self, task_id: str) -> TaskRecord:
         """Run a failed task again from the step that failed; earlier checkpoints are reused."""
-        record = await self._change_or_conflict(
+        record = await change_or_conflict(
+            self.store.records,
             task_id,
             lambda record: _unfailed(rules.retry_from_failure(record, utcnow())),
             "{status}: only a task that failed at a step can be retried",
@@ -464,37 +276,20 @@ class TaskService:
         await self.emit(StepRetrying, record, step)
         works = rules.current_work(record, previous.output if previous else None)
         await self.publish(works, record=record)
-        if rules.all_branches_done(record, step):  # the group failed at its fan-in
+        if all_branches_done(record, step):  # the group failed at its fan-in
             await self.branches.fan_in(await self.store.records.require(task_id), step)
         return record
 
     async def emit(
         self, kind: type[AnyStatusEvent], record: TaskRecord, step: int | None = None, **fields: Any
     ) -> None:
-        """Every event of a task flow is built here: the record's status and time, the
-        step's tool, unless `fields` say otherwise."""
-        fields.setdefault("status", record.status)
-        fields.setdefault("time", record.updated_at)
-        fields.setdefault("generation", record.generation)
-        branch = fields.get("branch")
-        in_plan = step is not None and record.has_step(step)
-        tool = record.spec(step).branch(branch).tool if in_plan and step is not None else None
-        event = kind(task_id=record.task_id, step=step, tool=tool, **fields)
-        await self.store.publish_event(event)
-
-    async def _change_or_conflict(self, task_id: str, change: Change, refusal: str) -> TaskRecord:
-        """Apply `change`, or raise TaskConflictError saying why the task refuses it."""
-        stored, changed = await self.store.records.update(task_id, change)
-        record = stored.record
-        if not changed:
-            reason = refusal.format(status=record.status.value)
-            raise TaskConflictError(task_id, f"task {task_id!r} is {reason}")
-        return record
+        """Publish an event of a task flow (`events.task_event` builds it)."""
+        await self.store.publish_event(events.task_event(kind, record, step, **fields))
 
 
 def _unfailed(record: TaskRecord | None) -> TaskRecord | None:
     """A retried record forgets who failed it, so that a later failure its own write does
-    not name (a deadline, a child) is never taken for an attempt's (see `fail`)."""
+    not name (a deadline, a child) is never taken for an attempt's (see `Endings.fail`)."""
     if record is None:
         return None
     return msgspec.structs.replace(record, failed_branch=None, failed_attempt=None)

@@ -10,7 +10,7 @@ from typing import Literal
 import msgspec
 
 from tether.schemas.events import StepRetrying
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 
 StallKind = Literal["worker", "retry", "dispatcher"]
 

@@ -9,7 +9,7 @@ failed by its spent budget is raised with `update_agent`, then retried, as its e
 from __future__ import annotations
 
 from tether.schemas.events import AgentUpdated, Steering
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 
 
 def steering_refusal(record: TaskRecord, kind: type[Steering]) -> str | None:

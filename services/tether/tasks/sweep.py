@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from tether.clock import utcnow
+from tether.deploys.forgetting import unused_builds
 from tether.nats.blobs import BLOB_GRACE
 from tether.nats.cleanup import Cleanup
 from tether.nats.store import Store
@@ -68,7 +69,7 @@ class Sweeper:
                 referenced |= refs_in(value)
         report.blobs = garbage(blobs, referenced, now, grace)
         report.kept_blobs = len(blobs) - len(report.blobs)
-        report.builds = await self._unused_builds(started_on, now - retention)
+        report.builds = await unused_builds(self._store.workers, started_on, now - retention)
         if not dry_run:
             for build in report.builds:
                 await self._store.workers.forget_build(build)
@@ -77,14 +78,3 @@ class Sweeper:
             for digest in report.blobs:
                 await cleanup.remove_blob(digest)
         return report
-
-    async def _unused_builds(self, started_on: set[str | None], before: datetime) -> list[str]:
-        workers = self._store.workers
-        deployment, _ = await workers.deployment()
-        keep = {*started_on, deployment.current, deployment.ramp}
-        keep |= {beat.build for beat in await workers.list()}
-        return [
-            info.build
-            for info in await workers.builds()
-            if info.first_seen < before and info.build not in keep
-        ]

@@ -1,10 +1,9 @@
-"""Serving tools: the App registry, the step context and the worker process."""
+"""The worker host: serves an app's tools, one message and one attempt at a time, with
+custody, succession and liveness. What a tool author imports lives in `tether.tools`
+(re-exported here for one round)."""
 
-from tether.worker.app import App, Tool
-from tether.worker.context import StepContext
+from tether.tools import App, Child, NeedsInput, NextSteps, RetryPolicy, Sleep, StepContext, Tool
 from tether.worker.liveness import Liveness
-from tether.worker.results import Child, NeedsInput, NextSteps, Sleep
-from tether.worker.retry import RetryPolicy
 from tether.worker.worker import Worker
 
 __all__ = [

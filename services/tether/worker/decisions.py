@@ -25,7 +25,7 @@ from tether.schemas.tasks import (
     WorkMessage,
 )
 from tether.tasks import rules
-from tether.worker.retry import RetryPolicy
+from tether.tools.retry import RetryPolicy
 
 ERROR_MESSAGE_LIMIT = 4096
 TRACEBACK_FRAMES = 8

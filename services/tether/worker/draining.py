@@ -1,6 +1,9 @@
 """A stopping worker's drain: it takes no new step and lets its running steps finish, so
 a rolling deploy re-runs nothing; as its build's last worker of a tool it also takes the
-steps routed to its build until none is left (pinned tasks have nowhere else to go)."""
+steps routed to its build until none is left (pinned tasks have nowhere else to go).
+
+The drain is the host's (how a worker stops); who is its build's last worker is the
+fleet's to say (`tether.deploys.fleet`)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection
 
+from tether.deploys.fleet import FleetView
 from tether.nats.store import Store
-from tether.worker.fleet import FleetView
 from tether.worker.stopping import StopClock
 
 log = logging.getLogger("tether.worker")
@@ -48,7 +51,7 @@ class Drain:
     def _last_of_build(self, tool: str) -> bool:
         if self._fleet is None:
             return True  # no view of the fleet: as if alone, so no routed step is left behind
-        return not self._fleet.fleet.serving.get(tool, {}).get(self._build)
+        return not self._fleet.fleet.takes_new(tool, self._build)
 
     async def run(
         self, clock: StopClock, busy: Callable[[], bool], lost: Callable[[], bool]

@@ -38,16 +38,16 @@ from tether.schemas.tasks import (
 )
 from tether.tasks import rules
 from tether.tasks.service import TaskService
+from tether.tools.context import StepContext
+from tether.tools.results import Child, NeedsInput, NextSteps, Sleep, woken
+from tether.tools.retry import RetryPolicy
+from tether.tools.tool import Tool
 from tether.worker import decisions, run_marks, runs
-from tether.worker.app import Tool
 from tether.worker.attempts import Attempt, AttemptObserver, Outcome, log_failure
-from tether.worker.context import StepContext
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.outputs import UnstorableResult, checkpoint_of
 from tether.worker.record_start import RecordStart
-from tether.worker.results import Child, NeedsInput, NextSteps, Sleep, woken
-from tether.worker.retry import RetryPolicy
 
 log = logging.getLogger("tether.worker")
 SUPERSEDED_BACK_IN = timedelta(seconds=5)

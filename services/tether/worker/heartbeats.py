@@ -12,7 +12,7 @@ from types import TracebackType
 from tether.cancellation import raise_if_cancelled
 from tether.nats.delivery import Delivery
 from tether.nats.store import Store
-from tether.worker.context import StepContext
+from tether.tools.context import StepContext
 from tether.worker.custody import Custody
 
 log = logging.getLogger("tether.worker")

@@ -12,7 +12,7 @@ from tether.errors import InvalidTaskError
 from tether.schemas.codec import encode
 from tether.schemas.tasks import Checkpoint, ErrorInfo, Usage
 from tether.tasks.plans import validate_steps
-from tether.worker.results import NextSteps, Sleep
+from tether.tools.results import NextSteps, Sleep
 
 
 class UnstorableResult(Exception):

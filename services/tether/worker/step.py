@@ -18,6 +18,8 @@ from datetime import timedelta
 
 import msgspec
 
+from tether.deploys.fleet import FleetView
+from tether.deploys.routing import Refuse
 from tether.errors import (
     NatsUnavailableError,
 )
@@ -35,14 +37,12 @@ from tether.schemas.tasks import (
 )
 from tether.tasks import rules
 from tether.tasks.service import TaskService
+from tether.tools.tool import Tool
 from tether.worker import decisions
-from tether.worker.app import Tool
 from tether.worker.attempts import AttemptObserver
 from tether.worker.custody import Custody
 from tether.worker.execution import Execution
-from tether.worker.fleet import FleetView
 from tether.worker.heartbeats import StepHeartbeat
-from tether.worker.routing import Refuse
 from tether.worker.run_marks import NotHere
 
 log = logging.getLogger("tether.worker")
@@ -72,7 +72,7 @@ class StepRunner:
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.tasks = TaskService(self.store)
+        self.tasks = TaskService(self.store, router=self.fleet)
         self.execution = Execution(
             self.store,
             self.tasks,
@@ -82,7 +82,6 @@ class StepRunner:
             self.supersede,
             self.build,
         )
-        self.tasks.router = self.fleet
 
     def supersede(self, work: WorkMessage, winner: StepHeartbeat) -> None:
         """An attempt has its result: stop any other attempt of the same step running in

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from tether.cancellation import raise_if_cancelled
 from tether.clock import utcnow
+from tether.deploys.naming import default_build, validate_build
+from tether.deploys.rollout import Rollout
 from tether.errors import DefinitionError, NatsUnavailableError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.consumers import ConsumerOptions
@@ -27,12 +29,11 @@ from tether.nats.store import Store
 from tether.nats.workers import worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
-from tether.worker.app import App, Tool
-from tether.worker.builds import default_build, validate_build
+from tether.tools.app import App
+from tether.tools.tool import Tool
 from tether.worker.custody import Custody
 from tether.worker.draining import Drain, say_ran_out, say_stopping
 from tether.worker.liveness import Liveness
-from tether.worker.rollout import Rollout
 from tether.worker.serving import FETCH_TIMEOUT, Fetching
 from tether.worker.step import StepRunner
 from tether.worker.stopping import StopClock
@@ -111,7 +112,7 @@ class Worker(Service):
             else default_build([app.version for app in listed], self.tools.values())
         )
         """The build of the code this worker runs: `build`, `$TETHER_BUILD`, the apps'
-        versions, or a hash of the tools it serves (see `tether.worker.builds`)."""
+        versions, or a hash of the tools it serves (see `tether.deploys.naming`)."""
         self._nc: Connection | None = None
         self._stopping = asyncio.Event()
         self._stop_clock: StopClock | None = None
@@ -122,7 +123,7 @@ class Worker(Service):
         goes on taking the steps routed to its build as its last worker: `Drain`)."""
         self._loops: list[asyncio.Task[None]] = []
         self._build_loops: list[asyncio.Task[None]] = []
-        self._rollout: Rollout | None = None
+        self._rollout: Rollout[Tool] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._fetching = Fetching(concurrency, lambda: self.is_lost)
         self._ahead = self._fetching.ahead
@@ -141,7 +142,9 @@ class Worker(Service):
         self._store = store
         key = worker_key(self.worker_id)
         self._custody = Custody(store, key)
-        self._rollout = Rollout(store, self.build, self.tools, self._options, self.liveness)
+        self._rollout = Rollout(
+            store, self.build, self.tools, self._options, self.liveness.dead_after
+        )
         await self._rollout.start(key, self._beat())
         self._drain.follow(store, self._rollout.fleet)
         runner = StepRunner(

@@ -10,13 +10,14 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tether.clock import utcnow
+from tether.deploys.routing import Fleet, Refuse, place, started_on
 from tether.errors import NatsUnavailableError
 from tether.nats.workers import Workers, is_worker_key
 from tether.schemas.builds import BuildInfo, Deployment
 from tether.schemas.names import Names
-from tether.schemas.tasks import TaskRecord, WorkerBeat, WorkMessage
-from tether.worker.liveness import Liveness
-from tether.worker.routing import Fleet, Refuse, place, started_on
+from tether.schemas.records import TaskRecord
+from tether.schemas.work import WorkMessage
+from tether.schemas.workers import WorkerBeat
 
 log = logging.getLogger("tether.worker")
 LOOK_EVERY = 0.25
@@ -32,12 +33,13 @@ class FleetView:
     `Succession`), and sums them up as a worker comes, goes or changes, and every
     `LOOK_EVERY`: a worker silent for `dead_after` no longer counts."""
 
-    def __init__(self, workers: Workers, liveness: Liveness | None = None) -> None:
+    def __init__(self, workers: Workers, dead_after: float) -> None:
         self._workers = workers
-        self._dead_after = (liveness or Liveness()).dead_after
+        self._dead_after = dead_after
+        """Seconds of silence after which a worker no longer counts (`Liveness.dead_after`)."""
         self._beats: dict[str, tuple[WorkerBeat, float]] = {}
         self.fleet = Fleet()
-        self.version = 0
+        self.changes = 0
         """Counts the changes of who serves what, the builds and the deployment."""
         self._stop: Callable[[], Awaitable[None]] | None = None
         self._looking: asyncio.Task[None] | None = None
@@ -75,7 +77,7 @@ class FleetView:
         self._heard_beat(key, beat)
         if info is not None:
             self.fleet.infos[info.build] = info
-            self.version += 1
+            self.changes += 1
         self._sum_up()
 
     def _heard_beat(self, key: str, beat: WorkerBeat | None) -> None:
@@ -89,7 +91,7 @@ class FleetView:
             self._sum_up()  # a worker came, went or changed: route by it now, not next look
 
     def _heard_build(self, key: str, entry: BuildInfo | Deployment | None) -> None:
-        self.version += 1
+        self.changes += 1
         if isinstance(entry, Deployment):
             self.fleet.deployment = entry
         elif isinstance(entry, BuildInfo):
@@ -125,7 +127,7 @@ class FleetView:
         for pair in live:
             fleet.gone_since.pop(pair, None)
         if serving != fleet.serving:
-            self.version += 1
+            self.changes += 1
         fleet.serving = serving
 
     def build_for(self, work: WorkMessage, record: TaskRecord | None) -> str | None:

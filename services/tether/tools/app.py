@@ -1,0 +1,200 @@
+"""`App`: the registry of tools a worker serves. Create one per service; no globals.
+
+A tool author's whole desk is this package (`tether.tools`): `App`, `Tool`,
+`StepContext`, the results a tool may return and `RetryPolicy`. The worker package
+hosts what is written here; an agent is one more thing the app adds (`App.add`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+
+from tether.durations import as_timedelta
+from tether.schemas.builds import Versioning, WhenGone
+from tether.tools.retry import RetryPolicy
+from tether.tools.tool import Tool, ToolFunction, make_tool
+
+if TYPE_CHECKING:
+    from tether.agents.agent import Agent
+    from tether.agents.models import OpenAIModel
+
+F = TypeVar("F", bound=Callable[..., Any])
+"""A tool: `async def`, or a plain `def` (run in a thread)."""
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Anything that serves as a tool: Tether's `Agent`, an agent of another framework
+    behind a thin adapter. `App.add` registers what `as_tool()` returns."""
+
+    def as_tool(self) -> Tool: ...
+
+
+S = TypeVar("S", bound="Tool | ToolSource")
+
+
+class App:
+    """A named set of tools.
+
+    ```python
+    app = App("research")
+
+    @app.tool(retry=RetryPolicy(max_attempts=5))
+    async def search(ctx: StepContext, query: Query) -> list[Hit]: ...
+
+    app.add(Agent("researcher", model="gpt-4o-mini", tools=["search"]))
+    ```
+    """
+
+    def __init__(
+        self,
+        name: str = "tether",
+        *,
+        version: str | None = None,
+        versioning: Versioning = "moving",
+        when_gone: WhenGone = "move",
+        build_grace: timedelta | float = timedelta(seconds=60),
+    ) -> None:
+        self.name = name
+        self.version = version
+        """The build its workers announce (else a hash of its tools: `worker.builds`)."""
+        self.versioning: Versioning = versioning
+        """Its tools' and agents' default: `moving`, each step on the newest build that
+        takes its input, or `pinned`, every step of a task on the build that started it."""
+        self.when_gone: WhenGone = when_gone
+        self.build_grace = as_timedelta(build_grace)
+        """A pinned step whose build no worker runs any more waits this long, then
+        `when_gone` says: `move` (to the current build, if its tool takes the step's
+        input), `wait`, or `fail`."""
+        self.tools: dict[str, Tool] = {}
+
+    @overload
+    def tool(self, function: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        function: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: timedelta | float | None = None,
+        max_concurrency: int | None = None,
+        heartbeat: timedelta | float = timedelta(seconds=1),
+        approval: bool = False,
+        versioning: Versioning | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        function: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: timedelta | float | None = None,
+        max_concurrency: int | None = None,
+        heartbeat: timedelta | float = timedelta(seconds=1),
+        approval: bool = False,
+        versioning: Versioning | None = None,
+    ) -> Any:
+        """Register `async def tool(ctx, data: T) -> R`; usable bare or with options.
+
+        `approval=True`: an agent that calls this tool waits for a person to approve.
+        `versioning`: `moving` or `pinned` across builds (default: the app's).
+        """
+
+        def register(fn: F) -> F:
+            tool = make_tool(fn, name, description, retry, timeout, max_concurrency, heartbeat)
+            self.add_tool(dataclasses.replace(tool, approval=approval, versioning=versioning))
+            return fn
+
+        return register(function) if function is not None else register
+
+    def add(self, source: S) -> S:
+        """Register a `Tool`, or anything with `as_tool()` (`app.add(Agent(...))`), and
+        return it. Plain functions the tool calls (`Tool.helpers`: an agent's guardrails)
+        are registered first, each unless the app has a tool of its name already."""
+        tool = source if isinstance(source, Tool) else source.as_tool()
+        for helper in tool.helpers:
+            if helper.__name__ not in self.tools:
+                self.tool(helper)
+        self.add_tool(tool)
+        return source
+
+    def add_tool(self, tool: Tool) -> None:
+        if tool.name in self.tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice in app {self.name!r}")
+        self.tools[tool.name] = dataclasses.replace(
+            tool,
+            versioning=tool.versioning or self.versioning,
+            when_gone=self.when_gone,
+            build_grace=self.build_grace,
+        )
+
+    def agent(
+        self,
+        name: str,
+        *,
+        model: str | OpenAIModel,
+        instructions: str = "",
+        tools: Sequence[str | ToolFunction] = (),
+        max_turns: int = 20,
+        token_budget: int | None = None,
+        cost_budget: float | None = None,
+        on_budget: Literal["ask", "fail"] = "ask",
+        budget_timeout: timedelta | float | None = None,
+        approval: Sequence[str | ToolFunction] = (),
+        approval_timeout: timedelta | float | None = None,
+        approval_timeout_denies: bool = False,
+        output_type: Any = None,
+        output_retries: int = 2,
+        input_guardrails: Sequence[str | ToolFunction] = (),
+        output_guardrails: Sequence[str | ToolFunction] = (),
+        tool_choice: str | dict[str, Any] | None = None,
+        reset_tool_choice: bool = True,
+        mcp_servers: Sequence[str] = (),
+        handoffs: Sequence[str] = (),
+        description: str | None = None,
+        retry: RetryPolicy | None = None,
+        versioning: Versioning | None = None,
+    ) -> Agent:
+        """Register an agent (`app.add(Agent(name, model=..., ...))`, which this does).
+
+        Kept for one round: the options are `Agent`'s, documented there.
+        """
+        from tether.agents.agent import Agent as Defined  # the shim's one way in; see Agent
+
+        return self.add(
+            Defined(
+                name,
+                model=model,
+                instructions=instructions,
+                tools=tuple(tools),
+                max_turns=max_turns,
+                token_budget=token_budget,
+                cost_budget=cost_budget,
+                on_budget=on_budget,
+                budget_timeout=budget_timeout,
+                approval=tuple(approval),
+                approval_timeout=approval_timeout,
+                approval_timeout_denies=approval_timeout_denies,
+                output_type=output_type,
+                output_retries=output_retries,
+                input_guardrails=tuple(input_guardrails),
+                output_guardrails=tuple(output_guardrails),
+                tool_choice=tool_choice,
+                reset_tool_choice=reset_tool_choice,
+                mcp_servers=tuple(mcp_servers),
+                handoffs=tuple(handoffs),
+                description=description,
+                retry=retry,
+                versioning=versioning,
+            )
+        )
