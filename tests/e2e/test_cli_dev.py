@@ -107,6 +107,40 @@ async def test_demo_crashes_and_resumes_on_any_model(tmp_path: Path, plan: str) 
     assert sent == [0, 1]  # no LLM call sent twice
 
 
+async def test_demo_says_why_a_model_call_is_retried(tmp_path: Path) -> None:
+    """`tether demo --base-url` with nothing listening: each retry says it could not
+    connect, to which URL (from `--base-url`), and which attempt comes next and when."""
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{free.getsockname()[1]}/v1"
+    process = await asyncio.create_subprocess_exec(
+        *TETHER,
+        *("demo", "--model", "any-model", "--base-url", url),
+        *("--out-dir", str(tmp_path / "reports")),
+        cwd=tmp_path,
+        env={**_env(), "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://elsewhere/v1"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    seen: list[str] = []
+    try:
+        while not any("failed:" in line for line in seen):
+            line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
+            assert line, "".join(seen)
+            seen.append(line.decode())
+    finally:
+        process.send_signal(signal.SIGINT)  # the demo stops its worker on the way out
+        await asyncio.wait_for(process.communicate(), timeout=30)
+    retry = seen[-1]
+    assert f"LLM turn 1 failed: could not connect to {url}" in retry
+    assert "the URL is from tether demo --base-url" in retry
+    assert "(attempt 2 of 8, next in " in retry
+    assert "worker died" not in "".join(seen)
+
+
 async def _start_dev(tmp_path: Path, log: Path) -> tuple[asyncio.subprocess.Process, str]:
     out = log.open("ab")
     process = await asyncio.create_subprocess_exec(

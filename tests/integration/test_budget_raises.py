@@ -64,14 +64,15 @@ async def test_update_agent_opens_a_budget_mid_run_and_the_next_call_is_bounded_
     handle = await client.submit_agent("researcher", question)
     await handle.wait_for(lambda r: r.current_step == 1, timeout=30)  # the search runs
     assert await _ledger(store, handle.task_id) is None
-    await client.update_agent(handle.task_id, token_budget=2_000)
+    # 100 left after the first call: no room for the next call's input and a short answer
+    await client.update_agent(handle.task_id, token_budget=1_600)
 
     waiting = await handle.wait_for(_waiting, timeout=30)
     assert waiting.input_request is not None
-    assert "budget of 2,000 tokens (1,500 spent" in waiting.input_request.prompt  # its first call
+    assert "budget of 1,600 tokens (1,500 spent" in waiting.input_request.prompt  # its first call
     assert len(model.requests(question)) == 1  # the next call was not sent
     ledger = await _ledger(store, handle.task_id)
-    assert ledger is not None and ledger.tokens == 2_000 and ledger.spent_tokens == 1_500
+    assert ledger is not None and ledger.tokens == 1_600 and ledger.spent_tokens == 1_500
 
     await handle.send_input({"tokens": 100_000})
     assert await handle.wait(timeout=30) == "Done."
@@ -132,8 +133,8 @@ async def test_a_root_on_its_agents_default_follows_the_default_raised_and_retri
     """Item 13, in dollars: `update_agent` takes no cost budget, so the error says to raise
     the agent's, restart its workers and retry, and that is what runs it on."""
     question = model.conversation({"content": "Paid for.", "usage": USAGE})
-    async with Worker(_frugal(0.001), config):
-        handle = await client.submit_agent("frugal", question)
+    async with Worker(_frugal(0.00001), config):
+        handle = await client.submit_agent("frugal", question)  # $0.00001: 10 tokens
         with pytest.raises(TaskFailedError) as failed:
             await handle.wait(timeout=30)
     message = failed.value.error.message
@@ -157,7 +158,7 @@ async def test_an_answer_below_what_the_next_call_needs_is_asked_again_saying_wh
     handle = await client.submit_agent("researcher", question, token_budget=100)
     first = await handle.wait_for(_waiting, timeout=30)
     assert first.input_request is not None
-    needs = re.search(r"the next call needs up to ([\d,]+) tokens", first.input_request.prompt)
+    needs = re.search(r"a limit of at least ([\d,]+)", first.input_request.prompt)
     assert needs is not None, first.input_request.prompt
     least = int(needs.group(1).replace(",", ""))
 
@@ -172,8 +173,9 @@ async def test_an_answer_below_what_the_next_call_needs_is_asked_again_saying_wh
     assert again.input_request is not None
     prompt = again.input_request.prompt
     assert 'the answer {"tokens":200} was not enough' in prompt
-    assert f"the next call needs up to {least:,} tokens (a limit of at least {least:,})" in prompt
+    assert f"(at least 16): a limit of at least {least:,}" in prompt
     assert "budget of 200 tokens" in prompt
 
-    await handle.send_input({"tokens": least})
+    await handle.send_input({"tokens": least})  # room for a short answer: it is sent
     assert (await handle.wait(timeout=30)).startswith("Enough")
+    assert model.requests(question)[-1]["max_tokens"] == 16

@@ -71,7 +71,7 @@ async def test_a_stream_that_ends_cleanly_without_a_finish_reason_is_sent_again(
         (
             {"content": "Durable agents keep", "finish_reason": "length"},
             "ModelOutputTruncated",
-            "max_completion_tokens",
+            "the server's own limit stopped it",
         ),
         (
             {
@@ -104,6 +104,24 @@ async def test_a_reply_cut_at_the_token_limit_or_by_a_filter_fails_the_step_sayi
     assert failed.value.error is not None and failed.value.error.type == error
     assert advice in failed.value.error.message
     assert len(_calls(model, question)) == 1  # not retried: sending it again gives the same
+
+
+async def test_a_truncated_answer_names_the_max_tokens_the_run_sent(
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+) -> None:
+    """The limit named is the one that applied: `max_tokens` from the run's
+    `model_settings`, with its value, not a `max_completion_tokens` nobody set."""
+    question = f"question {uuid.uuid4().hex[:8]}"
+    cut = {"content": "Durable agents keep", "finish_reason": "length"}
+    model.load({"conversations": [{"match": question, "turns": [cut]}]})
+    handle = await client.submit_agent("researcher", question, model_settings={"max_tokens": 7})
+
+    with pytest.raises(TaskFailedError) as failed:
+        await handle.wait(timeout=30)
+    error = failed.value.error
+    assert error is not None and error.type == "ModelOutputTruncated"
+    assert "max_tokens=7 (from the run's model_settings)" in error.message
+    assert "max_completion_tokens" not in error.message
 
 
 @pytest.mark.parametrize("ids", [["dup", "dup"], ["", ""]])

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tether import tracing
-from tether.agents import spending
+from tether.agents import answer_caps, spending
 from tether.agents.budget import TreeBudget, cost, price_of
 from tether.agents.conversation import AgentStep, Journal, Turn
 from tether.agents.errors import MaxTurnsExceeded, Spent, StructuredOutputsRefused
@@ -136,7 +136,7 @@ async def _call(
     waiting: Waiting,
     tree: TreeBudget,
 ) -> Reply:
-    """The model's reply, its worst case held in the tree's budget while it runs."""
+    """The model's reply, what it may spend held in the tree's budget while it runs."""
     options = _options(agent, journal, typed)
     if typed is not None and typed.tool:
         specs = [*specs, typed.output.final_tool()]
@@ -145,7 +145,10 @@ async def _call(
     price = price_of(model.name, agent.llm.price)
     key = ctx.idempotency_key
     follow = spending.defaults_followed(agent, ctx, journal)
-    await spending.reserve(agent, tree, key, price, (journal.messages, specs, options), follow)
+    call = (journal.messages, specs, options)
+    cap = await spending.reserve(agent, tree, key, price, call, follow)
+    if cap is not None:  # the most the budget holds for it: the call cannot answer more
+        options = answer_caps.capped(agent.llm, options, cap)
     try:
         with tracing.chat_span(model.name, ctx.task_id) as span:
             async with agent.runtime.using(agent.llm) as client:

@@ -30,6 +30,7 @@ from tether.agents.errors import ModelQuotaExceeded as ModelQuotaExceeded
 from tether.agents.errors import ModelRequestError as ModelRequestError
 from tether.agents.errors import RateLimited as RateLimited
 from tether.agents.errors import StructuredOutputsRefused as StructuredOutputsRefused
+from tether.agents.truncation import limit_advice
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import Usage
 
@@ -69,6 +70,9 @@ class OpenAIModel:
     api: Literal["chat", "responses"] = "chat"
     """`responses`: call OpenAI's Responses API (`client.responses`) instead of Chat
     Completions, which every other OpenAI-compatible server speaks."""
+    base_url_from: str | None = None
+    """Where `base_url` was set, as a connection error names it (default
+    `OpenAIModel(base_url=...)`): a program that takes it from its own option says so."""
 
     def client(self) -> openai.AsyncOpenAI:
         key = self.api_key or os.environ.get("OPENAI_API_KEY") or "unset"
@@ -126,7 +130,7 @@ async def _complete_once(
 ) -> Reply:
     options: dict[str, Any] = {**model.settings, **(extra or {})}
     if model.api == "responses":
-        return await _respond_once(client, model, messages, tools, on_delta, options)
+        return await _respond_once(client, model, messages, tools, on_delta, options, extra)
     if tools:
         options["tools"] = list(tools)
     reply = chat.Accumulated(model.name)
@@ -148,7 +152,7 @@ async def _complete_once(
                 # without this, one stream holds the event loop for a whole read, and the
                 # worker's beat starves behind a few busy streams (taken for dead).
                 await asyncio.sleep(0)
-    return checked(Reply(reply.message(), reply.usage, reply.finish_reason), model)
+    return checked(Reply(reply.message(), reply.usage, reply.finish_reason), model, extra)
 
 
 async def _respond_once(
@@ -158,6 +162,7 @@ async def _respond_once(
     tools: Sequence[dict[str, Any]],
     on_delta: OnDelta,
     options: dict[str, Any],
+    extra: Mapping[str, Any] | None,
 ) -> Reply:
     """One streamed call of the Responses API, as a chat reply (see `agents.responses`)."""
     body = responses.request(list(messages), list(tools), options)
@@ -171,13 +176,13 @@ async def _respond_once(
                 if text:
                     await on_delta(text)
                 await asyncio.sleep(0)  # as for a chat stream: let the worker's beat in
-    return checked(Reply(reply.message(), reply.usage, reply.finish_reason), model)
+    return checked(Reply(reply.message(), reply.usage, reply.finish_reason), model, extra)
 
 
-def checked(reply: Reply, model: OpenAIModel) -> Reply:
+def checked(reply: Reply, model: OpenAIModel, extra: Mapping[str, Any] | None = None) -> Reply:
     """The reply, if the model finished it: a stream that ended without a finish_reason
     was cut off on the way (a call to send again), one cut at the token limit or by a
-    filter is not an answer."""
+    filter is not an answer (`extra`: the call's options, to name the limit it sent)."""
     where = _where(model)
     text = reply.message.get("content") or ""
     calls = reply.message.get("tool_calls") or []
@@ -191,9 +196,8 @@ def checked(reply: Reply, model: OpenAIModel) -> Reply:
         if calls:
             what = f"the arguments of tool call {calls[-1]['function']['name']!r}"
         raise ModelOutputTruncated(
-            f"{where} stopped at its output token limit (finish_reason 'length') in {what}: "
-            "raise max_completion_tokens (OpenAIModel(settings={'max_completion_tokens': "
-            "...})) or ask for a shorter answer, then retry the task"
+            f"{where} stopped at a token limit (finish_reason 'length') in {what}: "
+            + limit_advice(model.settings, extra or {})
         )
     if reply.finish_reason == "content_filter":
         raise ModelContentFiltered(
@@ -214,7 +218,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 def _endpoint(model: OpenAIModel) -> tuple[str, str]:
     """The URL the model is called at, and where that URL was set."""
     if model.base_url:
-        return model.base_url, "OpenAIModel(base_url=...)"
+        return model.base_url, model.base_url_from or "OpenAIModel(base_url=...)"
     if env := os.environ.get("OPENAI_BASE_URL"):
         return env, "OPENAI_BASE_URL"
     return DEFAULT_BASE_URL, "the default: set OPENAI_BASE_URL or OpenAIModel(base_url=...)"
@@ -262,9 +266,14 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
         raise ModelRequestError(f"{where} answered {exc.status_code}: {exc.message}") from exc
     except openai.APIConnectionError as exc:  # refused, unreachable, timed out
         url, source = _endpoint(model)
+        what = (
+            "timed out calling"
+            if isinstance(exc, openai.APITimeoutError)
+            else "could not connect to"
+        )
         raise RetryableError(
-            f"could not reach {where} ({exc}): is the server at {url} up? (the URL is from "
-            f"{source})"
+            f"{what} {url}: {exc.__cause__ or exc} (model {model.name!r}; the URL is from "
+            f"{source}): is the server up?"
         ) from exc
     except openai.APIError as exc:  # the connection was lost on the way
         raise RetryableError(f"lost {where}: {exc}") from exc

@@ -1,6 +1,7 @@
 """The budget protocol of an agent's turn, around the ledger of `agents.budget`: open the
-tree's budget, reserve a call's worst case (waiting while calls elsewhere settle), settle
-or release it, and when it does not fit, fail or ask.
+tree's budget, reserve a call's input and the most it may answer, sent as its
+`max_tokens` (`answer_caps`; waiting while calls elsewhere settle), settle or release
+it, and when not even a short answer fits, fail or ask.
 
 - A run may ask for less than its agent's `token_budget`/`cost_budget`, never more: the
   agent's budget is a ceiling, refused (not clamped) when a run asks past it, so whoever
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tether.agents import answer_caps
 from tether.agents.budget import (
     BUDGET_ANSWER,
     BudgetExceeded,
@@ -100,12 +102,14 @@ async def reserve(
     price: Price | None,
     call: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]],
     follow: Ledger | None,
-) -> None:
-    """Hold the call's worst case (`call`: its messages, tools and options) in the tree's
-    budget, if it has one, raised first to `follow`'s limits; or `Spent`."""
+) -> int | None:
+    """Hold the call's input and the most it may answer (`call`: its messages, tools and
+    options) in the tree's budget, if it has one, raised first to `follow`'s limits;
+    return that most, to send as its `max_tokens` (None: no budget). Raises `Spent`
+    when not even a short answer fits (see `answer_caps`)."""
     found = await tree.read()
     if found is None:
-        return
+        return None
     if found[0].usd is not None and price is None:
         raise TerminalError(
             f"agent {agent.name!r}: no price for the model {agent.llm.name!r}, so a "
@@ -114,26 +118,33 @@ async def reserve(
             "tether.agents.PRICES"
         )
     messages, specs, options = call
-    cap = output_cap({**agent.llm.settings, **options})
-    tokens = worst_case(messages, specs, cap)
-    usd = 0.0 if price is None else ((tokens - cap) * price.input + cap * price.output) / 1e6
+    asked = output_cap({**agent.llm.settings, **options})
+    sent = worst_case(messages, specs, 0)
+    capped: list[int] = []
 
     def held(ledger: Ledger) -> Ledger | None:
         if follow is not None:
             ledger = ledger.at_least(follow.tokens, follow.usd)
-        return ledger.reserve(key, tokens, usd)
+        cap = answer_caps.answer_cap(ledger, key, sent, asked, price)
+        if cap is None:
+            return None
+        capped[:] = [cap]
+        return ledger.reserve(key, sent + cap, answer_caps.cost(sent, cap, price))
 
     for attempt in itertools.count():
         if await tree.change(held) is not None:
             tree.held = True
-            return
+            return capped[0]
         found = await tree.read()
         if found is None:
-            return
-        if found[0].spent_for(tokens, usd):
-            raise Spent(found[0], tokens, usd)
+            return None
+        ledger = found[0] if follow is None else found[0].at_least(follow.tokens, follow.usd)
+        left = answer_caps.room(ledger, key, sent, price, held=False)
+        if left is not None and left < answer_caps.MIN_ANSWER:
+            raise answer_caps.short(ledger, sent, price)
         # It fits once calls in flight elsewhere in the tree settle: wait for them.
         await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
+    raise AssertionError("unreachable")
 
 
 async def settle(tree: TreeBudget, key: str, spent: Usage) -> None:
@@ -182,7 +193,7 @@ async def when_spent(
     if ledger.stopped:
         raise BudgetExceeded(f"{said}, and a person said to stop")
     if agent.on_budget == "fail":
-        raise _failure(ctx, journal, spent, said)
+        raise _failure(ctx, journal, spent, said, _asked(agent, journal))
     again = StepSpec(tool=agent.name, input=to_builtins(AgentStep(turn=journal.turns + 1)))
 
     def ask(ledger: Ledger) -> Ledger | None:
@@ -190,7 +201,7 @@ async def when_spent(
         return msgspec.structs.replace(ledger, asking=ctx.task_id) if free else None
 
     if await tree.change(ask) is not None:
-        why = ledger.short(spent.tokens, spent.usd)
+        why = answer_caps.needs(spent, _asked(agent, journal))
         if answered is not None:
             given = msgspec.json.encode(answered).decode()
             why = f"the answer {given} was not enough: {why}"
@@ -200,14 +211,16 @@ async def when_spent(
     return NextSteps(steps=[again], output={"budget": f"waiting for {ledger.asking}"}, after=wait)
 
 
-def _failure(ctx: StepContext, journal: Journal, spent: Spent, said: str) -> BudgetExceeded:
+def _failure(
+    ctx: StepContext, journal: Journal, spent: Spent, said: str, asked: int
+) -> BudgetExceeded:
     """The error of a spent budget under `on_budget="fail"`, with the way to raise it
     that works for this task (then `tether dlq retry` runs it on from where it failed)."""
     ledger, task = spent.ledger, ctx.task_id
-    why = ledger.short(spent.tokens, spent.usd)
+    why = answer_caps.needs(spent, asked)
     retry = f"then retry it ('tether dlq retry {task}'): nothing it did is run again"
     if ledger.tokens is not None and ledger.spent_tokens + spent.tokens > ledger.tokens:
-        least = ledger.spent_tokens + spent.tokens
+        least = answer_caps.full_limit(spent, asked)
         return TokenBudgetExceeded(
             f"{said}; {why}: raise it ('tether update-agent {task} --budget {least}', or "
             f"client.update_agent({task!r}, token_budget={least})), {retry}"
@@ -221,6 +234,11 @@ def _failure(ctx: StepContext, journal: Journal, spent: Spent, said: str) -> Bud
     )
 
 
+def _asked(agent: Agent, journal: Journal) -> int:
+    """What the agent's calls answer with when the budget has room (their settings')."""
+    return output_cap({**agent.llm.settings, **journal.settings})
+
+
 def budget_question(found: Ledger | None, before: list[Entry], agent: Agent) -> NeedsInput:
     """Ask a person to raise the spent budget or stop, saying why (the turn that found it
     spent said what the next call needs, and why an answer was not enough)."""
@@ -230,7 +248,11 @@ def budget_question(found: Ledger | None, before: list[Entry], agent: Agent) -> 
     else:
         said = found.spent() if found is not None else "budget reached"
     return NeedsInput(
-        prompt=f'{said}: raise it or stop? ({{"tokens": N}}, {{"usd": X}} or {{"stop": true}})',
+        prompt=(
+            f'{said}: raise it or stop? {{"tokens": N}} makes the limit N tokens in all '
+            "(those spent count), and the call runs with what is left; "
+            '{"usd": X} does the same in dollars; {"stop": true} fails the task'
+        ),
         schema=BUDGET_ANSWER,
         timeout=agent.budget_timeout,
         default={"stop": True},

@@ -61,6 +61,9 @@ def note_line(message: str) -> Text:
 
 
 def _detail(event: AnyStatusEvent) -> Text:
+    if isinstance(event, StepRetrying) and event.error is not None and event.retry_in_ms:
+        wait = f"  (attempt {(event.attempt or 0) + 1} in {event.retry_in_ms / 1000:.1f}s)"
+        return Text(f"  {format_error(event.error)}{wait}", style="red")
     if event.error is not None:
         return Text(f"  {format_error(event.error)}", style="red")
     if isinstance(event, StepRetrying) and event.retry_in_ms:

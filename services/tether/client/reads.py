@@ -29,7 +29,6 @@ from tether.schemas.tasks import (
 )
 from tether.tasks import listing, stalls
 from tether.tasks.forks import full_plan
-from tether.tasks.known_tools import live_tools
 from tether.tasks.stalls import Stall
 
 LIVE_TOOLS_FOR = 1.0
@@ -49,8 +48,8 @@ class Reads:
     """The read half of `Client`: tasks, their events and plans, workers and tools."""
 
     _store: Store | None
-    _live: tuple[float, set[str]] | None = None
-    _reading_live: asyncio.Future[set[str]] | None = None
+    _live: tuple[float, builtins.list[WorkerBeat]] | None = None
+    _reading_live: asyncio.Future[builtins.list[WorkerBeat]] | None = None
 
     def _connected(self) -> Store:
         return connected(self._store)
@@ -100,22 +99,33 @@ class Reads:
         return [info for info in await self._connected().tools.list() if info.name in live]
 
     async def live_tools(self) -> set[str]:
-        """The tools some worker that beats right now serves: read at most once a second,
-        and once for all the callers that ask while it is being read (a thousand submits
-        at once make one read, not a thousand)."""
+        """The tools some worker that beats right now serves."""
+        return {tool for worker in await self.live_workers() for tool in worker.tools}
+
+    async def live_workers(self) -> builtins.list[WorkerBeat]:
+        """The workers that beat lately: read at most once a second, and once for all
+        the callers that ask while it is being read (a thousand submits at once make one
+        read, not a thousand)."""
         now = time.monotonic()
         if self._live is not None and now - self._live[0] <= LIVE_TOOLS_FOR:
             return self._live[1]
         if self._reading_live is None or self._reading_live.done():
-            self._reading_live = asyncio.ensure_future(live_tools(self._connected()))
+            self._reading_live = asyncio.ensure_future(self._connected().workers.list())
         reading = self._reading_live
-        tools = await asyncio.shield(reading)
-        self._live = (now, tools)
-        return tools
+        beats = await asyncio.shield(reading)
+        self._live = (now, beats)
+        return beats
 
     async def stall(self, record: TaskRecord) -> Stall | None:
         """Why the task is not moving, if it waits on something a person should hear of:
-        a worker serving its next step's tool, or the next attempt of a failed one."""
+        a worker serving its next step's tool, the running step's silent worker, or the
+        next attempt of a failed one."""
+        if record.status is TaskStatus.RUNNING and record.awaiting is None:
+            beats = await self.live_workers()
+            heartbeat = await self.heartbeat(record.task_id)
+            silent = stalls.silent_holder(record, heartbeat, beats, utcnow())
+            if silent is not None:
+                return silent
         missing = stalls.unserved(record, await self.live_tools())
         if missing:
             return stalls.worker_wait(record, missing)

@@ -5,7 +5,8 @@ for a query, `summarize` extracts the sentences that matter, `write_report` writ
 Markdown report (the three also run as a plain pipeline). Task metadata may set
 `pace` (seconds of pretend work per document, so a demo can crash a step midway) and
 `out_dir` (where reports go). The agent's model is `$TETHER_DEMO_MODEL` at
-`$OPENAI_BASE_URL` (`tether demo` points both at its scripted, offline model).
+`$TETHER_DEMO_BASE_URL`, else `$OPENAI_BASE_URL` (`tether demo` sets the first, and
+`$TETHER_DEMO_BASE_URL_FROM` to say where the URL came from).
 """
 
 from __future__ import annotations
@@ -130,7 +131,11 @@ def _write(path: Path, text: str) -> Path:
 
 researcher = app.agent(
     "researcher",
-    model=OpenAIModel(os.environ.get("TETHER_DEMO_MODEL", "gpt-4o-mini")),
+    model=OpenAIModel(
+        os.environ.get("TETHER_DEMO_MODEL", "gpt-4o-mini"),
+        base_url=os.environ.get("TETHER_DEMO_BASE_URL") or None,
+        base_url_from=os.environ.get("TETHER_DEMO_BASE_URL_FROM"),
+    ),
     instructions=(
         "You answer questions about running AI agents in production. Search the corpus "
         "(several searches at once when the question has several sides), then answer in "

@@ -22,10 +22,19 @@ from rich.console import Console
 from rich.text import Text
 
 from tether import Client, Dispatcher, NatsConfig, NatsServer, Step, TaskRecord
+from tether.agents.agent import LLM_RETRY
 from tether.cli.render import StreamedText, format_usage
 from tether.clock import utcnow
+from tether.demo.retries import again, failure_line, retry_line
 from tether.demo.script import QUESTION, script
-from tether.schemas.events import AnyStatusEvent, Completed, Failed, StepCompleted, StepStarted
+from tether.schemas.events import (
+    AnyStatusEvent,
+    Completed,
+    Failed,
+    StepCompleted,
+    StepRetrying,
+    StepStarted,
+)
 from tether.schemas.tasks import Heartbeat
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
@@ -59,6 +68,9 @@ class Demo:
         self.streaming: tuple[int, int] | None = None
         """The turn whose answer streams now, and how many characters it has written."""
         self.scripted: ScriptedModel | None = None
+        self.retried: dict[tuple[int, int | None], bool] = {}
+        """Steps whose last attempt failed and was told: their next start is no news."""
+        self.told_failure = False
         self._mid_line = False
 
     def say(self, text: str) -> None:
@@ -78,7 +90,12 @@ class Demo:
             config = NatsConfig(url=server.url, name="tether-demo")
             env = {**os.environ, "TETHER_DEMO_MODEL": name}
             if base_url:
-                env["OPENAI_BASE_URL"] = base_url
+                env["TETHER_DEMO_BASE_URL"] = base_url
+                env["TETHER_DEMO_BASE_URL_FROM"] = (
+                    "tether demo's offline model"
+                    if self.model is None
+                    else "tether demo --base-url"
+                )
             try:
                 async with Dispatcher(config), Client(config) as client:
                     code = await self._story(client, config, env)
@@ -124,19 +141,22 @@ class Demo:
         return await self._epilogue(client, task_id)
 
     def _narrate(self, event: AnyStatusEvent) -> None:
+        where = (event.step or 0, event.branch)
         if isinstance(event, StepStarted) and event.step is not None:
-            self.runs[(event.step, event.branch)] += 1
-            self.started.setdefault((event.step, event.branch), event.time)
-            again = (
-                " [yellow](again: it was running when the worker died)[/]"
-                if event.attempt and event.attempt > 1
-                else ""
-            )
-            self.say(f"  [blue]▶[/] {_what(event)} started, attempt {event.attempt}{again}")
+            self.runs[where] += 1
+            self.started.setdefault(where, event.time)
+            retried = self.retried.pop(where, False)
+            why = again(retried, self.killed_pid is not None) if (event.attempt or 1) > 1 else ""
+            self.say(f"  [blue]▶[/] {_what(event)} started, attempt {event.attempt}{why}")
+        elif isinstance(event, StepRetrying) and event.step is not None:
+            self.retried[where] = True
+            most = LLM_RETRY.max_attempts if event.tool == AGENT else None
+            self.say(f"  [yellow]↻[/] {_what(event)} failed: {retry_line(event, most)}")
         elif isinstance(event, StepCompleted) and event.step is not None:
             self.say(f"  [green]✓[/] {_what(event)} [bold]checkpointed[/]{_describe(event)}")
         elif isinstance(event, Failed):
-            self.say(f"  [red]✗ task failed[/]: {event.error}")
+            self.told_failure = True
+            self.say(f"  [red]✗ task failed[/]: {failure_line(event.error)}")
 
     async def _show_tokens(self, client: Client, task_id: str) -> None:
         """The answer as the model writes it; a cut-off attempt's text is marked."""
@@ -197,7 +217,7 @@ class Demo:
         if record.status.value != "completed" or self.killed_pid is None:
             self.say(
                 "[red]The demo did not go as planned[/]: "
-                + (str(record.error) if record.error else _NO_CRASH)
+                + (_failed(record, self.told_failure) if record.error else _NO_CRASH)
             )
             return 1
         self.say(
@@ -306,6 +326,13 @@ def _staggered(branches: list[Step]) -> bool:
     """Whether the calls take different times (the offline model's do: some finish first)."""
     depths = {b.input.get("depth", 1) if isinstance(b.input, dict) else 1 for b in branches}
     return len(depths) > 1
+
+
+def _failed(record: TaskRecord, told: bool) -> str:
+    """The task's error, unless it was told as it happened (then once is enough)."""
+    if told:
+        return f"the task failed (above); 'tether status {record.task_id}' has the details"
+    return failure_line(record.error)
 
 
 def _name(step: int, branch: int | None) -> str:

@@ -11,13 +11,23 @@ import msgspec
 
 from tether.schemas.events import StepRetrying
 from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.workers import Heartbeat, WorkerBeat
 
-StallKind = Literal["worker", "retry", "dispatcher"]
+StallKind = Literal["worker", "retry", "dispatcher", "holder"]
+
+DEAD_AFTER = timedelta(seconds=2)
+"""Silence after which a running step's worker is said to be gone: the default of
+`Liveness.dead_after` (a reader cannot know a fleet's own setting)."""
+UNBEATING_AFTER = timedelta(seconds=30)
+"""Silence of a step's own heartbeat after which its worker is said to be gone when the
+worker has no beat in the workers bucket (one that does not beat, or dead for so long
+that its beat is no longer listed)."""
 
 
 class Stall(msgspec.Struct, frozen=True, kw_only=True):
-    """What a task waits for: a worker serving its tool, the next attempt of a step, or
-    a dispatcher to record its submission."""
+    """What a task waits for: a worker serving its tool, the next attempt of a step, a
+    dispatcher to record its submission, or the running step's silent worker to be
+    replaced."""
 
     kind: StallKind
     message: str
@@ -87,3 +97,49 @@ def dispatcher_wait(task_id: str, queued_at: datetime, running: bool) -> Stall:
     )
     message += "" if running else f": no dispatcher is running; {START_DISPATCHER}"
     return Stall(kind="dispatcher", message=message, since=queued_at)
+
+
+def silent_holder(
+    record: TaskRecord,
+    heartbeat: Heartbeat | None,
+    beats: Collection[WorkerBeat],
+    now: datetime,
+) -> Stall | None:
+    """A running step whose worker fell silent (killed, cut off): how long, and whether
+    a live worker serving its tool can run it again. `beats` are the listed workers'
+    beats (claimed ones left out: a survivor is already handing that worker's steps on).
+    None while the worker beats, or when the task is not running that step."""
+    if record.status is not TaskStatus.RUNNING or record.awaiting is not None:
+        return None
+    if heartbeat is None or heartbeat.step != record.current_step:
+        return None
+    holder = next((b for b in beats if b.worker_id == heartbeat.worker_id), None)
+    if holder is None:
+        last, limit = heartbeat.time, UNBEATING_AFTER
+    else:
+        last, limit = max(holder.time, heartbeat.time), DEAD_AFTER
+    if now - last <= limit:
+        return None
+    others = [
+        b
+        for b in beats
+        if b.worker_id != heartbeat.worker_id
+        and heartbeat.tool in b.tools
+        and now - b.time <= DEAD_AFTER
+    ]
+    return holder_wait(heartbeat, (now - last).total_seconds(), len(others), last)
+
+
+def holder_wait(heartbeat: Heartbeat, silent_s: float, serving: int, since: datetime) -> Stall:
+    step = f"step {heartbeat.step}"
+    step += "" if heartbeat.branch is None else f" branch {heartbeat.branch}"
+    gone = f"worker {heartbeat.worker_id} has been silent {silent_s:.1f} s"
+    tool = repr(heartbeat.tool)
+    if serving:
+        then = f"{step} runs again on another worker serving {tool} ({serving} running)"
+    else:
+        then = (
+            f"{step} runs again when a worker serving {tool} starts — none is running; "
+            f"{START_WORKER}"
+        )
+    return Stall(kind="holder", message=f"{gone}; {then}", since=since)

@@ -44,6 +44,8 @@ class ChatRequest(msgspec.Struct, frozen=True):
     response_format: dict[str, Any] | None = None
     tool_choice: Any = None
     temperature: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
     api: str = "chat"
     """Which API the request came by (`responses`: read from a Responses request)."""
 
@@ -232,6 +234,7 @@ class ScriptedServer:
             "functions": [t.get("function") for t in body.tools or []],
             "tool_choice": body.tool_choice,
             "temperature": body.temperature,
+            "max_tokens": body.max_completion_tokens or body.max_tokens,
             "response_format": body.response_format,
             "system": next(
                 (message_text(m) for m in body.messages if m.get("role") == "system"), None
