@@ -26,8 +26,14 @@ NONE_RUNNING = "step 0 runs again when a worker serving 'slow' starts — none i
 
 
 async def test_status_and_watch_say_the_killed_worker_is_silent_and_none_serves_the_tool(
-    config: NatsConfig, client: Client, dispatcher: object, registered: None, tmp_path: Path
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    registered: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # watch's lines reach the pipe as printed
     worker = start_worker(config, APP, log=tmp_path / "worker.log")
     handle = await client.submit([{"tool": "slow", "input": {"sleep": 120}}], task_id="held")
     await handle.wait_for(lambda r: r.status is TaskStatus.RUNNING, timeout=20)
@@ -57,8 +63,14 @@ async def test_status_and_watch_say_the_killed_worker_is_silent_and_none_serves_
         page = html.unescape((await http.get("/tasks/held")).text)
     assert 'id="task-stall"' in page and NONE_RUNNING in page
 
-    await asyncio.sleep(1.5)  # watch looks once a second: let it look after the status did
+    async def watch_says_it() -> str:
+        assert watching.stdout is not None
+        while line := (await watching.stdout.readline()).decode():
+            if SILENT in line:
+                return line
+        raise AssertionError("tether watch ended before it said the worker is silent")
+
+    line = await asyncio.wait_for(watch_says_it(), 30)
     watching.terminate()
-    watched = await finish(watching)
-    line = next((x for x in watched.out.splitlines() if SILENT in x), None)
-    assert line is not None and "worker " in line and NONE_RUNNING in line, watched.out
+    await finish(watching)
+    assert "worker " in line and NONE_RUNNING in line, line
