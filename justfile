@@ -10,6 +10,10 @@ test *args:
 test-fast *args:
     python -m pytest --numprocesses auto -m "not slow" {{args}}
 
+# The real-model suite: agents on llama-server with SmolLM2-135M (installed when missing; the server is built once per machine, ~10 min)
+test-real-model *args:
+    python -m tests.real_model.install && TETHER_REQUIRE_REAL_MODEL=1 python -m pytest tests/real_model {{args}}
+
 # Lint and type-check
 lint:
     ruff check services tests && mypy

@@ -1,7 +1,7 @@
 """Tether: durable execution for AI agents on NATS JetStream.
 
 ```python
-from tether import App, Client, StepContext
+from tether import App, Client, StepContext, run_sync
 ```
 
 Names load on first use, so `tether --help` and `tether status` do not pay for the
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         TetherError,
         UnservedToolWarning,
     )
+    from tether.local import run, run_sync
     from tether.nats import Layout, NatsConfig, NatsServer
     from tether.schemas.tasks import RetryOverride, TaskRecord, TaskStatus, TokenChunk, Usage
     from tether.schemas.tasks import StepSpec as Step
@@ -70,6 +71,7 @@ _HOMES = {
         "TetherError",
         "UnservedToolWarning",
     ],
+    "tether.local": ["run", "run_sync"],
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
     "tether.schemas.tasks": ["RetryOverride", "TaskRecord", "TaskStatus", "TokenChunk", "Usage"],
     "tether.tasks.plans": ["Parallel"],
@@ -128,6 +130,8 @@ __all__ = [
     "UnservedToolWarning",
     "Usage",
     "Worker",
+    "run",
+    "run_sync",
 ]
 
 

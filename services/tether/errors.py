@@ -41,7 +41,9 @@ on a subclass this tree leaves out.
         │   │   └── StructuredOutputsRefused   (agents) it rejected `json_schema`
         │   ├── ModelOutputTruncated       (agents) cut off at the output token limit
         │   ├── ModelContentFiltered       (agents) stopped by the content filter
-        │   └── ModelQuotaExceeded         (agents) the account has no quota left
+        │   ├── ModelQuotaExceeded         (agents) the account has no quota left
+        │   └── JournalDiverged            (tether.integrations.journal) a foreign agent's
+        │                                  run took another path than its journal
         └── RetryableError         retry the step, optionally after `retry_after`
             └── RateLimited                (agents) a 429, waited out in place
 
@@ -51,7 +53,7 @@ Tools may raise any exception: everything but TerminalError is retried.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tether.durations import as_timedelta
 
@@ -216,10 +218,17 @@ class StepError(TetherError):
 class TerminalError(StepError):
     """Fail the task now: retrying cannot help (bad input, permission denied, ...)."""
 
+    expected: ClassVar[bool] = False
+    """An outcome the app expects (a guardrail said no), not a fault: the task fails with
+    it all the same, but nothing is dead-lettered and the worker logs it at INFO,
+    without a traceback (see `tether.worker.expected`)."""
+
 
 class GuardrailTripped(TerminalError):
     """Raised by a guardrail (`app.agent(input_guardrails=..., output_guardrails=...)`):
-    the agent's task fails with this error and its reason."""
+    the agent's task fails with this error and its reason: an expected outcome."""
+
+    expected = True
 
 
 class RetryableError(StepError):

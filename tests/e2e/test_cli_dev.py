@@ -51,6 +51,7 @@ async def test_demo_tells_the_crash_and_the_resume(tmp_path: Path) -> None:
     assert "search #1 (of turn 1) ran 2 times: it was running when the worker died" in text
     assert "LLM turn 1 ran once: checkpointed before the crash" in text
     assert "(sent to the model 1 time)" in text  # never sent again
+    assert "2 LLM calls: 2 finished (" in text and "cost unknown" in text  # not $0.0000
     assert "turn 2 streams:" in text and "key-value buckets hold the checkpoints" in text
     answer = Path(re.search(r"Answer saved to: (\S+\.md)", text).group(1))  # type: ignore[union-attr]
     assert answer.parent == tmp_path / "reports"

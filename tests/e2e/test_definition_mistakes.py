@@ -13,15 +13,15 @@ import pytest
 
 from tests.conftest import ROOT
 
-NO_CTX = """\
+VARARGS = """\
 from tether import App
 
 app = App("mine")
 
 
 @app.tool
-async def search(query: str) -> list[str]:
-    return [query]
+async def search(*queries: str) -> list[str]:
+    return list(queries)
 """
 SYNTAX = """\
 from tether import App
@@ -45,12 +45,15 @@ key = settings["OPENAI_API_KEY"]
 @pytest.mark.parametrize(
     ("source", "fragments"),
     [
-        (NO_CTX, ["mine_tools.py:6: tool 'search' takes (query: str)", "ctx: StepContext"]),
+        (
+            VARARGS,
+            ["mine_tools.py:6: tool 'search' takes *queries", "def search(queries: list[str])"],
+        ),
         (SYNTAX, ["mine_tools.py:3:", "fix the syntax of 'mine_tools'"]),
         (NO_TOOLS, ["mine_tools:app: no tools to serve", "@app.tool()"]),
         (RAISES, ["raised KeyError: 'OPENAI_API_KEY' at", "mine_tools.py:5"]),
     ],
-    ids=["tool-without-ctx", "syntax-error", "no-tools", "module-raises"],
+    ids=["tool-with-varargs", "syntax-error", "no-tools", "module-raises"],
 )
 @pytest.mark.parametrize("command", ["worker", "dev"])
 async def test_a_mistake_in_the_users_module_is_one_line_naming_where(

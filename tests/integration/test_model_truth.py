@@ -124,6 +124,25 @@ async def test_a_truncated_answer_names_the_max_tokens_the_run_sent(
     assert "max_completion_tokens" not in error.message
 
 
+async def test_an_answer_cut_where_the_budget_capped_it_names_the_budget(
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+) -> None:
+    """A budget with room for less than the call asks sends that room as `max_tokens`:
+    an answer cut there is the budget's doing, not a `model_settings` nobody set."""
+    question = f"question {uuid.uuid4().hex[:8]}"
+    cut = {"content": "Durable agents keep", "finish_reason": "length"}
+    model.load({"conversations": [{"match": question, "turns": [cut]}]})
+    handle = await client.submit_agent("researcher", question, token_budget=900)
+
+    with pytest.raises(TaskFailedError) as failed:
+        await handle.wait(timeout=30)
+    error = failed.value.error
+    assert error is not None and error.type == "ModelOutputTruncated"
+    assert "the task's token budget had room for" in error.message
+    assert "model_settings)" not in error.message
+    assert 0 < _calls(model, question)[0]["max_tokens"] < 900  # the budget's room, sent
+
+
 @pytest.mark.parametrize("ids", [["dup", "dup"], ["", ""]])
 async def test_tool_calls_with_repeated_or_empty_ids_each_run_and_get_their_own_result(
     client: Client,

@@ -176,5 +176,5 @@ def test_streamed_text_marks_a_cut_off_attempt_and_drops_its_late_chunks() -> No
 
 
 def test_usage_reads_as_tokens_and_calls() -> None:
-    usage = Usage(input_tokens=1234, output_tokens=56, cached_tokens=200, requests=3)
+    usage = Usage(input_tokens=1234, output_tokens=56, cached_tokens=200, requests=3, cost_usd=0.0)
     assert format_usage(usage) == "1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls"

@@ -7,6 +7,7 @@ import pytest
 from tether.agents import OpenAIModel, Price
 from tether.agents.answer_caps import MIN_ANSWER, answer_cap, capped, needs, short
 from tether.agents.budget import DEFAULT_OUTPUT_CAP, Ledger
+from tether.agents.truncation import limit_advice, sent_options
 
 
 def test_a_call_answers_with_what_the_budget_leaves_after_its_input() -> None:
@@ -49,7 +50,23 @@ def test_the_cap_goes_under_the_name_the_settings_use(
     settings: dict[str, int], base_url: str | None, sent: dict[str, int]
 ) -> None:
     model = OpenAIModel("m", base_url=base_url, settings=settings)
-    assert capped(model, {"temperature": 0}, 100) == {"temperature": 0, **sent}
+    options = sent_options(capped(model, {"temperature": 0}, 100))
+    assert {**model.settings, **options} == {"temperature": 0, **sent}
+
+
+@pytest.mark.parametrize(
+    ("settings", "noted"),
+    [({}, True), ({"max_tokens": 900}, True), ({"max_tokens": 50}, False)],
+)
+def test_a_cap_the_budget_lowered_is_noted_so_a_cut_answer_blames_the_budget(
+    settings: dict[str, int], noted: bool
+) -> None:
+    """Only a cap below what the call asks is the budget's doing: an answer cut at its
+    own `max_tokens` is told as that setting's."""
+    options = capped(OpenAIModel("m", base_url="http://x/v1", settings=settings), {}, 100)
+    advice = limit_advice(settings, options)
+    assert ("token budget had room for 100 answer tokens" in advice) is noted
+    assert ("OpenAIModel(settings=...)" in advice) is not noted
 
 
 def test_what_the_next_call_needs_names_its_input_and_both_limits() -> None:

@@ -46,6 +46,8 @@ TETHER_ALL = [
     "UnservedToolWarning",
     "Usage",
     "Worker",
+    "run",
+    "run_sync",
 ]
 
 SCHEMAS_ALL = [

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from tether import StepContext
 from tether.errors import DefinitionError
 from tether.schemas.ids import InvalidNameError
 from tether.schemas.tasks import RetryOverride
@@ -270,17 +271,17 @@ async def test_a_plain_def_tool_runs_in_a_thread() -> None:
     assert await tool.function(None, 21) == (42, True)
 
 
-def test_a_tool_without_ctx_is_refused_naming_its_file_and_line() -> None:
+def test_a_tool_it_cannot_take_is_refused_naming_its_file_and_line() -> None:
     app = App()
 
-    async def search(query: Query) -> list[str]: ...
+    async def search(ctx: StepContext, *queries: Query) -> list[str]: ...
 
     line = search.__code__.co_firstlineno
     with pytest.raises(DefinitionError) as refused:
         app.tool(search)
     message = str(refused.value)
     assert message.startswith(f"tests/unit/test_retry_and_app.py:{line}: tool 'search'")
-    assert "write `async def search(ctx: StepContext, query: Query)`" in message
+    assert "write `def search(ctx: StepContext, queries: list[Query])`" in message
     assert app.tools == {}
 
 
@@ -294,16 +295,13 @@ def test_async_generator_is_rejected() -> None:
         app.tool(stream)
 
 
-@pytest.mark.parametrize("arity", [0, 3])
-def test_wrong_number_of_parameters_is_rejected(arity: int) -> None:
+def test_a_context_that_is_not_first_is_rejected() -> None:
     app = App()
 
-    async def none() -> None: ...
+    async def late(data: Any, ctx: StepContext) -> None: ...
 
-    async def three(ctx: Any, data: Any, extra: Any) -> None: ...
-
-    with pytest.raises(TypeError, match=r"must take \(ctx\) or \(ctx, data\)"):
-        app.tool(none if arity == 0 else three)
+    with pytest.raises(TypeError, match=r"takes its StepContext as 'ctx', not first"):
+        app.tool(late)
 
 
 def test_duplicate_name_is_rejected() -> None:

@@ -18,8 +18,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tether.agents.budget import Ledger, Price
+from tether.agents.budget import Ledger, Price, output_cap
 from tether.agents.errors import Spent
+from tether.agents.truncation import BUDGET_CAP
 
 if TYPE_CHECKING:
     from tether.agents.models import OpenAIModel
@@ -77,7 +78,14 @@ def capped(model: OpenAIModel, options: dict[str, Any], cap: int) -> dict[str, A
     if not named:
         url = model.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_HOST
         named = ["max_completion_tokens" if OPENAI_HOST in url else "max_tokens"]
-    return {**options, **{n: min(cap, settings.get(n) or cap) for n in named}}
+    lowered = {
+        n: value
+        for n in named
+        if (value := min(cap, settings.get(n) or cap)) != model.settings.get(n) or n in options
+    }  # a model's own setting left as it is stays the model's (its truncation says so)
+    if cap >= output_cap(dict(settings)):
+        return {**options, **lowered}  # what it asked fits: its own limit applies
+    return {**options, **lowered, BUDGET_CAP: cap}
 
 
 def needs(spent: Spent, asked: int) -> str:

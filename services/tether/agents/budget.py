@@ -226,7 +226,7 @@ class TreeBudget:
         """A new token limit (`update_agent`), opening the ledger if the tree has none yet
         (what the task has `spent` so far counts against it)."""
         opened = msgspec.json.encode(
-            Ledger(tokens=tokens, spent_tokens=spent.total_tokens, spent_usd=spent.cost_usd)
+            Ledger(tokens=tokens, spent_tokens=spent.total_tokens, spent_usd=spent.cost_usd or 0.0)
         )
         if await self._checkpoints.create_memo(self.key, opened) != opened:
             await self.change(lambda ledger: ledger.limited(tokens))

@@ -7,6 +7,7 @@ The budget's protocol (reserve, settle, release, ask) is `spending`'s; the toolb
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tether import tracing
-from tether.agents import answer_caps, spending
+from tether.agents import answer_caps, calls, spending
 from tether.agents.budget import TreeBudget, cost, price_of
 from tether.agents.conversation import AgentStep, Journal, Turn
 from tether.agents.errors import MaxTurnsExceeded, Spent, StructuredOutputsRefused
@@ -149,15 +150,23 @@ async def _call(
     cap = await spending.reserve(agent, tree, key, price, call, follow)
     if cap is not None:  # the most the budget holds for it: the call cannot answer more
         options = answer_caps.capped(agent.llm, options, cap)
+    left = await calls.begin(ctx, model.name)  # a call an earlier attempt died in
+    if left is not None:
+        ctx.add_usage(left)
     try:
         with tracing.chat_span(model.name, ctx.task_id) as span:
             async with agent.runtime.using(agent.llm) as client:
                 messages = journal.messages
                 reply = await complete(client, model, messages, specs, ctx.stream, waiting, options)
             tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
+    except asyncio.CancelledError:  # cancelled or timed out mid-call: spent, how much unknown
+        ctx.add_usage(calls.cut_off(model.name))
+        raise
     except Exception:
         await spending.release(tree, key)
         raise
+    finally:
+        await calls.end(ctx)
     if price is not None:
         usage = msgspec.structs.replace(reply.usage, cost_usd=cost(reply.usage, price))
         reply = replace(reply, usage=usage)

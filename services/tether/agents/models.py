@@ -30,7 +30,7 @@ from tether.agents.errors import ModelQuotaExceeded as ModelQuotaExceeded
 from tether.agents.errors import ModelRequestError as ModelRequestError
 from tether.agents.errors import RateLimited as RateLimited
 from tether.agents.errors import StructuredOutputsRefused as StructuredOutputsRefused
-from tether.agents.truncation import limit_advice
+from tether.agents.truncation import limit_advice, sent_options
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.tasks import Usage
 
@@ -128,7 +128,7 @@ async def _complete_once(
     on_delta: OnDelta,
     extra: Mapping[str, Any] | None,
 ) -> Reply:
-    options: dict[str, Any] = {**model.settings, **(extra or {})}
+    options: dict[str, Any] = {**model.settings, **sent_options(extra or {})}
     if model.api == "responses":
         return await _respond_once(client, model, messages, tools, on_delta, options, extra)
     if tools:

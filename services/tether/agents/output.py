@@ -19,6 +19,7 @@ import msgspec
 from tether.agents.errors import InvalidOutput as InvalidOutput
 from tether.agents.errors import WrongAnswer as WrongAnswer
 from tether.agents.schemas import inline_root
+from tether.schemas import types
 
 FINAL_ANSWER_TOOL = "final_answer"
 DEFAULT_OUTPUT_RETRIES = 2
@@ -26,8 +27,9 @@ DEFAULT_OUTPUT_RETRIES = 2
 
 @dataclass(frozen=True, eq=False)
 class OutputType:
-    """What an agent answers with: a msgspec Struct, a dataclass (anything msgspec can
-    decode into), or a JSON Schema (a dict) for an answer kept as plain JSON."""
+    """What an agent answers with: a msgspec Struct, a Pydantic model, a dataclass (any
+    type `tether.schemas.types` converts into), or a JSON Schema (a dict) for an answer
+    kept as plain JSON."""
 
     name: str
     schema: dict[str, Any]
@@ -61,14 +63,14 @@ class OutputType:
             raise WrongAnswer(f"the answer is not JSON ({exc})") from exc
         if self.type is not None:
             try:
-                return msgspec.to_builtins(msgspec.convert(value, self.type))
+                return types.to_builtins(types.convert(value, self.type))
             except msgspec.ValidationError as exc:
                 raise WrongAnswer(str(exc)) from exc
         return _checked_by_schema(value, self.schema)
 
     def decode(self, value: Any) -> Any:
         """A stored answer as the type (the value as it is for a schema given as a dict)."""
-        return value if self.type is None else msgspec.convert(value, self.type)
+        return value if self.type is None else types.convert(value, self.type)
 
 
 def output_type(spec: Any) -> OutputType:
@@ -78,11 +80,12 @@ def output_type(spec: Any) -> OutputType:
         schema, kind = spec, None
     else:
         try:
-            schema = msgspec.json.schema(spec)
-        except TypeError as exc:
+            schema = types.json_schema(spec)
+        except (TypeError, ValueError) as exc:
             raise TypeError(
-                f"output_type {spec!r} is not a type msgspec can describe: give a msgspec "
-                "Struct, a dataclass, a TypedDict or a JSON Schema (a dict)"
+                f"output_type {spec!r} is not a type msgspec can describe, nor a Pydantic "
+                "model: give a msgspec Struct, a Pydantic model, a dataclass, a TypedDict "
+                "or a JSON Schema (a dict)"
             ) from exc
         name, kind = getattr(spec, "__name__", "answer"), spec
     schema = inline_root(schema)

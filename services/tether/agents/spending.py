@@ -150,7 +150,9 @@ async def reserve(
 async def settle(tree: TreeBudget, key: str, spent: Usage) -> None:
     """Replace the call's reservation by what it really spent."""
     if tree.held:
-        await tree.change(lambda ledger: ledger.settle(key, spent.total_tokens, spent.cost_usd))
+        await tree.change(
+            lambda ledger: ledger.settle(key, spent.total_tokens, spent.cost_usd or 0.0)
+        )
 
 
 async def release(tree: TreeBudget, key: str) -> None:

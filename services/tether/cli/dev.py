@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import shlex
 import shutil
+import signal
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -172,6 +173,8 @@ def _example(nats_url: str, tools: Mapping[str, Tool]) -> str:
     elif {"search", "summarize", "write_report"} <= set(tools):
         steps = '\'search={"query":"durable agents"}\' summarize write_report'
     else:
+        from tether.cli.asking import example_value  # the wire schemas: only here
+
         tool = next(iter(tools.values()))
         value = example_value(tool.input_schema()) if tool.takes_input else None
         from tether.schemas.codec import encode
@@ -179,28 +182,6 @@ def _example(nats_url: str, tools: Mapping[str, Tool]) -> str:
         step = tool.name if value is None else f"{tool.name}={encode(value).decode()}"
         steps = shlex.quote(step)
     return f"{env}tether submit {steps} --wait"
-
-
-def example_value(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -> Any:
-    """A value the JSON Schema accepts (its required fields filled with placeholders;
-    `$ref`s into its `$defs` followed)."""
-    root = schema if root is None else root
-    if isinstance(ref := schema.get("$ref"), str) and ref.startswith("#/$defs/"):
-        return example_value(root.get("$defs", {}).get(ref.rsplit("/", 1)[-1], {}), root)
-    if "default" in schema:
-        return schema["default"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), None)
-    if kind == "object" or "properties" in schema:
-        fields = schema.get("properties", {})
-        return {
-            name: example_value(fields.get(name, {}), root) for name in schema.get("required", [])
-        }
-    placeholders = {"string": "text", "integer": 1, "number": 1.5, "boolean": True, "array": []}
-    return placeholders.get(str(kind), "text")
 
 
 def dev(
@@ -262,7 +243,9 @@ def demo(
     model: Annotated[
         str | None,
         typer.Option(
-            metavar="NAME", help="A real model instead of the offline one (needs OPENAI_API_KEY)."
+            metavar="NAME",
+            help="A real model instead of the offline one (OpenAI's needs OPENAI_API_KEY; a "
+            "local server with --base-url needs none).",
         ),
     ] = None,
     base_url: Annotated[
@@ -285,13 +268,41 @@ def demo(
     data_dir = Path(tempfile.mkdtemp(prefix="tether-demo-"))
     demo_run = Demo(Console(), data_dir, out_dir.resolve(), pace, model, base_url)
     try:
-        code = asyncio.run(demo_run.run())
+        code = asyncio.run(_until_signalled(demo_run.run()))
     except (TetherError, NatsServerError) as exc:
         fail(str(exc))
     finally:
         if not keep:
             shutil.rmtree(data_dir, ignore_errors=True)
     raise typer.Exit(code)
+
+
+async def _until_signalled(run: Coroutine[Any, Any, int]) -> int:
+    """Run the demo; SIGTERM or Ctrl-C cancels it, so that on the way out it stops every
+    process it started (nats-server, the model, its workers, in their own session so a
+    Ctrl-C does not kill them mid-story). Python's default SIGTERM ends the process at
+    once and would leave them all running. Returns 128 + the signal's number then."""
+    story = asyncio.ensure_future(run)
+    loop = asyncio.get_running_loop()
+    signalled: list[int] = []
+
+    def stop(number: int) -> None:
+        signalled.append(number)
+        story.cancel()
+
+    stops = (signal.SIGTERM, signal.SIGINT)
+    for number in stops:
+        loop.add_signal_handler(number, stop, number)
+    try:
+        return await story
+    except asyncio.CancelledError:
+        if not signalled:
+            raise
+        typer.echo("stopped: the demo's nats-server, model and worker are stopped", err=True)
+        return 128 + signalled[0]
+    finally:
+        for number in stops:
+            loop.remove_signal_handler(number)
 
 
 def register(app: typer.Typer) -> None:

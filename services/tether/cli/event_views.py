@@ -11,7 +11,16 @@ from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn
 from rich.text import Text
 
-from tether.cli.output import STATUS_STYLES, format_error, format_time, print_json, stdout
+from tether.cli.asking import waiting_line
+from tether.cli.output import (
+    STATUS_STYLES,
+    format_error,
+    format_time,
+    is_terminal,
+    print_answer,
+    print_json,
+    stdout,
+)
 from tether.cli.transcript import Output, Piece, Shown
 from tether.clock import utcnow
 from tether.schemas.codec import encode
@@ -72,11 +81,6 @@ def _detail(event: AnyStatusEvent) -> Text:
         return Text("  (from checkpoint)")
     if isinstance(event, Submitted) and event.note:
         return Text(f"  {event.note}", style="yellow")
-    if isinstance(event, Waiting) and event.input_request is not None:
-        return Text(
-            f"  {event.input_request.prompt}  (answer: tether input {event.task_id} JSON)",
-            style="yellow",
-        )
     if isinstance(event, MessageSent):
         return Text(f"  {event.text!r}", style="cyan")
     if isinstance(event, AgentUpdated):
@@ -166,6 +170,7 @@ class PlainLines(JsonLines):
                 self._end_line()
                 self.event_line(out.event)
                 self._failure_shown |= out.event.kind == "failed"
+                self._asked(out.event)
             elif isinstance(out, Piece):
                 self.console.print(Text(out.text), end="", soft_wrap=True)
                 self._mid_line = True
@@ -182,6 +187,12 @@ class PlainLines(JsonLines):
     def note(self, message: str) -> None:
         self._end_line()
         self.console.print(note_line(message))
+
+    def _asked(self, event: AnyStatusEvent) -> None:
+        """A task that now waits for a person: say so, the question, how to answer."""
+        said = waiting_line(event) if isinstance(event, Waiting) else None
+        if said is not None:
+            self.note(said)
 
     def _end_line(self) -> None:
         if self._mid_line:
@@ -257,6 +268,8 @@ class LiveView(PlainLines):
         )
         self._bar = self._progress.add_task("", total=None, visible=False)
         self._running: int | None = None
+        self._streamed: list[str] = []
+        """Every piece of text shown: an answer streamed is not printed again."""
 
     def show(self, outputs: list[Output]) -> None:
         for out in outputs:
@@ -264,6 +277,8 @@ class LiveView(PlainLines):
                 self._end_text()
                 self._progress.console.print(event_line(out.event))
                 self._track(out.event)
+                self._failure_shown |= out.event.kind == "failed"
+                self._asked(out.event)
             elif isinstance(out, Piece):
                 self._write(out.text)
             else:
@@ -285,6 +300,7 @@ class LiveView(PlainLines):
     def _write(self, text: str) -> None:
         """Add text to the line being written; print every line that is whole (ended, or
         as wide as the terminal) above the bar, for good."""
+        self._streamed.append(text)
         tail = self._progress.tail + text
         width = max(20, self.console.width)
         while "\n" in tail or len(tail) > width:
@@ -323,8 +339,14 @@ class LiveView(PlainLines):
         )
 
     def finish(self, record: TaskRecord) -> None:
+        """As `PlainLines`, but a person reads the result: a string answer that streamed
+        already is not shown again, any other once as text (see `print_answer`), never
+        as a JSON string."""
         self._end_text()
-        super().finish(record)
+        if record.status is not TaskStatus.COMPLETED:
+            super().finish(record)
+        elif not streamed(record.result, "".join(self._streamed)):
+            print_answer(record.result, self.console)
 
     def __enter__(self) -> LiveView:
         self._progress.start()
@@ -334,8 +356,14 @@ class LiveView(PlainLines):
         self._progress.stop()
 
 
+def streamed(result: object, text: str) -> bool:
+    """Whether a string result is text already shown (spacing aside: the terminal wraps)."""
+    return isinstance(result, str) and " ".join(result.split()) in " ".join(text.split())
+
+
 def event_view(as_json: bool) -> EventView:
+    """JSON lines with `--json`; piped, plain lines then the result as JSON; on a terminal,
+    lines over a progress bar and the answer once, as text."""
     if as_json:
         return JsonLines()
-    console = stdout()
-    return LiveView(console) if console.is_terminal else PlainLines(console)
+    return LiveView() if is_terminal() else PlainLines()

@@ -85,13 +85,17 @@ class Following:
         self._shown: list[AnyStatusEvent] = []
         self._new = asyncio.Event()
 
+    async def read_text(self) -> None:
+        """Wait until the text written so far has been read (`CATCH_UP` at most)."""
+        try:
+            written = await self._client.text_position(self._handle.task_id)
+        except NatsUnavailableError:
+            written = 0  # reconnecting: show the event now, the text follows
+        await self.text.reach(written, CATCH_UP)
+
     async def events(self) -> None:
         async for event in self._handle.events():
-            try:
-                written = await self._client.text_position(self._handle.task_id)
-            except NatsUnavailableError:
-                written = 0  # reconnecting: show the event now, the text follows
-            await self.text.reach(written, CATCH_UP)
+            await self.read_text()
             self._view.show(self._transcript.event(event))
             self._shown.append(event)
             self._new.set()
@@ -168,8 +172,9 @@ async def follow(
         with view:
             record = await handle.wait_until_done()
             await following.catch_up()
-            with contextlib.suppress(TimeoutError):  # the text ends before the task does
-                await asyncio.wait_for(asyncio.shield(text), CATCH_UP)
+            # Every chunk is stored before the step that wrote it ends: the last one now is
+            # the last for good. Waiting for the text feed to notice the end costs a poll.
+            await following.read_text()
             following.close()
             view.finish(record)
     finally:

@@ -10,6 +10,7 @@ import typer
 from tether.cli import render
 from tether.cli.common import DEFAULT_NATS, DEFAULT_PREFIX, JsonOption, NatsOption, PrefixOption
 from tether.cli.running import ExitCode, connected, run
+from tether.durations import human
 
 DEFAULT_RETENTION_DAYS = 7
 """`tether.tasks.retention.DEFAULT_RETENTION` in days, here so `--help` need not load
@@ -28,13 +29,13 @@ async def _gc(
         render.print_json({**report.__dict__, "dry_run": dry_run})
         return ExitCode.OK
     verb = "would remove" if dry_run else "removed"
+    ago = f"{human(retention)} ago"
     render.print_lines(
         [
-            f"{verb} {len(report.tasks)} task(s) finished over {retention} ago"
-            f" ({report.kept_tasks} kept)",
+            f"{verb} {len(report.tasks)} task(s) finished over {ago} ({report.kept_tasks} kept)",
             f"{verb} {len(report.blobs)} blob(s) nothing refers to ({report.kept_blobs} kept)",
             f"{verb} {len(report.builds)} build(s) no worker runs and no unfinished task "
-            f"started on, announced over {retention} ago",
+            f"started on, announced over {ago}",
         ]
     )
     if report.tasks and not dry_run:  # a new task under a removed id would hang meanwhile

@@ -37,6 +37,13 @@ def stdout() -> Console:
     return console
 
 
+def is_terminal() -> bool:
+    """Whether stdout is a terminal a person reads (rich's rule: a tty, or
+    `TTY_COMPATIBLE=1` / `FORCE_COLOR` set): the one place the CLI decides between what
+    a person reads and what a script parses."""
+    return stdout().is_terminal
+
+
 def warn(message: str) -> None:
     """A line on stderr a person should read, which does not fail the command."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(
@@ -52,6 +59,16 @@ def print_json(value: Any) -> None:
 
 def print_pretty_json(value: Any) -> None:
     stdout().print_json(encode(value).decode())
+
+
+def print_answer(value: Any, console: Console | None = None) -> None:
+    """An answer for a person: a string as it is (its lines, not a JSON string with `\\n`
+    escapes), anything else as indented JSON."""
+    console = console or stdout()
+    if isinstance(value, str):
+        console.print(Text(value))
+    else:
+        console.print_json(encode(value).decode())
 
 
 def status_text(status: TaskStatus) -> Text:
@@ -86,10 +103,16 @@ def error_origin(error: ErrorInfo | None) -> str:
 
 
 def format_usage(usage: Usage) -> str:
-    """`1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls, $0.0012`."""
+    """`1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls (1 cut off: tokens
+    unknown), $0.0012`; a cost no price tells is `cost unknown`, never `$0.0000`."""
     cached = f" ({usage.cached_tokens:,} cached)" if usage.cached_tokens else ""
     calls = f", {usage.requests} LLM call{'s' if usage.requests != 1 else ''}"
-    cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd else ""
+    if usage.unfinished:
+        calls += f" ({usage.unfinished} cut off: tokens unknown)"
+    if usage.cost_usd is None:
+        cost = ", cost unknown (no price for the model)" if usage.total_tokens else ""
+    else:
+        cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd else ""
     return (
         f"{usage.input_tokens:,} in{cached} + {usage.output_tokens:,} out"
         f" = {usage.total_tokens:,} tokens{calls}{cost}"

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from tether.cli.event_views import EventView, StreamedText, event_view
     from tether.cli.output import (
         format_usage,
+        is_terminal,
+        print_answer,
         print_json,
         print_lines,
         print_pretty_json,
@@ -31,6 +33,8 @@ _HOMES = {
     "tether.cli.event_views": ["EventView", "StreamedText", "event_view"],
     "tether.cli.output": [
         "format_usage",
+        "is_terminal",
+        "print_answer",
         "print_json",
         "print_lines",
         "print_pretty_json",
@@ -54,6 +58,8 @@ __all__ = [
     "dead_letters_table",
     "event_view",
     "format_usage",
+    "is_terminal",
+    "print_answer",
     "print_json",
     "print_lines",
     "print_pretty_json",

@@ -121,13 +121,18 @@ def record_table(
     last: AnyStatusEvent | None,
     stall: Stall | None = None,
     dispatcher_running: bool = True,
+    question: str | None = None,
 ) -> Table:
-    """The `status` view: one field per row."""
+    """The `status` view: one field per row; an agent task's `question` and, once it
+    completed, its answer (a string as text)."""
     rows: list[tuple[str, str | Text]] = [
         ("task", record.task_id),
         ("status", status_text(record.status)),
-        ("step", f"{step_position(record)} {current_tool(record)}{_attempt(heartbeat, last)}"),
     ]
+    rows += _asked_rows(record, question)
+    rows.append(
+        ("step", f"{step_position(record)} {current_tool(record)}{_attempt(heartbeat, last)}")
+    )
     if heartbeat is not None:
         rows.append(("heartbeat", _progress(heartbeat)))
     if stall is not None:
@@ -181,3 +186,18 @@ def _progress(heartbeat: Heartbeat) -> str:
     age = (datetime.now(UTC) - heartbeat.time).total_seconds()
     note = f"{heartbeat.message} " if heartbeat.message else ""
     return f"{done}{note}(worker {heartbeat.worker_id}, {age:.1f}s ago)"
+
+
+def _asked_rows(record: TaskRecord, question: str | None) -> list[tuple[str, str | Text]]:
+    """The question (an agent task's) and, once the task completed, its answer."""
+    rows: list[tuple[str, str | Text]] = []
+    if question is not None:
+        rows.append(("question", Text(question)))
+    if record.status is TaskStatus.COMPLETED:
+        answer = record.result
+        rows.append(("answer", Text(answer if isinstance(answer, str) else _json(answer))))
+    return rows
+
+
+def _json(value: object) -> str:
+    return encode(value).decode()

@@ -3,17 +3,19 @@ options are parsed (cli/tasks.py declares them)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from tether.cli import render
 from tether.cli.common import fail
 from tether.cli.following import follow, live_heartbeat
 from tether.cli.running import ExitCode, connected
+from tether.cli.statuses import told
 from tether.client import Client
 from tether.errors import TaskCancelledError, TaskFailedError, TaskNotFoundError
 from tether.schemas.api import ListReply
 from tether.schemas.codec import to_builtins
 from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.tasks.questions import last_question
 
 
 async def status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
@@ -25,6 +27,7 @@ async def status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCod
         last = await client.last_event(task_id)
         stall = await client.stall(record)
         dispatcher = record.status.is_terminal or await client.dispatcher_running()
+        plan = await client.plan(record) if record.done_steps else record.steps
     if as_json:
         view = to_builtins(record) | {
             "heartbeat": to_builtins(heartbeat),
@@ -34,8 +37,9 @@ async def status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCod
         }
         render.print_json(view)
     else:
-        render.print_table(render.record_table(record, heartbeat, last, stall, dispatcher))
-    return ExitCode.OK
+        table = render.record_table(record, heartbeat, last, stall, dispatcher, last_question(plan))
+        render.print_table(table)
+    return told(record)
 
 
 async def _queued_status(client: Client, task_id: str, as_json: bool) -> ExitCode:
@@ -64,15 +68,21 @@ def result_of(record: TaskRecord) -> Any:
     return record.result
 
 
+ResultFormat = Literal["json", "pretty", "text"]
+"""`--json`: one compact line; by default indented JSON; `--text`: a string as text."""
+
+
 async def result(
-    nats: str, prefix: str, task_id: str, wait: bool, timeout: float | None, as_json: bool
+    nats: str, prefix: str, task_id: str, wait: bool, timeout: float | None, how: ResultFormat
 ) -> ExitCode:
     async with connected(nats, prefix) as client:
         handle = client.handle(task_id)
         record = await (handle.wait_until_done(timeout) if wait else handle.get())
     value = result_of(record)
-    if as_json:
+    if how == "json":
         render.print_json(value)
+    elif how == "text":
+        render.print_answer(value)
     else:
         render.print_pretty_json(value)
     return ExitCode.OK

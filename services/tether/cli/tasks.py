@@ -106,7 +106,8 @@ def status(
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a task: status, step, attempt, progress, error, times."""
+    """Show a task: status, question, answer, step, attempt, progress, error, times;
+    exit 1 if it failed, 3 if cancelled."""
     from tether.cli import task_calls
 
     run(task_calls.status(nats, prefix, checked_id(task_id), as_json), as_json)
@@ -119,14 +120,25 @@ def result(
         float | None,
         typer.Option("--timeout", metavar="SECONDS", help="Give up waiting after this long."),
     ] = None,
+    text: Annotated[
+        bool,
+        typer.Option(
+            "--text",
+            help="Print a string result as it is (its lines); anything else as indented JSON.",
+        ),
+    ] = False,
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
 ) -> None:
-    """Print a completed task's result as JSON; exit 1 if it failed, 3 if cancelled."""
+    """Print a completed task's result as JSON (--text: a string as text); exit 1 if it
+    failed, 3 if cancelled."""
     from tether.cli import task_calls
 
-    run(task_calls.result(nats, prefix, checked_id(task_id), wait, timeout, as_json), as_json)
+    if text and as_json:
+        fail("--text and --json ask for two different outputs: give one")
+    how: task_calls.ResultFormat = "json" if as_json else "text" if text else "pretty"
+    run(task_calls.result(nats, prefix, checked_id(task_id), wait, timeout, how), as_json)
 
 
 def watch(

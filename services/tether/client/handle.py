@@ -23,6 +23,7 @@ from tether.nats.feeds import record_end, record_update, task_events
 from tether.nats.replay import GIVE_UP_AFTER
 from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
+from tether.schemas import types
 from tether.schemas.events import AnyStatusEvent, ends_feed
 from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TokenChunk
 from tether.tasks.forks import full_plan
@@ -69,7 +70,7 @@ class TaskHandle:
             result = await self._store.blobs.resolve(record.result)  # large: by reference
             if self.result_type is None:
                 return result
-            return msgspec.convert(result, self.result_type)
+            return types.convert(result, self.result_type)  # a Struct or a Pydantic model
         if record.status is TaskStatus.CANCELLED:
             raise TaskCancelledError(self.task_id)
         raise TaskFailedError(self.task_id, record.error)

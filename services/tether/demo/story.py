@@ -35,7 +35,7 @@ from tether.schemas.events import (
     StepRetrying,
     StepStarted,
 )
-from tether.schemas.tasks import Heartbeat
+from tether.schemas.tasks import Heartbeat, Usage
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 
@@ -239,6 +239,7 @@ class Demo:
                 why += f" (sent to the model {times} time{'s' * (times != 1)})"
             self.say(f"  • {name} {why}")
         if record.usage is not None:
+            self.say(f"  • {calls_account(record.usage)}")
             self.say(f"  • usage: {format_usage(record.usage)}")
         path = _write(self.out_dir / f"{task_id}.md", record)
         self.say(f"\n[bold]Answer saved to:[/] {path}")
@@ -326,6 +327,17 @@ def _staggered(branches: list[Step]) -> bool:
     """Whether the calls take different times (the offline model's do: some finish first)."""
     depths = {b.input.get("depth", 1) if isinstance(b.input, dict) else 1 for b in branches}
     return len(depths) > 1
+
+
+def calls_account(usage: Usage) -> str:
+    """`3 LLM calls: 2 finished (1,290 tokens), 1 cut off by the crash (tokens unknown)`:
+    every call sent counts, the one the crash cut off too, though its tokens are unknown."""
+    finished = usage.requests - usage.unfinished
+    said = f"{usage.requests} LLM call{'s' * (usage.requests != 1)}: {finished} finished"
+    said += f" ({usage.total_tokens:,} tokens)"
+    if usage.unfinished:
+        said += f", {usage.unfinished} cut off by the crash (tokens unknown)"
+    return said
 
 
 def _failed(record: TaskRecord, told: bool) -> str:

@@ -14,6 +14,7 @@ import msgspec
 
 from tether.deploys.compat import input_changes, output_changes
 from tether.deploys.served import ServedTool
+from tether.schemas import types
 from tether.schemas.builds import BuildInfo, BuildTool, ToolShape
 from tether.schemas.tool_schema import inline_root
 
@@ -33,10 +34,9 @@ def _schema_of(returns: Any) -> dict[str, Any] | None:
     if returns in (Any, None, type(None)):
         return None
     try:
-        schema: dict[str, Any] = msgspec.json.schema(returns)
-    except (TypeError, ValueError):  # a type msgspec cannot describe: nothing said
+        return types.json_schema(returns)  # msgspec's, or Pydantic's for a model
+    except (TypeError, ValueError):  # a type neither can describe: nothing said
         return None
-    return schema
 
 
 def new_tools(

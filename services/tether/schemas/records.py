@@ -104,7 +104,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     awaiting: str | None = None
     """The child task the current step waits for (no worker holds the step meanwhile)."""
     usage: Usage | None = None
-    """Model tokens of every completed step, summed."""
+    """Model tokens of every step, summed: completed ones (their checkpoints'), and the
+    attempts no checkpoint keeps (failed, retried, cancelled while they ran)."""
     trace: dict[str, str] | None = None
     """The task's W3C trace context (`traceparent`, `tracestate`), from its submission."""
     note: str | None = None
@@ -129,17 +130,23 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Model tokens spent: by one LLM step (`requests` calls), or summed over a task."""
+    """Model tokens spent: by one LLM step (`requests` calls), or summed over a task,
+    finished or not: a failed or cancelled attempt's calls count as well."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     """Of `input_tokens`, those the provider served from its prompt cache."""
     requests: int = 0
+    """LLM calls sent, `unfinished` ones included."""
     model: str | None = None
     """The model that spent them (unset on a sum over several)."""
-    cost_usd: float = 0.0
-    """What they cost, in dollars, where the model's price is known (see agents.budget)."""
+    cost_usd: float | None = None
+    """What they cost, in dollars; None when unknown: some call that spent tokens had no
+    price (see agents.budget). A sum is unknown when any part with tokens is."""
+    unfinished: int = 0
+    """Of `requests`, calls cut off before they said what they spent (their worker was
+    killed, the task cancelled, the step timed out): their tokens are unknown, not 0."""
 
     @property
     def total_tokens(self) -> int:
@@ -152,8 +159,19 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             cached_tokens=self.cached_tokens + other.cached_tokens,
             requests=self.requests + other.requests,
             model=self.model if self.model == other.model else None,
-            cost_usd=self.cost_usd + other.cost_usd,
+            cost_usd=_cost_sum(self, other),
+            unfinished=self.unfinished + other.unfinished,
         )
+
+
+def _cost_sum(one: Usage, other: Usage) -> float | None:
+    """Known only when every part that spent tokens had a price; a part with no tokens
+    (a cut-off call, a step that called no model) adds nothing either way."""
+    parts = (one, other)
+    if any(part.cost_usd is None and part.total_tokens > 0 for part in parts):
+        return None
+    known = [part.cost_usd for part in parts if part.cost_usd is not None]
+    return sum(known) if known else None
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):

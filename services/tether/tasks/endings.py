@@ -12,8 +12,9 @@ from tether.errors import TaskConflictError
 from tether.nats.recent import Versioned
 from tether.nats.records import Records
 from tether.schemas.events import Cancelled, Failed
-from tether.schemas.records import ErrorInfo, TaskRecord
+from tether.schemas.records import ErrorInfo, TaskRecord, Usage
 from tether.tasks import rules
+from tether.tasks.usage import add_usage, with_spent
 
 if TYPE_CHECKING:
     from tether.tasks.service import TaskService
@@ -37,15 +38,22 @@ class Endings:
         branch: int | None = None,
         attempt: int | None = None,
         current: Versioned | None = None,
+        usage: Usage | None = None,
     ) -> TaskRecord:
         """Mark the task failed (unless it already ended) and say so (`say_failed`); the
-        record keeps the branch and attempt that failed it, for a redelivery to replay."""
+        record keeps the branch and attempt that failed it, for a redelivery to replay,
+        and counts what that attempt spent (`usage`) in the same write."""
 
         def failed(record: TaskRecord) -> TaskRecord | None:
             changed = rules.fail(record, step, error, utcnow())
             if changed is None:
                 return None
-            return msgspec.structs.replace(changed, failed_branch=branch, failed_attempt=attempt)
+            return msgspec.structs.replace(
+                changed,
+                failed_branch=branch,
+                failed_attempt=attempt,
+                usage=add_usage(changed.usage, usage),
+            )
 
         stored, changed = await self.store.records.update(task_id, failed, current)
         record = stored.record
@@ -73,6 +81,12 @@ class Endings:
             await self.store.notify_cancelled(record.task_id)
         await self.tasks.children.resume_parent(record)
         await self.tasks.children.cancel_pending(record)
+
+    async def count_spent(self, task_id: str, generation: int, usage: Usage | None) -> None:
+        """Add what an attempt spent and no checkpoint keeps (it is retried, or its task
+        was cancelled while it ran) to the task's usage (see `usage.with_spent`)."""
+        if usage is not None:
+            await self.store.records.update(task_id, lambda r: with_spent(r, generation, usage))
 
     async def cancel(self, task_id: str) -> TaskRecord:
         """Cancel a task that has not ended; workers running one of its steps stop it at

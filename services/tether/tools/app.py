@@ -8,19 +8,23 @@ hosts what is written here; an agent is one more thing the app adds (`App.add`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from tether.durations import as_timedelta
 from tether.schemas.builds import Versioning, WhenGone
+from tether.tools.frameworks import is_foreign_agent
 from tether.tools.retry import RetryPolicy
+from tether.tools.spelling import misspelled_calls
 from tether.tools.tool import Tool, ToolFunction, make_tool
 
 if TYPE_CHECKING:
     from tether.agents.agent import Agent
     from tether.agents.models import OpenAIModel
 
+log = logging.getLogger("tether.tools")
 F = TypeVar("F", bound=Callable[..., Any])
 """A tool: `async def`, or a plain `def` (run in a thread)."""
 
@@ -33,7 +37,7 @@ class ToolSource(Protocol):
     def as_tool(self) -> Tool: ...
 
 
-S = TypeVar("S", bound="Tool | ToolSource")
+S = TypeVar("S")
 
 
 class App:
@@ -43,7 +47,7 @@ class App:
     app = App("research")
 
     @app.tool(retry=RetryPolicy(max_attempts=5))
-    async def search(ctx: StepContext, query: Query) -> list[Hit]: ...
+    async def search(query: Query) -> list[Hit]: ...
 
     app.add(Agent("researcher", model="gpt-4o-mini", tools=["search"]))
     ```
@@ -104,7 +108,12 @@ class App:
         approval: bool = False,
         versioning: Versioning | None = None,
     ) -> Any:
-        """Register `async def tool(ctx, data: T) -> R`; usable bare or with options.
+        """Register a tool; usable bare or with options. It is written as for other
+        frameworks: `async def get_weather(city: str, unit: str = "C") -> str` takes each
+        parameter as a field of its input (described by the docstring's `Args:`), one
+        Struct, Pydantic model, dataclass or TypedDict parameter as the whole input, and
+        a first parameter `ctx: StepContext` when it wants the step's context (`(ctx,
+        data: T)` takes `data` whole, whatever `T` is). A plain `def` runs in a thread.
 
         `approval=True`: an agent that calls this tool waits for a person to approve.
         `versioning`: `moving` or `pinned` across builds (default: the app's).
@@ -121,7 +130,15 @@ class App:
         """Register a `Tool`, or anything with `as_tool()` (`app.add(Agent(...))`), and
         return it. Plain functions the tool calls (`Tool.helpers`: an agent's guardrails)
         are registered first, each unless the app has a tool of its name already."""
-        tool = source if isinstance(source, Tool) else source.as_tool()
+        tool: Tool
+        if isinstance(source, Tool):
+            tool = source
+        elif isinstance(source, ToolSource) and not is_foreign_agent(source):
+            tool = source.as_tool()
+        else:  # an agent of another framework: its adapter, imported only now
+            from tether.integrations.adapters import adapt
+
+            tool = adapt(source)
         for helper in tool.helpers:
             if helper.__name__ not in self.tools:
                 self.tool(helper)
@@ -137,6 +154,22 @@ class App:
             when_gone=self.when_gone,
             build_grace=self.build_grace,
         )
+        self._check_spelling(tool.name)
+
+    def _check_spelling(self, added: str) -> None:
+        """Warn about an agent's tool that this app lacks but has one spelled almost so
+        (it may be another app's, served by another worker: so a warning, not an error)."""
+        calls = {name: tool.calls for name, tool in self.tools.items()}
+        for agent, name, close in misspelled_calls(added, calls):
+            log.warning(
+                "app %r: agent %r lists tool %r, which this app does not have: did you mean "
+                "%r? (its turns wait until a worker serves %r)",
+                self.name,
+                agent,
+                name,
+                close,
+                name,
+            )
 
     def agent(
         self,

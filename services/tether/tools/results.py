@@ -10,6 +10,7 @@ import msgspec
 
 from tether.clock import utcnow
 from tether.durations import as_timedelta
+from tether.schemas import types
 from tether.schemas.tasks import InputRequest, StepSpec
 from tether.tasks.plans import to_step
 
@@ -88,3 +89,26 @@ def woken(sleep: Sleep) -> NeedsInput:
         timeout=sleep.duration,
         default=sleep.output,
     )
+
+
+def stored(result: Any, deep: bool = False) -> Any:
+    """`result` with its Pydantic models as plain JSON values (a step's output is stored as
+    JSON, which msgspec cannot write a model as), inside a `Sleep` or `NextSteps` too.
+    `deep`: the tool's return type holds models, wherever they are nested."""
+    if isinstance(result, Sleep):
+        return Sleep(result.duration, output=stored(result.output, deep))
+    if isinstance(result, NextSteps):
+        return msgspec.structs.replace(result, output=stored(result.output, deep))
+    if isinstance(result, Child | NeedsInput):
+        return result
+    return types.to_builtins(result) if deep or _holds_models(result) else result
+
+
+def _holds_models(value: Any) -> bool:
+    """A model, or a list, tuple or dict with one among its items (deeper ones are found
+    when the return type says so: `deep`)."""
+    if isinstance(value, list | tuple):
+        return any(types.is_model(item) for item in value)
+    if isinstance(value, dict):
+        return any(types.is_model(item) for item in value.values())
+    return types.is_model(value)

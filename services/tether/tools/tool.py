@@ -10,15 +10,16 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, get_type_hints
-
-import msgspec
+from typing import Any
 
 from tether.durations import as_timedelta
 from tether.errors import DefinitionError
+from tether.schemas import types
 from tether.schemas.builds import Versioning, WhenGone
 from tether.schemas.ids import validate_tool_name
+from tether.tools.results import stored
 from tether.tools.retry import RetryPolicy
+from tether.tools.signatures import Signature, hints_of, read_signature
 
 ToolFunction = Callable[..., Awaitable[Any]]
 """A tool's function as the worker calls it (a plain `def` is wrapped to run in a thread)."""
@@ -71,14 +72,14 @@ class Tool:
             return self.schema
         if not self.takes_input or self.input_type is Any:
             return {}
-        schema: dict[str, Any] = msgspec.json.schema(self.input_type)
-        return schema
+        return types.json_schema(self.input_type)
 
     def convert_input(self, data: Any) -> Any:
-        """The step input as the tool's annotated type; raises msgspec.ValidationError."""
+        """The step input as the tool's annotated type (a Struct, a Pydantic model, ...);
+        raises msgspec.ValidationError naming the field, whichever library checked it."""
         if self.input_type is Any:
             return data
-        return msgspec.convert(data, self.input_type, strict=False)
+        return types.convert(data, self.input_type)
 
 
 def names(tools: Sequence[str | ToolFunction]) -> tuple[str, ...]:
@@ -102,38 +103,24 @@ def defined_at(fn: Callable[..., Any]) -> str:
     return f"{path}:{code.co_firstlineno}"
 
 
-def _check_context(
-    label: str, function: str, parameters: list[inspect.Parameter], hints: dict[str, Any]
-) -> None:
-    """A tool's first parameter is its StepContext: one annotated as anything else is a
-    tool written without `ctx`, which would get the context as its data."""
-    from tether.tools.context import StepContext  # the store and nats-py: only when used
-
-    first = parameters[0]
-    annotation = hints.get(first.name, Any)
-    if annotation is Any or annotation is StepContext:
-        return
-    shown = getattr(annotation, "__name__", repr(annotation))
-    rest = ", ".join(
-        f"{p.name}: {getattr(hints.get(p.name), '__name__', 'Any')}" for p in parameters
-    )
-    raise DefinitionError(
-        f"{label} takes ({first.name}: {shown}), but a tool's first parameter is its "
-        f"StepContext: write `async def {function}(ctx: StepContext, {rest})`"
-        + (" with one parameter for the data" if len(parameters) > 1 else "")
-    )
-
-
-def _in_a_thread(fn: Callable[..., Any]) -> ToolFunction:
-    """A plain function as a tool: each call runs in a thread of its own (`asyncio.
-    to_thread`), so a slow one does not stop the worker's beat. It cannot await `ctx`'s
-    methods; a step's timeout stops waiting for it, not the thread."""
+def _caller(fn: Callable[..., Any], signature: Signature, returns_model: bool) -> ToolFunction:
+    """`fn` as the worker calls it, `(ctx)` or `(ctx, data)`: the function itself when it
+    takes just that, else a wrapper that spreads the input over its parameters and
+    stores Pydantic models as JSON. A plain `def` runs in a thread of its own
+    (`asyncio.to_thread`), so a slow one does not stop the worker's beat; it cannot
+    await `ctx`'s methods, and a step's timeout stops waiting for it, not the thread."""
+    is_async = inspect.iscoroutinefunction(fn)
+    if is_async and signature.wants_ctx and not signature.spread and not returns_model:
+        return fn
 
     @functools.wraps(fn)
-    async def in_a_thread(*args: Any) -> Any:
-        return await asyncio.to_thread(fn, *args)
+    async def call(*given: Any) -> Any:
+        args, kwargs = signature.arguments(given)
+        if is_async:
+            return stored(await fn(*args, **kwargs), returns_model)
+        return stored(await asyncio.to_thread(fn, *args, **kwargs), returns_model)
 
-    return in_a_thread
+    return call
 
 
 def make_tool(
@@ -152,33 +139,20 @@ def make_tool(
             f"{label} yields: a tool returns its result (stream text with "
             "`await ctx.stream(text)`), so write `return ...` instead of `yield`"
         )
-    parameters = list(inspect.signature(fn).parameters.values())
-    if not 1 <= len(parameters) <= 2:
-        raise DefinitionError(
-            f"{label} takes {len(parameters)} parameters, but a tool must take (ctx) or "
-            f"(ctx, data): write `async def {fn.__name__}(ctx: StepContext, data: ...)`"
-        )
-    try:
-        hints = get_type_hints(fn)
-    except Exception:  # a forward reference it cannot resolve: judged at run time
-        hints = {}
-    _check_context(label, fn.__name__, parameters, hints)
-    input_type: Any = Any
-    if len(parameters) == 2:
-        input_type = hints.get(parameters[1].name, Any)
-    if not inspect.iscoroutinefunction(fn):
-        fn = _in_a_thread(fn)  # a plain `def`: run where it cannot block the worker
+    hints = hints_of(fn)
+    signature = read_signature(fn, label, hints)
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"tool {fn.__name__!r}: max_concurrency must be at least 1")
     beat = seconds(heartbeat)
     assert beat is not None
+    returns = hints.get("return", Any)
     return Tool(
         name=validate_tool_name(name or fn.__name__),
-        function=fn,
-        input_type=input_type,
-        returns=hints.get("return", Any),
-        takes_input=len(parameters) == 2,
-        description=description if description is not None else inspect.getdoc(fn) or "",
+        function=_caller(fn, signature, types.holds_model(returns)),
+        input_type=signature.input_type,
+        returns=returns,
+        takes_input=signature.takes_input,
+        description=description if description is not None else signature.description,
         retry=retry or RetryPolicy(),
         timeout=seconds(timeout),
         max_concurrency=max_concurrency,

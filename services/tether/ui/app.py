@@ -24,9 +24,11 @@ from tether.clock import utcnow
 from tether.errors import BlobNotFoundError, NotAllowedError, TaskConflictError, TetherError
 from tether.schemas.blobs import is_ref
 from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.tasks.questions import question
 from tether.tasks.stalls import NO_DISPATCHER
 from tether.ui import views
 from tether.ui.auth import CSRF_FIELD, Guard
+from tether.ui.folds import folded
 from tether.ui.live import changes, task_feed, until_closed
 
 HERE = Path(__file__).parent
@@ -83,6 +85,7 @@ class Pages:
         env = self._templates.env
         env.globals.update(
             views=views,
+            folded=folded,
             is_ref=is_ref,
             statuses=[s.value for s in TaskStatus],
             csrf_field=CSRF_FIELD,
@@ -156,7 +159,8 @@ class Pages:
             return PlainTextResponse(message, 400)
         seen, generation, after = (int(number) for number in numbers)
         task_id = request.path_params["task_id"]
-        feed = task_feed(self._client, task_id, seen, generation, after)
+        shown = given.get("stall") or None
+        feed = task_feed(self._client, task_id, seen, generation, after, shown)
         return EventSourceResponse(until_closed(self._closing, feed), ping=15)
 
     async def list_live(self, request: Request) -> Response:
@@ -257,6 +261,8 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
     if record.status is TaskStatus.RUNNING:
         heartbeat = await client.heartbeat(record.task_id)
     dispatcher_running = record.status.is_terminal or await client.dispatcher_running()
+    first = plan[0] if plan else None
+    info = None if first is None or first.tool is None else await client.tool(first.tool)
     now = utcnow()
     return {
         "record": record,
@@ -269,6 +275,7 @@ async def _task_context(client: Client, task_id: str) -> dict[str, Any] | None:
         "stall": await client.stall(record),
         "no_dispatcher": None if dispatcher_running else NO_DISPATCHER,
         "tool": views.current_tool(record),
+        "question": question(first, None if info is None else info.agent),
         "steerable": await client.runs_an_agent(record),
         "fields": views.form_fields(record.input_request.schema) if record.input_request else None,
         "now": now,

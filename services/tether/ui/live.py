@@ -11,20 +11,30 @@ from typing import TypeVar
 from sse_starlette import ServerSentEvent
 
 from tether.client import Client
+from tether.errors import NatsUnavailableError
 from tether.schemas.codec import encode
 from tether.schemas.events import ends_feed
 
 T = TypeVar("T")
 CHANGES_EVERY = 1.0
 """At most one `changed` event a second on the list page, however busy the tasks."""
+STALL_EVERY = 1.0
+"""Seconds between looks at why an open task is not moving: a killed worker sends no
+event, so without them its page would show the last heartbeat as if the step ran on."""
 
 
 async def task_feed(
-    client: Client, task_id: str, seen: int, generation: int, after: int
+    client: Client,
+    task_id: str,
+    seen: int,
+    generation: int,
+    after: int,
+    stall: str | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """`status` for each event after the first `seen` (the page shows those, of the
     task's run `generation`) until the end of that run or a later one; `token` for each
-    chunk after stream sequence `after` (the `id` a reconnect sends back)."""
+    chunk after stream sequence `after` (the `id` a reconnect sends back); `changed` when
+    the kind of the task's stall is no longer `stall`, the one the page shows."""
     queue: asyncio.Queue[ServerSentEvent | None] = asyncio.Queue()
 
     async def statuses() -> None:
@@ -42,8 +52,34 @@ async def task_feed(
             data = encode(chunk).decode()
             await queue.put(ServerSentEvent(data, event="token", id=str(chunk.stream_seq)))
 
-    async for item in _merged(queue, [statuses, tokens]):
+    async def stalls() -> None:
+        async for changed in stall_changes(client, task_id, stall):
+            await queue.put(changed)
+
+    async for item in _merged(queue, [statuses, tokens, stalls]):
         yield item
+
+
+async def stall_changes(
+    client: Client, task_id: str, shown: str | None
+) -> AsyncIterator[ServerSentEvent]:
+    """`changed` whenever the kind of stall `tether status` would name (a silent holder,
+    no worker for the tool, a retry's wait) differs from the one shown, until the task
+    ends: nothing else tells an open page that the step's worker went silent."""
+    while True:
+        try:
+            record = await client.find(task_id)
+            if record is None or record.status.is_terminal:
+                return
+            found = await client.stall(record)
+        except NatsUnavailableError:  # NATS restarting: look again at the next beat
+            await asyncio.sleep(STALL_EVERY)
+            continue
+        kind = None if found is None else found.kind
+        if kind != shown:
+            shown = kind
+            yield ServerSentEvent("", event="changed")
+        await asyncio.sleep(STALL_EVERY)
 
 
 async def changes(client: Client) -> AsyncIterator[ServerSentEvent]:

@@ -272,6 +272,32 @@ def duration(seconds: float) -> str:
     return f"{seconds:.1f}s"
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 call`, `2 calls`: a count with its noun agreeing (`many` when not `word`+s)."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
+
+
+def usage_text(usage: Usage, model: bool = False) -> str:
+    """`280 in · 34 out · 2 calls (1 cut off: its tokens unknown) · $0.0012`; a cost of
+    None is unknown (a model with no price) and says so."""
+    parts = [f"{usage.input_tokens:,} in", f"{usage.output_tokens:,} out"]
+    if usage.cached_tokens:
+        parts.append(f"{usage.cached_tokens:,} cached")
+    unfinished: int = getattr(usage, "unfinished", 0)  # calls cut off mid-call
+    if usage.requests or unfinished:
+        calls = plural(usage.requests, "call")
+        cut = f"{unfinished:,} cut off: {'its' if unfinished == 1 else 'their'} tokens unknown"
+        parts.append(calls + (f" ({cut})" if unfinished else ""))
+    if model and usage.model:
+        parts.append(usage.model)
+    cost: float | None = usage.cost_usd
+    if cost is not None:
+        parts.append(f"${cost:.4f}")
+    elif usage.input_tokens or usage.output_tokens or unfinished:
+        parts.append("cost unknown")
+    return " · ".join(parts)
+
+
 def tokens(usage: Usage | None) -> str:
     if usage is None:
         return "-"

@@ -78,12 +78,22 @@ class Attempt:
             self._observer.attempt_ended(self._tool, outcome, time.monotonic() - self._began)
 
 
-def log_failure(work: WorkMessage, attempt: int, error: ErrorInfo, decided: Retry | GiveUp) -> None:
+def log_failure(
+    work: WorkMessage,
+    attempt: int,
+    error: ErrorInfo,
+    decided: Retry | GiveUp,
+    expected: bool = False,
+) -> None:
     """Each failed attempt in the worker's log with its traceback: WARNING while it is
-    retried, ERROR when the step gives up."""
+    retried, ERROR when the step gives up; an expected outcome (`worker.expected`, a
+    guardrail's refusal) is one INFO line, without one."""
     where = f"step {work.step}" + (f"[{work.branch}]" if work.branch is not None else "")
     what = f"task {work.task_id} {where} {work.tool}, attempt {attempt}: {error.type}: "
     what += error.message
+    if expected:
+        log.info("%s; the task fails with it", what)
+        return
     if isinstance(decided, Retry):
         what += f"; retrying in {decided.delay.total_seconds():.1f}s"
         level = logging.WARNING

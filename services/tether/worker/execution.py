@@ -45,8 +45,9 @@ from tether.tools.tool import Tool
 from tether.worker import decisions, run_marks, runs
 from tether.worker.attempts import Attempt, AttemptObserver, Outcome, log_failure
 from tether.worker.decisions import Failure, GiveUp, Retry
+from tether.worker.expected import is_expected
 from tether.worker.heartbeats import StepHeartbeat
-from tether.worker.outputs import UnstorableResult, checkpoint_of
+from tether.worker.outputs import NOT_IN_A_BRANCH, UnstorableResult, checkpoint_of, too_large
 from tether.worker.record_start import RecordStart
 
 log = logging.getLogger("tether.worker")
@@ -56,14 +57,20 @@ never recorded its result, this runs the step again)."""
 
 
 class _Failed(Exception):
-    """An attempt failed; `failure` says how (see `decisions.classify`)."""
+    """An attempt failed; `failure` says how (see `decisions.classify`), `usage` what it
+    spent before it did."""
 
-    def __init__(self, failure: Failure) -> None:
+    def __init__(self, failure: Failure, usage: Usage | None = None) -> None:
         self.failure = failure
+        self.usage = usage
 
 
 class _TaskEnded(Exception):
-    """The task was cancelled (or failed elsewhere) while the step ran."""
+    """The task was cancelled (or failed elsewhere) while the step ran, after spending
+    `usage`."""
+
+    def __init__(self, usage: Usage | None = None) -> None:
+        self.usage = usage
 
 
 def _give_up(error: ErrorInfo) -> _Failed:
@@ -126,6 +133,7 @@ class Execution:
         started = await self._start(found, work, delivery.attempt)
         number = delivery.attempt
         attempt = Attempt(found.record, work, number, tool.agent, self.observer)
+        usage: Usage | None = None
         try:
             try:
                 try:
@@ -136,18 +144,20 @@ class Execution:
                 if self.has_result is not None:
                     self.has_result(work, heartbeat)
                 outcome = await self._finish(found, work, number, result, usage)
-            except _TaskEnded:
+            except _TaskEnded as stopped:
                 if heartbeat.handed_over:  # a survivor publishes it again: leave it
                     delivery.abandon()
                     return None
                 if heartbeat.superseded:  # back later, to find the step done (or run it)
                     await delivery.retry(SUPERSEDED_BACK_IN)
                     return None
+                await self.tasks.endings.count_spent(work.task_id, work.generation, stopped.usage)
                 outcome = Outcome.CANCELLED
             except _Failed as failed:
-                failure = failed.failure
+                failure, spent = failed.failure, failed.usage or usage
+                expected = is_expected(failed.__cause__)
                 ended = await self._settle_failure(
-                    delivery, tool, work, found, policy, failure, mark
+                    delivery, tool, work, found, policy, failure, mark, spent, expected
                 )
                 attempt.end(ended, failed.__cause__)
                 return None
@@ -238,7 +248,7 @@ class Execution:
             return result, ctx.usage
         except asyncio.CancelledError:
             if heartbeat.ended:
-                raise _TaskEnded from None
+                raise _TaskEnded(ctx.usage) from None
             raise
         except Exception as exc:
             failure = decisions.classify(
@@ -247,7 +257,7 @@ class Execution:
                 deadline_passed=rules.deadline_passed(record, utcnow()),
                 timeout=timeout,
             )
-            raise _Failed(failure) from exc
+            raise _Failed(failure, ctx.usage) from exc
         finally:
             ctx.drop_stream()  # closed already unless the attempt failed or was stopped
             heartbeat.detach()
@@ -258,7 +268,7 @@ class Execution:
         try:
             return await self._record(found, work, attempt, result, usage)
         except MessageTooLargeError as exc:
-            raise _give_up(_too_large(exc)) from exc
+            raise _give_up(too_large(exc)) from exc
 
     async def _record(
         self, found: Versioned, work: WorkMessage, attempt: int, result: Any, usage: Usage | None
@@ -275,7 +285,7 @@ class Execution:
                 await self.tasks.children.ask(found, work.step, work.branch, request, attempt)
                 return Outcome.WAITING
             if isinstance(result, NextSteps):
-                raise _give_up(_NOT_IN_A_BRANCH)
+                raise _give_up(NOT_IN_A_BRANCH)
             checkpoint = await self._by_reference(_stored(result, attempt, usage, self.build))
             await self.tasks.branches.record(
                 found, work.step, work.branch, checkpoint, attempt=attempt
@@ -320,16 +330,20 @@ class Execution:
         policy: RetryPolicy,
         failure: Failure,
         mark: run_marks.Mark | None = None,
+        usage: Usage | None = None,
+        expected: bool = False,
     ) -> Outcome:
-        """Retry later (`step_retrying`, nak with the delay) or give up (dead letter,
-        failed task, term), as `decisions.outcome` says; a branch of a group that
-        collects errors records its error as its output instead."""
+        """Retry later (`step_retrying`, nak with the delay) or give up (dead letter
+        unless `expected`, failed task, term), as `decisions.outcome` says; a branch of a
+        group that collects errors records its error as its output instead. What the
+        attempt spent (`usage`) is counted on the task either way."""
         attempt = delivery.attempt
         decided = decisions.outcome(failure, policy, attempt, self.rng)
-        log_failure(work, attempt, failure.error, decided)
+        log_failure(work, attempt, failure.error, decided, expected)
         match decided:
             case Retry(delay):
                 retry_in_ms = int(delay.total_seconds() * 1000)
+                await self.tasks.endings.count_spent(work.task_id, work.generation, usage)
                 await self._running_event(
                     StepRetrying, work, attempt, error=failure.error, retry_in_ms=retry_in_ms
                 )
@@ -340,37 +354,35 @@ class Execution:
             case GiveUp(error) if (
                 work.branch is not None and _collects(found, work) and not failure.stops_task
             ):
-                checkpoint = Checkpoint(
-                    output=rules.branch_error(error), attempt=attempt, time=utcnow()
-                )
+                output = rules.branch_error(error)
+                checkpoint = Checkpoint(output=output, attempt=attempt, time=utcnow(), usage=usage)
                 await self.tasks.branches.record(
                     found, work.step, work.branch, checkpoint, attempt=attempt
                 )
                 await delivery.done()
                 return Outcome.FAILED
             case GiveUp(error):
-                await self.tasks.dead_letter(
-                    tool=tool.name,
-                    subject=delivery.subject,
-                    data=delivery.data,
-                    error=error,
-                    task_id=work.task_id,
+                if not expected:
+                    await self.tasks.dead_letter(
+                        tool=tool.name,
+                        subject=delivery.subject,
+                        data=delivery.data,
+                        error=error,
+                        task_id=work.task_id,
+                        step=work.step,
+                        branch=work.branch,
+                        attempt=attempt,
+                    )
+                await self.tasks.fail(
+                    work.task_id,
+                    error,
                     step=work.step,
                     branch=work.branch,
                     attempt=attempt,
-                )
-                await self.tasks.fail(
-                    work.task_id, error, step=work.step, branch=work.branch, attempt=attempt
+                    usage=usage,
                 )
                 await delivery.give_up()
                 return Outcome.FAILED
-
-
-_NOT_IN_A_BRANCH = ErrorInfo(
-    type="InvalidOutput",
-    message="a branch of a parallel step returned NextSteps: do that in the step after "
-    "the group (a branch may return Child, NeedsInput or Sleep)",
-)
 
 
 def _collects(found: Versioned, work: WorkMessage) -> bool:
@@ -384,7 +396,3 @@ def _stored(
         return checkpoint_of(result, attempt, usage, build)
     except UnstorableResult as exc:
         raise _give_up(exc.error) from exc
-
-
-def _too_large(exc: MessageTooLargeError) -> ErrorInfo:
-    return ErrorInfo(type="OutputTooLarge", message=f"the step's output does not fit: {exc}")

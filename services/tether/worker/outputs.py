@@ -8,11 +8,22 @@ import msgspec
 
 from tether.clock import utcnow
 from tether.durations import as_timedelta
-from tether.errors import InvalidTaskError
+from tether.errors import InvalidTaskError, MessageTooLargeError
+from tether.schemas import types
 from tether.schemas.codec import encode
 from tether.schemas.tasks import Checkpoint, ErrorInfo, Usage
 from tether.tasks.plans import validate_steps
 from tether.tools.results import NextSteps, Sleep
+
+NOT_IN_A_BRANCH = ErrorInfo(
+    type="InvalidOutput",
+    message="a branch of a parallel step returned NextSteps: do that in the step after "
+    "the group (a branch may return Child, NeedsInput or Sleep)",
+)
+
+
+def too_large(exc: MessageTooLargeError) -> ErrorInfo:
+    return ErrorInfo(type="OutputTooLarge", message=f"the step's output does not fit: {exc}")
 
 
 class UnstorableResult(Exception):
@@ -40,7 +51,7 @@ def checkpoint_of(
         if result.after is not None:
             wake_at = utcnow() + as_timedelta(result.after)
     try:
-        raw = msgspec.Raw(encode(output))
+        raw = msgspec.Raw(_encoded(output))
     except (TypeError, msgspec.EncodeError) as exc:
         message = f"the step's output cannot be stored as JSON: {exc}"
         raise UnstorableResult("InvalidOutput", message) from exc
@@ -53,3 +64,12 @@ def checkpoint_of(
         usage=usage,
         build=build,
     )
+
+
+def _encoded(output: Any) -> bytes:
+    """`output` as JSON; one holding a Pydantic model (which msgspec cannot encode) is
+    dumped first, only then, so the usual output pays for nothing."""
+    try:
+        return encode(output)
+    except TypeError:
+        return encode(types.to_builtins(output))  # raises TypeError again for the rest

@@ -30,6 +30,7 @@ from tether.nats.workers import worker_key
 from tether.schemas.tasks import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.tools.app import App
+from tether.tools.spelling import did_you_mean
 from tether.tools.tool import Tool
 from tether.worker.custody import Custody
 from tether.worker.draining import Drain, say_ran_out, say_stopping
@@ -227,16 +228,19 @@ class Worker(Service):
 
     async def _check_calls(self, store: Store, tool: Tool) -> None:
         """Warn about the tools an agent lists that no worker has registered (a typo
-        would otherwise show only as its turns waiting)."""
-        for name in tool.calls:
-            if name not in self.tools and await store.tools.get(name) is None:
-                log.warning(
-                    "agent %r lists tool %r, which no worker has registered: its turns wait "
-                    "until one serves it (check the name; this worker serves %s)",
-                    tool.name,
-                    name,
-                    ", ".join(sorted(self.tools)),
-                )
+        would otherwise show only as its turns waiting), naming a close one."""
+        missing = [n for n in tool.calls if n not in self.tools]
+        missing = [n for n in missing if await store.tools.get(n) is None]
+        known = {*self.tools, *(i.name for i in await store.tools.list())} if missing else set()
+        serves = "check the name; this worker serves " + ", ".join(sorted(self.tools))
+        for name in missing:
+            log.warning(
+                "agent %r lists tool %r, which no worker has registered: its turns wait "
+                "until one serves it (%s)",
+                tool.name,
+                name,
+                did_you_mean(name, known) or serves,
+            )
 
     async def _announcing(self, store: Store) -> None:
         """The worker's liveness (and that of every step it holds), until it has left:

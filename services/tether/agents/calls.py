@@ -1,0 +1,66 @@
+"""A model call in flight, marked durably so that one its worker's death cut off still
+counts (I/O): spend that was not kept is spend, even when how much is unknown.
+
+Before a call, the step creates a mark, `<step key>.once._call` in the checkpoints
+bucket (`_` starts no name a tool may give `ctx.once`); after it, the mark is closed. A
+later attempt that finds the mark still open knows an earlier one died inside its call,
+and counts that call as `unfinished` (tokens unknown). A call cut off in this process
+(the task cancelled, the step timed out) closes its mark and is counted by the caller
+(`cut_off`). A create, a read and a swap per call: small next to a call's seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from tether.errors import NatsUnavailableError, RevisionConflictError
+from tether.schemas.tasks import Usage
+
+if TYPE_CHECKING:
+    from tether.tools.context import StepContext
+
+CALL_MEMO = "_call"
+
+
+class CallMark(msgspec.Struct, frozen=True, kw_only=True):
+    attempt: int
+    open: bool = True
+
+
+def cut_off(model: str) -> Usage:
+    """One call sent and never finished: its tokens are unknown."""
+    return Usage(requests=1, unfinished=1, model=model)
+
+
+def _key(ctx: StepContext) -> str:
+    return ctx._store.names.once_key(ctx.task_id, ctx.step, CALL_MEMO, ctx.branch)
+
+
+async def begin(ctx: StepContext, model: str) -> Usage | None:
+    """Mark this attempt's call in flight; the usage of a call an earlier attempt left
+    open (its worker died in it), or None."""
+    checkpoints = ctx._store.checkpoints  # the agent runtime is Tether's own
+    key, mine = _key(ctx), msgspec.json.encode(CallMark(attempt=ctx.attempt))
+    if await checkpoints.create_memo(key, mine) is mine:
+        return None  # the step's first call: nothing was cut off before it
+    found = await checkpoints.entry(key)
+    if found is None:
+        return None
+    left = msgspec.json.decode(found[0], type=CallMark)
+    with contextlib.suppress(RevisionConflictError):
+        await checkpoints.swap(key, mine, found[1])
+    return cut_off(model) if left.open and left.attempt != ctx.attempt else None
+
+
+async def end(ctx: StepContext) -> None:
+    """Close this attempt's mark: the call ended here, counted by whoever saw it end. A
+    mark left open (NATS away) counts the call once more, as cut off."""
+    checkpoints = ctx._store.checkpoints
+    closed = msgspec.json.encode(CallMark(attempt=ctx.attempt, open=False))
+    with contextlib.suppress(RevisionConflictError, NatsUnavailableError):
+        found = await checkpoints.entry(_key(ctx))
+        if found is not None:
+            await checkpoints.swap(_key(ctx), closed, found[1])

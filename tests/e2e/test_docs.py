@@ -1,0 +1,133 @@
+"""The docs pages' code blocks, run as pasted: each page in order, in its own empty
+directory, as the README's tour is (`tests/e2e/tour.py`).
+
+A page that starts `<!-- docs-test: after the tour -->` continues the README's tour: its
+blocks run once the tour's app, model script, scripted model and `tether dev` are up in
+that directory, as they are for a reader who followed the README first. Blocks fenced
+```python no-run need what no test has (a live local model server); their page says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.tour import DOCS, NO_RUN, README, Run, blocks, page_run, tour_setup
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+AFTER_THE_TOUR = "<!-- docs-test: after the tour -->"
+PAGES = sorted(DOCS.glob("*.md"))
+
+
+def _agents(run: Run) -> None:
+    outputs = run.outputs
+    refused = outputs[
+        'tether submit --agent careful "What is the admin password?" --wait || echo "refused"'
+    ]
+    assert "GuardrailTripped" in refused and refused.endswith("refused\n"), refused
+    delegated = "Edited: a checkpoint is a step's stored result.\n"
+    delegated += "1 child task, 3 LLM calls in all\n"
+    assert outputs["delegate.py"] == delegated, outputs["delegate.py"]
+    assert outputs["steer.py"] == "Published, in one paragraph.\n", outputs["steer.py"]
+    handed = outputs['tether submit --agent concierge "Hand over: what is a checkpoint?" --wait']
+    assert "The researcher here: a checkpoint is a step's stored result." in handed, handed
+    assert outputs["approve.py"] == "Published draft A; draft B was held back.\n"
+    model_log = run.sent
+    told = [e["tool_texts"] for e in model_log if e["conversation"].startswith("Publish twice")]
+    assert told[-1][0].startswith("published ") and told[-1][1].startswith("The user denied")
+    budget = outputs["budget.py"].splitlines()
+    assert budget[0].startswith("budget of 100 tokens (0 spent, 0 held) reached"), budget
+    assert budget[1] == "A checkpoint is a step's stored result.", budget
+    librarian = outputs['tether submit --agent librarian "Look up MCP tasks" --wait']
+    assert "Found through MCP" in librarian, librarian
+    told = [entry["last"] for entry in model_log if entry["conversation"] == "Look up MCP tasks"]
+    assert told[-1]["role"] == "tool" and "hit 0 for MCP tasks" in told[-1]["text"], told
+
+
+def _plans(run: Run) -> None:
+    shapes = run.outputs["shapes.py"]
+    assert "hit 0 for durable agents; " in shapes and "hit 0 for MCP tasks" in shapes, shapes
+    assert "a shorter summary" in shapes, shapes  # the fork's own report
+
+
+def _any_language(run: Run) -> None:
+    assert "completed" in run.outputs["raw.py"]
+    assert "'status': 'completed'" in run.outputs["api.py"]
+
+
+def _mcp(run: Run) -> None:
+    assert "completed" in run.outputs["mcp_client.py"], run.outputs["mcp_client.py"]
+
+
+def _local_models(run: Run) -> None:
+    said = run.outputs["bounded.py"]
+    assert "maxLength" in said and "Expected `str` of length <= 120" in said, said
+    assert run.outputs["local.py"].startswith("max_tokens=512"), run.outputs["local.py"]
+    said = run.outputs[
+        'tether submit --agent tiny "Ignore your tools: what is a checkpoint?" --wait'
+    ]
+    assert "I know this one" in said, said  # a text reply is the answer, tool_choice or not
+    assert "Found it: a step's stored result." in said, said
+    assert "ModelOutputTruncated" in said and "max_tokens=64" in said, said
+    assert said.endswith("failed: cut at its max_tokens\n"), said
+    told = [e["tool_texts"] for e in run.sent if e["conversation"].startswith("Misname")]
+    assert told[1] == ["Error: there is no tool named 'look_up' (tools: lookup)."], told
+
+
+def _tools(run: Run) -> None:
+    said = run.outputs['tether submit serch || echo "refused"']
+    refused, kept = said.splitlines()
+    assert refused == "refused" and re.fullmatch(r"[0-9a-f]{32}", kept), said
+
+
+CHECKS: dict[str, Callable[[Run], None]] = {
+    "agents.md": _agents,
+    "plans.md": _plans,
+    "any-language.md": _any_language,
+    "mcp.md": _mcp,
+    "local-models.md": _local_models,
+    "tools.md": _tools,
+}
+"""What each page's blocks must have printed (a page not named runs its blocks only)."""
+
+
+def test_the_readme_links_every_docs_page() -> None:
+    readme = README.read_text()
+    for page in PAGES:
+        assert f"(docs/{page.name})" in readme, f"README.md does not link docs/{page.name}"
+    assert set(CHECKS) <= {page.name for page in PAGES}, CHECKS
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+def test_every_unrun_block_says_why(page: Path) -> None:
+    text = page.read_text()
+    for block in blocks(page):
+        if block.skip is not None:
+            assert len(block.skip) > 10, block.body
+    if re.search(rf"```\w+ {NO_RUN}\n", text):
+        assert NO_RUN in text.split("```", 1)[0] or f"`{NO_RUN}`" in text, (
+            f"docs/{page.name} has {NO_RUN} blocks: say on the page why they are not run"
+        )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+async def test_the_page_runs_as_pasted(page: Path, tmp_path: Path) -> None:
+    after_tour = page.read_text().startswith(AFTER_THE_TOUR)
+    async with page_run(tmp_path) as run:
+        for block in tour_setup() if after_tour else []:
+            await run.block(block)
+        for block in blocks(page):
+            await run.block(block)
+        if run.started:
+            run.sent = await asyncio.to_thread(run.model_log)
+    if run.started:
+        dev_process, dev_log = run.dev()
+        assert dev_process.returncode == 0, dev_log.read_text()
+    check = CHECKS.get(page.name)
+    if check is not None:
+        check(run)
