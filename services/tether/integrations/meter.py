@@ -1,0 +1,103 @@
+"""A foreign agent's model calls, counted on the task and bounded by its tree's budget
+(I/O), as Tether's own agents' are (`agents.spending`): a call reserves its input and
+the most it may answer before it is sent, and that most goes to the model as its
+`max_tokens`, so a call cannot spend past the budget; it then settles at what it spent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tether.agents import answer_caps
+from tether.agents.budget import (
+    DEFAULT_OUTPUT_CAP,
+    BudgetExceeded,
+    Ledger,
+    TreeBudget,
+    cost,
+    price_of,
+    tree_root,
+)
+from tether.schemas.tasks import Usage
+
+if TYPE_CHECKING:
+    from tether.integrations.adapters import RunInput
+    from tether.tools.context import StepContext
+
+CHARS_PER_TOKEN = 3
+"""How generously a call's input is estimated from its JSON (as `budget.worst_case`)."""
+
+
+@dataclass
+class Meter:
+    """The budget of one run's tree, and what its calls spent in this attempt."""
+
+    ctx: StepContext
+    tree: TreeBudget | None = None
+    calls: int = 0
+    spent: list[Usage] = field(default_factory=list)
+
+    @classmethod
+    async def open(cls, ctx: StepContext, run: RunInput) -> Meter:
+        """The run's meter; a root run that asks for a budget opens its tree's ledger."""
+        root = ctx.task_id if ctx.parent is None else await tree_root(ctx)
+        tree = TreeBudget(ctx, root)
+        if ctx.parent is None and (run.token_budget or run.cost_budget):
+            await tree.open(run.token_budget, run.cost_budget)
+        return cls(ctx, tree)
+
+    async def reserve(self, model: str, sent_chars: int, asked: int | None) -> int | None:
+        """Hold call's input (`sent_chars` of JSON) and the most it may answer (`asked`,
+        else `DEFAULT_OUTPUT_CAP`); the `max_tokens` to send (None: no budget). Raises
+        BudgetExceeded when not even a short answer fits."""
+        self.calls += 1
+        if self.tree is None or (found := await self.tree.read()) is None:
+            return None
+        price = price_of(model)
+        sent = sent_chars // CHARS_PER_TOKEN + 1
+        want = asked or DEFAULT_OUTPUT_CAP
+        key = self._key()
+        capped: list[int] = []
+
+        def held(ledger: Ledger) -> Ledger | None:
+            cap = answer_caps.answer_cap(ledger, key, sent, want, price)
+            if cap is None:
+                return None
+            capped[:] = [cap]
+            return ledger.reserve(key, sent + cap, answer_caps.cost(sent, cap, price))
+
+        if await self.tree.change(held) is None:
+            spent = answer_caps.short(found[0], sent, price)
+            raise BudgetExceeded(
+                f"the task's budget is spent: {spent.ledger.short(spent.tokens, spent.usd)}"
+            )
+        self.tree.held = True
+        return capped[0]
+
+    async def settle(self, usage: Usage) -> None:
+        """The call ended: count what it spent on the task and in the tree's ledger."""
+        price = price_of(usage.model or "")
+        if price is not None and usage.cost_usd is None:
+            usage = Usage(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cached_tokens=usage.cached_tokens,
+                requests=usage.requests,
+                model=usage.model,
+                cost_usd=cost(usage, price),
+            )
+        self.ctx.add_usage(usage)
+        self.spent.append(usage)
+        if self.tree is not None and self.tree.held:
+            key, tokens, usd = self._key(), usage.total_tokens, usage.cost_usd or 0.0
+            await self.tree.change(lambda ledger: ledger.settle(key, tokens, usd))
+
+    async def release(self) -> None:
+        """The call failed before it spent anything we know of."""
+        if self.tree is not None and self.tree.held:
+            key = self._key()
+            await self.tree.change(lambda ledger: ledger.release(key))
+
+    def _key(self) -> str:
+        return f"{self.ctx.idempotency_key}.c{self.calls}"

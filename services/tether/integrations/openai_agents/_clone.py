@@ -1,0 +1,101 @@
+"""A durable copy of an agent graph: the user's agents are left as they are; the copies'
+function tools are units of the journal and their models durable. Handoffs (agents or
+`handoff(...)` objects) lead to copies too."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+from agents import Agent, FunctionTool, Handoff, Model, RunContextWrapper
+from agents.tool_context import ToolContext
+from pydantic_core import to_jsonable_python
+
+from tether.integrations.openai_agents import _scope
+from tether.integrations.openai_agents._model import DurableModel
+
+T = TypeVar("T", bound=FunctionTool)
+IDEMPOTENT = "_tether_idempotent"
+
+
+def idempotent(tool: T) -> T:
+    """Mark a function tool safe to run again: it is not journaled, so a replay runs it
+    again (a read, a lookup) instead of storing its output."""
+    setattr(tool, IDEMPOTENT, True)
+    return tool
+
+
+def durable(agent: Agent[Any], seen: dict[int, Agent[Any]] | None = None) -> Agent[Any]:
+    """`agent` and what it hands off to, copied with durable models and tools."""
+    seen = {} if seen is None else seen
+    if id(agent) in seen:
+        return seen[id(agent)]
+    model = agent.model
+    if isinstance(model, Model) and not isinstance(model, DurableModel):
+        model = DurableModel(model, getattr(model, "model", None) or type(model).__name__)
+    copy = agent.clone(model=model, tools=[_tool(t) for t in agent.tools])
+    seen[id(agent)] = copy
+    copy.handoffs = [_handoff(h, seen) for h in agent.handoffs]
+    return copy
+
+
+def _handoff(target: Agent[Any] | Handoff[Any, Any], seen: dict[int, Agent[Any]]) -> Any:
+    if isinstance(target, Agent):
+        return durable(target, seen)
+    invoke = target.on_invoke_handoff
+
+    async def on_invoke_handoff(context: RunContextWrapper[Any], arguments: str) -> Any:
+        return durable(await invoke(context, arguments), seen)
+
+    return dataclasses.replace(target, on_invoke_handoff=on_invoke_handoff)
+
+
+def _tool(tool: Any) -> Any:
+    if not isinstance(tool, FunctionTool) or getattr(tool, IDEMPOTENT, False):
+        return tool
+    invoke = tool.on_invoke_tool
+    agent_tool = bool(getattr(tool, "_is_agent_tool", False))
+
+    async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
+        scope = _scope.current.get()
+        if scope is None or scope.journal is None:
+            return await invoke(context, arguments)
+        ran = []
+
+        async def body() -> dict[str, Any]:
+            ran.append(True)
+            await scope.ctx.progress(message=f"calling {tool.name}")
+            if not agent_tool:
+                return {"output": _json(await invoke(context, arguments))}
+            # A sub-agent's calls run live inside this one unit: journaled one by one they
+            # would take places a replay of the whole unit does not take.
+            spent = (await scope.metered()).spent
+            before = len(spent)
+            token = _scope.current.set(dataclasses.replace(scope, journal=None))
+            try:
+                output = await invoke(context, arguments)
+            finally:
+                _scope.current.reset(token)
+            usage = _scope.summed(spent[before:])
+            return {
+                "output": _json(output),
+                "step": scope.ctx.step,
+                "attempt": scope.ctx.attempt,
+                "usage": usage,
+            }
+
+        payload = await scope.journal.unit(f"tool.{tool.name}", body)
+        if not ran:
+            await _scope.replayed_usage(scope, payload)
+        return payload["output"]
+
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+def _json(output: Any) -> Any:
+    """A tool's output as JSON; the SDK shows the model `str(output)`, so a value with no
+    JSON form is kept as that text."""
+    try:
+        return to_jsonable_python(output)
+    except Exception:
+        return str(output)

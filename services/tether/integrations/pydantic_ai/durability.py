@@ -1,0 +1,125 @@
+"""`TetherDurability`: Pydantic AI's durability capability with Tether's journal as its
+engine (I/O).
+
+Built on the public builder (`pydantic_ai.durable_exec`): Pydantic AI turns each model
+request, tool call, MCP call and event-handler call into an operation, and this backend
+runs each as one `Journal.unit`, keyed by encounter order (the engine is sequence-keyed,
+so tools run one after another inside a task). A model unit also keeps which step and
+attempt ran it, so a later attempt of the same step that reads it back counts its usage
+on the task and streams its text again: the attempt that ran it died before it could
+report, and followers drop a dead attempt's chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic_ai.durable_exec import (
+    JSON_CODEC,
+    BaseDurabilityCapability,
+    DurabilityEngineSpec,
+    DurableOperationBackend,
+    DurableOperationId,
+    JournalCallableOperationBackend,
+    ModelRequestId,
+    RoleBasedOperationConfig,
+    record_durable_unit,
+)
+from pydantic_ai.models import Model
+
+from tether.integrations.pydantic_ai.events import relay, restream
+from tether.integrations.pydantic_ai.metering import MeteredModel, usage_of
+from tether.integrations.pydantic_ai.running import Running, current, running_now
+
+if TYPE_CHECKING:
+    from pydantic_ai.agent import EventStreamHandler
+
+
+class TetherBackend(JournalCallableOperationBackend[None]):
+    """Each operation is one unit of the running step's journal."""
+
+    async def execute(
+        self,
+        *,
+        operation_id: DurableOperationId,
+        name: str,
+        body: Callable[[], Awaitable[object]],
+        cache_key: tuple[object, ...],
+        config: None,
+    ) -> object:
+        running = current()
+        if not isinstance(operation_id, ModelRequestId):
+            ran = running.journal.ran
+            result = await running.journal.unit(name, body)
+            record_durable_unit(executed=running.journal.ran > ran)
+            return result
+        return await _model_unit(running, name, body)
+
+
+async def _model_unit(running: Running, name: str, body: Callable[[], Awaitable[object]]) -> object:
+    ctx = running.ctx
+
+    async def call() -> dict[str, Any]:
+        return {"response": await body(), "step": ctx.step, "attempt": ctx.attempt}
+
+    ran = running.journal.ran
+    stored = await running.journal.unit(name, call)
+    executed = running.journal.ran > ran
+    record_durable_unit(executed=executed)
+    died = stored.get("step") == ctx.step and stored.get("attempt", ctx.attempt) < ctx.attempt
+    if not executed and died:  # its attempt died: neither its usage nor its text counted
+        ctx.add_usage(usage_of(stored["response"]))
+        await restream(ctx, stored["response"])
+    return stored["response"]
+
+
+@dataclass(init=False)
+class TetherDurability(BaseDurabilityCapability[Any]):
+    """Runs a Pydantic AI agent's calls as durable units of a Tether step.
+
+    `app.add(agent)` attaches it to each run by itself; attach it at construction
+    (`Agent(..., capabilities=[TetherDurability()])`) to give it your own
+    `event_stream_handler` (it gets every event, the model's tokens live; Tether also
+    streams the tokens to the task and reports tool calls as progress). Outside a Tether
+    step the agent runs as without it.
+    """
+
+    engine_spec: ClassVar[DurabilityEngineSpec] = DurabilityEngineSpec(
+        engine_name="Tether",
+        durable_unit_noun="unit",
+        durable_container_noun="task",
+        codec=JSON_CODEC,
+        sequential_tools_in_durable_context=True,
+        unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
+        tool_config_key="tether",
+    )
+
+    def __init__(
+        self,
+        *,
+        event_stream_handler: EventStreamHandler[Any] | None = None,
+        models: dict[str, Model] | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(models=models, event_stream_handler=relay(event_stream_handler), name=name)
+        self._operation_config: RoleBasedOperationConfig[None] = RoleBasedOperationConfig(
+            model=None, event=None, capability=None, tool=None
+        )
+
+    @property
+    def in_durable_context(self) -> bool:
+        return running_now() is not None
+
+    def get_durable_operation_backend(self) -> DurableOperationBackend[None]:
+        return TetherBackend(
+            agent_name=self.name,
+            default_model_id=self.default_model_id,
+            config=self._operation_config,
+        )
+
+    def get_wrapper_model(self, model: Model) -> Model | None:
+        """The model that sends a request, metered against the task's budget (inside a
+        unit only: the run's own copy sends nothing)."""
+        return MeteredModel(model) if self.in_durable_context else None

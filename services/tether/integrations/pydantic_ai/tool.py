@@ -1,0 +1,119 @@
+"""A Pydantic AI agent as a Tether tool (`app.add(agent)`), run durably in a step."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import leaf_capabilities
+from pydantic_ai.durable_exec import BaseDurabilityCapability, external_event_scope, replay_scope
+from pydantic_core import to_jsonable_python
+
+from tether.errors import DefinitionError
+from tether.integrations.adapters import RunInput, foreign_tool
+from tether.integrations.journal import Journal
+from tether.integrations.meter import Meter
+from tether.integrations.pydantic_ai.approvals import (
+    TetherApprovals,
+    TetherWaiter,
+    waits_for_answers,
+)
+from tether.integrations.pydantic_ai.durability import TetherDurability
+from tether.integrations.pydantic_ai.failures import step_error
+from tether.integrations.pydantic_ai.running import Running, enter
+from tether.tools.context import StepContext
+from tether.tools.tool import Tool
+
+Deps = Callable[[StepContext], Any | Awaitable[Any]]
+"""Builds a run's `deps` from its step (sync or async)."""
+
+
+def _leaves(agent: Agent[Any, Any]) -> list[AbstractCapability[Any]]:
+    return list(leaf_capabilities(agent.root_capability))
+
+
+def run_capabilities(agent: Agent[Any, Any]) -> list[AbstractCapability[Any]]:
+    """What each run adds to the user's agent (which is left unchanged): Tether's
+    durability unless the agent has it, and Tether's approvals unless it asks for
+    input its own way. Another engine's durability cannot be combined with it."""
+    leaves = _leaves(agent)
+    engines = [c for c in leaves if isinstance(c, BaseDurabilityCapability)]
+    foreign = [c for c in engines if not isinstance(c, TetherDurability)]
+    if foreign:
+        raise DefinitionError(
+            f"agent {agent.name!r} already runs durably on {type(foreign[0]).__name__}: remove "
+            "that capability to add it to a Tether app (Tether makes its calls durable itself)"
+        )
+    added: list[AbstractCapability[Any]] = [] if engines else [TetherDurability()]
+    if not any(waits_for_answers(c) for c in leaves):
+        added.append(TetherApprovals())
+    return added
+
+
+@dataclass(frozen=True)
+class PydanticRun:
+    """Runs the agent once in a step: its calls through the step's journal."""
+
+    agent: Agent[Any, Any]
+    deps: Deps | None = None
+
+    async def __call__(self, ctx: StepContext, step: RunInput, journal: Journal) -> Any:
+        deps = None if self.deps is None else self.deps(ctx)
+        if isinstance(deps, Awaitable):
+            deps = await deps
+        leave = enter(Running(ctx, journal, await Meter.open(ctx, step)))
+        try:
+            with replay_scope(), external_event_scope(TetherWaiter()):
+                result = await self.agent.run(
+                    step.text,
+                    instructions=step.instructions,
+                    model_settings=step.settings,  # type: ignore[arg-type]
+                    deps=deps,
+                    capabilities=run_capabilities(self.agent),
+                )
+        except Exception as error:
+            mapped = step_error(self.agent.name or "", error)
+            if mapped is None:
+                raise
+            raise mapped from error
+        finally:
+            leave()
+        return to_jsonable_python(result.output)
+
+
+def output_schema(agent: Agent[Any, Any]) -> dict[str, Any] | None:
+    """The JSON Schema of a typed output (None for text)."""
+    kind: Any = agent.output_type
+    if kind is str:
+        return None
+    try:
+        schema: dict[str, Any] = TypeAdapter(kind).json_schema()
+    except Exception:  # output functions, unions of output specs: not one plain type
+        return None
+    return schema
+
+
+def as_tool(agent: Agent[Any, Any], *, deps: Deps | None = None) -> Tool:
+    """The tool that runs `agent` durably, served as its name.
+
+    Args:
+        agent: a Pydantic AI agent with a `name`, left unchanged.
+        deps: builds each run's `deps` from its `StepContext` (default: None).
+    """
+    if not agent.name:
+        raise DefinitionError(
+            "a Pydantic AI agent added to a Tether app needs a name, its tool's name: "
+            'Agent(..., name="helper")'
+        )
+    run_capabilities(agent)  # refuse another durability engine now, not at the first run
+    description = agent.description if isinstance(agent.description, str) else None
+    return foreign_tool(
+        agent.name,
+        PydanticRun(agent, deps),
+        description=description or f"The Pydantic AI agent {agent.name}.",
+        output_schema=output_schema(agent),
+    )

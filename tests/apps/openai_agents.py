@@ -1,0 +1,124 @@
+"""OpenAI Agents SDK agents, unchanged, added to an app; their model is the scripted one
+at $OPENAI_BASE_URL (through the SDK's own OpenAI provider), so workers in subprocesses
+find it too. Tools append to $TETHER_TEST_EXECUTIONS; `slow_lookup` waits for a go file
+in $TETHER_TEST_GATES (crash tests kill the worker while it waits)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agents import Agent, function_tool, handoff, set_default_openai_api, set_default_openai_key
+from pydantic import BaseModel
+
+from tether import App, StepContext
+from tether.integrations.openai_agents import Runner, idempotent
+from tether.testing import wait_until
+
+set_default_openai_api("chat_completions")  # what the scripted model serves, and records
+set_default_openai_key("test", use_for_tracing=False)
+
+app = App("openai_agents")
+
+
+def record(tag: str) -> None:
+    path = os.environ.get("TETHER_TEST_EXECUTIONS")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, f"{tag} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    record(f"get_weather {city}")
+    return f"sunny in {city}"
+
+
+@function_tool
+async def slow_lookup(key: str) -> str:
+    """Look a key up (slowly)."""
+    record(f"slow_lookup {key}")
+    gates = os.environ.get("TETHER_TEST_GATES")
+    if gates:
+        Path(gates, f"{key}.started").touch()
+        go = Path(gates, f"{key}.go")
+        await wait_until(go.exists, timeout=300, message=f"the test to create {go}")
+    return f"{key} = 42"
+
+
+@function_tool(needs_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file (asks a person first)."""
+    record(f"delete_file {path}")
+    return f"deleted {path}"
+
+
+@idempotent
+@function_tool
+def read_clock(zone: str) -> str:
+    """The time in a zone (a read: runs again on replay)."""
+    record(f"read_clock {zone}")
+    return "12:00"
+
+
+class Forecast(BaseModel):
+    city: str
+    celsius: int
+    rain: bool
+
+
+helper = app.add(
+    Agent(
+        name="oai_helper",
+        instructions="Answer weather questions with the tools.",
+        tools=[get_weather, slow_lookup, delete_file, read_clock],
+        model="scripted",
+    )
+)
+forecaster = app.add(
+    Agent(name="oai_forecaster", instructions="Forecast.", output_type=Forecast, model="scripted")
+)
+specialist = Agent(
+    name="oai_specialist",
+    instructions="You handle billing.",
+    handoff_description="Billing questions.",
+    tools=[get_weather],
+    model="scripted",
+)
+researcher = Agent(
+    name="oai_researcher", instructions="Research.", tools=[get_weather], model="scripted"
+)
+triage = app.add(
+    Agent(
+        name="oai_triage",
+        instructions="Route billing to the specialist; research with the researcher.",
+        handoffs=[handoff(specialist)],
+        tools=[researcher.as_tool("research", "Research a topic."), delete_file],
+        model="scripted",
+    )
+)
+
+summarizer = Agent(
+    name="summarizer", instructions="Summarize.", tools=[get_weather, slow_lookup], model="scripted"
+)
+
+
+@app.tool
+async def summarize(ctx: StepContext, text: str) -> str:
+    """Calls the SDK itself, through the drop-in `Runner`: twice in one step."""
+    first = await Runner.run(summarizer, text, ctx=ctx)
+    second = await Runner.run(summarizer, f"{text} again", ctx=ctx)
+    return f"{first.final_output} / {second.final_output}"
+
+
+@app.tool
+async def summarize_streamed(ctx: StepContext, text: str) -> str:
+    """`Runner.run_streamed` through the drop-in: the caller's events, the task's tokens."""
+    result = Runner.run_streamed(summarizer, text, ctx=ctx)
+    kinds = [event.type async for event in result.stream_events()]
+    assert "raw_response_event" in kinds
+    return str(result.final_output)
