@@ -64,7 +64,8 @@ async def test_status_and_dlq_show_print_it_and_dlq_ls_says_where(
     shown = await tether(config, "dlq", "show", failed)
     listed = await tether(config, "dlq", "ls")
 
-    assert status.code == 0 and "traceback" in status.out and "in broken" in status.out
+    assert status.code == 1, "a failed task's status exits 1"
+    assert "traceback" in status.out and "in broken" in status.out
     assert shown.code == 0 and "in broken" in shown.out and RAISED in shown.out
     assert listed.code == 0 and "tools.py:" in listed.out and "in broken" in listed.out
 
