@@ -49,6 +49,37 @@ def _agents(run: Run) -> None:
     assert told[-1]["role"] == "tool" and "hit 0 for MCP tasks" in told[-1]["text"], told
 
 
+def _bring_your_agent(run: Run) -> None:
+    outputs = run.outputs
+    planned = outputs['tether submit --agent planner "Trip: a weekend in Oslo" --wait']
+    assert '"city": "Oslo"' in planned and '"days": 2' in planned, planned
+    greeted = outputs["greet.py"]
+    assert greeted.startswith("Welcome back, Alice!\nusage: ") and "requests=2" in greeted
+    asked, booked = outputs["book.py"].splitlines()
+    assert asked.startswith("Approve this tool call?") and "book_hotel" in asked, asked
+    assert booked == "{'city': 'Oslo', 'days': 2}", booked
+    cancelled = next(out for line, out in outputs.items() if line.startswith("ID=$("))
+    assert cancelled.endswith('"Cancelled B-17."\n'), cancelled
+    stopped = outputs[
+        'tether submit --agent desk --budget 5 "Cancel booking B-18" --wait || echo "stopped"'
+    ]
+    assert "BudgetExceeded" in stopped and stopped.endswith("stopped\n"), stopped
+    summary = outputs[
+        "tether submit summarize_trip='\"Notes: Oslo, two days, rain on Sunday\"' --wait"
+    ]
+    assert "Two days in Oslo, rain on Sunday." in summary, summary
+    assert outputs["mcp_travel.py"].endswith("completed {'city': 'Oslo', 'days': 2}\n")
+
+    def turns(question: str) -> list[int]:
+        return [e["turn"] for e in run.sent if e["conversation"] == question]
+
+    assert turns("Cancel booking B-17") == [0, 1, 2]  # the resumed run sent no call again
+    assert turns("Book: two nights in Oslo") == [0, 1, 0, 1]  # book.py, then mcp_travel.py
+    assert turns("Cancel booking B-18") == []  # the budget stopped it before the call
+    told = [e["tool_texts"] for e in run.sent if e["conversation"] == "Greet me"]
+    assert told == [[], ["Alice"]], told  # `deps` built from the task's metadata
+
+
 def _plans(run: Run) -> None:
     shapes = run.outputs["shapes.py"]
     assert "hit 0 for durable agents; " in shapes and "hit 0 for MCP tasks" in shapes, shapes
@@ -87,6 +118,7 @@ def _tools(run: Run) -> None:
 
 CHECKS: dict[str, Callable[[Run], None]] = {
     "agents.md": _agents,
+    "bring-your-agent.md": _bring_your_agent,
     "plans.md": _plans,
     "any-language.md": _any_language,
     "mcp.md": _mcp,

@@ -2,8 +2,11 @@
 
 A block is run in order, in an empty directory, with the venv on the PATH. Blocks
 preceded by `<!-- readme-test: skip (why) -->`, or fenced as ```python no-run (a page
-that says why), are not run. A block whose first line starts `tether dev` or the
-scripted model runs in the background, as a reader runs it in another terminal. The
+that says why), are not run. A Python block that a later block runs (`python NAME.py`)
+or serves (`tether worker NAME:app`) is only written, so it runs once, with what that
+line gives it (a model's URL and key). A block
+whose first line starts `tether dev`, `tether worker` or the scripted model runs in the
+background, as a reader runs it in another terminal. The
 tour's ports are fixed (as pasted), so one tour runs at a time on a machine: a file
 lock keeps test processes (pytest-xdist workers) from starting two.
 """
@@ -23,7 +26,7 @@ import urllib.request
 from asyncio.subprocess import PIPE, STDOUT
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ NO_RUN = "no-run"
 TOUR_PORTS = (4222, 8765, 8400)  # as pasted: the embedded server's, the gateway's, the model's
 BACKGROUND = {  # blocks a reader runs in another terminal, and the line that says they are up
     "tether dev ": "Ctrl-C",
+    "tether worker ": "serving",
     "python -m tether.testing.llm ": "listening on",
 }
 AGAIN = ("follow.py",)
@@ -55,6 +59,8 @@ class Block:
     lang: str
     body: str
     skip: str | None
+    written: bool = False
+    """A Python file a later block runs: writing it is all this block does."""
 
     @property
     def file_name(self) -> str | None:
@@ -75,7 +81,20 @@ def blocks(page: Path) -> list[Block]:
         if why is None and NO_RUN in m["info"].split():
             why = f"{NO_RUN}: the page says what it needs"
         found.append(Block(m["lang"], m["body"], why))
-    return found
+    return [
+        replace(block, written=_run_later(block, found[i + 1 :])) for i, block in enumerate(found)
+    ]
+
+
+def _run_later(block: Block, later: list[Block]) -> bool:
+    """Whether a later shell block runs `block`'s file (`python NAME.py`) or serves it
+    (`tether worker NAME:app`)."""
+    name = block.file_name
+    if block.lang != "python" or name is None:
+        return False
+    module = re.escape(name.removesuffix(".py"))
+    runs = re.compile(rf"(^|\s)(python {module}\.py(\s|$)|tether worker {module}:)", re.M)
+    return any(b.lang == "bash" and b.skip is None and runs.search(b.body) for b in later)
 
 
 def tour_setup() -> list[Block]:
@@ -123,8 +142,8 @@ class Run:
         if block.lang == "python":
             assert block.file_name, f"a Python block must start with '# NAME.py':\n{block.body}"
             (self.path / block.file_name).write_text(block.body)
-            if block.file_name == "research.py":
-                return ""  # the app `tether dev` serves; it has nothing to run by itself
+            if block.file_name == "research.py" or block.written:
+                return ""  # the app `tether dev` serves, or a file a later block runs
             command = [sys.executable, block.file_name]
         else:
             assert block.lang == "bash", block.lang

@@ -26,6 +26,7 @@ from pydantic_core import to_jsonable_python
 from tether.integrations.adapters import RunInput, foreign_tool
 from tether.integrations.journal import Journal
 from tether.integrations.openai_agents._clone import durable, idempotent
+from tether.integrations.openai_agents._failures import step_error
 from tether.integrations.openai_agents._runner import Runner, run_step
 from tether.tools.context import StepContext
 from tether.tools.tool import Tool
@@ -39,7 +40,13 @@ def as_tool(agent: Agent[Any]) -> Tool:
     copy = durable(agent)
 
     async def run(ctx: StepContext, step: RunInput, journal: Journal) -> Any:
-        result = await run_step(copy, ctx, step, journal)
+        try:
+            result = await run_step(copy, ctx, step, journal)
+        except Exception as error:
+            mapped = step_error(agent.name, error)
+            if mapped is None:
+                raise
+            raise mapped from error
         return to_jsonable_python(result.final_output)
 
     return foreign_tool(

@@ -74,9 +74,15 @@ class DurableModel(Model):
             }
 
         payload = await scope.journal.unit(f"model.{self.name}", body)
+        response = RESPONSE.validate_python(payload["response"])
         if not ran:
             await _scope.replayed_usage(scope, payload)
-        return RESPONSE.validate_python(payload["response"])
+            if (
+                payload.get("step") == scope.ctx.step
+                and payload.get("attempt", 0) < scope.ctx.attempt
+            ):
+                await _restream(scope, response)
+        return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """`Runner.run_streamed`: the unit's response as one completed event (its text
@@ -120,6 +126,15 @@ class DurableModel(Model):
             f"model {self.name!r} ended its stream without a completed response: "
             "check that its endpoint streams OpenAI events"
         )
+
+
+async def _restream(scope: Scope, response: ModelResponse) -> None:
+    """Send again the text of a response an earlier attempt of this step streamed:
+    followers drop a dead attempt's chunks, so the winning attempt sends it."""
+    for item in response.output:
+        for part in getattr(item, "content", None) or []:
+            if getattr(part, "type", None) == "output_text" and part.text:
+                await scope.ctx.stream(part.text)
 
 
 @dataclasses.dataclass
