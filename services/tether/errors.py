@@ -24,6 +24,7 @@ on a subclass this tree leaves out.
     ├── GatewayError               (tether.gateway) the MCP gateway could not serve
     ├── AnswerError                (tether.gateway.inputs) an elicitation answer unfit to use
     ├── DashboardError             (tether.ui) the dashboard could not start
+    ├── SaverNotSetUpError         (tether.integrations.langgraph) no checkpoint bucket yet
     ├── AppLoadError               (tether.cli.loading) MODULE:ATTR names no App
     ├── DefinitionError            a tool, agent or app defined so that it cannot run
     └── StepError                  raised by tools

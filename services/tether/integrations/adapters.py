@@ -141,9 +141,9 @@ def adapt(source: Any) -> Tool:
     module = FRAMEWORKS.get(top)
     if module is None:
         raise DefinitionError(
-            f"App.add takes a Tool, a Tether Agent, a Pydantic AI Agent or an OpenAI Agents "
-            f"SDK Agent, not {type(source).__name__} (from {type(source).__module__}): "
-            "register a function with @app.tool"
+            "App.add takes a Tool, a Tether Agent, a Pydantic AI Agent, an OpenAI Agents SDK "
+            f"Agent or a compiled LangGraph graph, not {type(source).__name__} (from "
+            f"{type(source).__module__}): register a function with @app.tool"
         )
     tool: Tool = importlib.import_module(module).as_tool(source)
     return tool

@@ -6,6 +6,7 @@ from __future__ import annotations
 FRAMEWORKS = {
     "pydantic_ai": "tether.integrations.pydantic_ai",
     "agents": "tether.integrations.openai_agents",
+    "langgraph": "tether.integrations.langgraph",
 }
 """The top-level module of an agent's class, and the adapter that makes it a tool."""
 

@@ -1,0 +1,70 @@
+"""Where a graph's task keeps its thread: a `JetStreamSaver` on the worker's own NATS
+connection, in the installation's bucket (or the bucket of the `JetStreamSaver` the
+graph was compiled with), bound to a copy of the user's graph (the graph itself is
+left as it was compiled)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import DefinitionError
+from tether.integrations.langgraph.saver import JetStreamSaver
+
+if TYPE_CHECKING:
+    from langgraph.pregel import Pregel
+
+    from tether.tools.context import StepContext
+
+
+def bucket_of(prefix: str) -> str:
+    """The KV bucket of an installation's graph threads (`<prefix>-langgraph`; blobs in
+    `<prefix>-langgraph-blobs`): a thread's keys start with its id, a task's id."""
+    return f"{prefix}-langgraph"
+
+
+def check_checkpointer(graph: Pregel[Any, Any, Any, Any], name: str) -> None:
+    """Refuse a graph whose checkpointer Tether would silently replace (or that asks
+    for none): its threads would not be where the user looks for them."""
+    kept = graph.checkpointer
+    if kept is None or isinstance(kept, JetStreamSaver):
+        return
+    if kept is False or kept is True:
+        raise DefinitionError(
+            f"graph {name!r} was compiled with checkpointer={kept}: compile it without "
+            "one to add it to a Tether app (Tether checkpoints its threads on JetStream)"
+        )
+    raise DefinitionError(
+        f"graph {name!r} was compiled with a {type(kept).__name__}: compile it without a "
+        "checkpointer (or with a JetStreamSaver) to add it to a Tether app, which keeps "
+        "each task's thread on JetStream where any worker resumes it"
+    )
+
+
+class Savers:
+    """One saver per worker connection (made ready once), and the graph bound to it."""
+
+    def __init__(self, graph: Pregel[Any, Any, Any, Any]) -> None:
+        self._graph = graph
+        self._bound: weakref.WeakKeyDictionary[Any, Pregel[Any, Any, Any, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def graph_for(self, ctx: StepContext) -> Pregel[Any, Any, Any, Any]:
+        """The graph as the step runs it: checkpointed by the worker's saver."""
+        store = ctx._store  # the worker's connection and names: the saver shares them
+        found = self._bound.get(store)
+        if found is None:
+            saver = self._saver(store.nc, store.names.prefix)
+            await saver.asetup()  # idempotent: the bucket exists after the first
+            found = self._graph.copy(update={"checkpointer": saver})
+            self._bound[store] = found
+        return found
+
+    def _saver(self, nc: Any, prefix: str) -> JetStreamSaver:
+        kept = self._graph.checkpointer
+        if not isinstance(kept, JetStreamSaver):
+            return JetStreamSaver(nc, bucket=bucket_of(prefix))
+        return JetStreamSaver(
+            nc, bucket=kept.bucket, serde=kept.serde, inline_limit=kept.inline_limit
+        )
