@@ -1,34 +1,21 @@
 """OpenAI Agents SDK agents, unchanged, added to an app; their model is the scripted one
 at $OPENAI_BASE_URL (through the SDK's own OpenAI provider), so workers in subprocesses
-find it too. Tools append to $TETHER_TEST_EXECUTIONS; `slow_lookup` waits for a go file
-in $TETHER_TEST_GATES (crash tests kill the worker while it waits)."""
+find it too. Tools record each execution; `slow_lookup` waits at its gate (see
+tests/apps/foreign.py)."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 from agents import Agent, function_tool, handoff, set_default_openai_api, set_default_openai_key
 from pydantic import BaseModel
 
+from tests.apps.foreign import gate, record
 from tether import App, StepContext
 from tether.integrations.openai_agents import Runner, idempotent
-from tether.testing import wait_until
 
 set_default_openai_api("chat_completions")  # what the scripted model serves, and records
 set_default_openai_key("test", use_for_tracing=False)
 
 app = App("openai_agents")
-
-
-def record(tag: str) -> None:
-    path = os.environ.get("TETHER_TEST_EXECUTIONS")
-    if path:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(fd, f"{tag} {os.getpid()}\n".encode())
-        finally:
-            os.close(fd)
 
 
 @function_tool
@@ -42,11 +29,7 @@ def get_weather(city: str) -> str:
 async def slow_lookup(key: str) -> str:
     """Look a key up (slowly)."""
     record(f"slow_lookup {key}")
-    gates = os.environ.get("TETHER_TEST_GATES")
-    if gates:
-        Path(gates, f"{key}.started").touch()
-        go = Path(gates, f"{key}.go")
-        await wait_until(go.exists, timeout=300, message=f"the test to create {go}")
+    await gate(key)
     return f"{key} = 42"
 
 

@@ -1,35 +1,27 @@
 """Pydantic AI agents, unchanged, added to a Tether app (`app.add(agent)`); the model is
 the scripted one at $OPENAI_BASE_URL (read when a call is made), so workers in
-subprocesses find it too. Tools append a line per execution to $TETHER_TEST_EXECUTIONS."""
+subprocesses find it too. Tools record each execution; `slow_lookup` waits at its gate
+(see tests/apps/foreign.py)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterable
-from pathlib import Path
 
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.messages import AgentStreamEvent
 
+from tests.apps.foreign import gate, record
 from tether import App
 from tether.integrations.pydantic_ai import TetherDurability, step_context
-from tether.testing import wait_until
 
 os.environ.setdefault("OPENAI_API_KEY", "test")
 app = App("pydantic_agents")
 MODEL = "openai:gpt-4o-mini"
-
-
-def record(tag: str) -> None:
-    """One line per execution of a tool (one O_APPEND write, also from subprocesses)."""
-    path = os.environ.get("TETHER_TEST_EXECUTIONS")
-    if path:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(fd, f"{tag} {os.getpid()}\n".encode())
-        finally:
-            os.close(fd)
+CHAT = "openai-chat:gpt-4o-mini"
+"""On the Chat Completions API: the scripted model logs its `max_tokens`, and takes a
+reply of text and tool calls as one assistant message."""
 
 
 helper = Agent(MODEL, name="pai_helper", instructions="Use the tools.", defer_model_check=True)
@@ -44,17 +36,16 @@ def add(a: int, b: int) -> int:
 
 @helper.tool_plain
 async def slow_lookup(city: str) -> str:
-    """Look a city up (slowly: it waits until $TETHER_TEST_RELEASE exists)."""
+    """Look a city up (slowly: it waits at the gate named by the city)."""
     record("slow_lookup")
-    release = Path(os.environ.get("TETHER_TEST_RELEASE", "/nonexistent"))
-    await wait_until(release.exists, timeout=120, message=f"{release} to exist")
+    await gate(city)
     return f"{city}: sunny"
 
 
 @helper.tool_plain(requires_approval=True)
 def delete_rows(table: str) -> str:
     """Delete every row of a table (asks a person first)."""
-    record("delete_rows")
+    record(f"delete_rows {table}")
     return f"deleted {table}"
 
 
@@ -99,17 +90,15 @@ async def reindex(index: str) -> str:
     return f"{index} rebuilt"
 
 
-chat = Agent(
-    "openai-chat:gpt-4o-mini",
-    name="pai_chat",
-    tools=[add, slow_lookup],
-    defer_model_check=True,
+chat = Agent(CHAT, name="pai_chat", tools=[add, slow_lookup], defer_model_check=True)
+planner = Agent(
+    CHAT, name="pai_planner", output_type=Forecast, tools=[add, slow_lookup], defer_model_check=True
 )
-"""On the Chat Completions API: the scripted model logs its `max_tokens`, and takes a
-reply of text and tool calls as one assistant message."""
+"""Two tools and a typed output: the crash test kills it in its second tool."""
 
 
 app.add(helper)
 app.add(forecaster)
 app.add(chat)
+app.add(planner)
 app.add(explicit)

@@ -4,158 +4,133 @@ call is sent again and no finished tool call runs again."""
 
 from __future__ import annotations
 
-import os
-import signal
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.apps.openai_agents import app as oai
-from tests.conftest import start_worker
-from tether import Client, NatsConfig, TaskStatus, Worker
-from tether.testing import wait_until
+from tests.conftest import start_worker, stop_worker
+from tests.e2e.test_cli_ops import tether
+from tests.foreign_agents import (
+    OPENAI_AGENTS,
+    Crashes,
+    at_gate,
+    call,
+    close_sdk_client,
+    open_gate,
+    ran,
+    spent,
+    turns,
+    waiting,
+)
+from tether import Client, NatsConfig
 from tether.testing.llm import ScriptedModel
 
 pytestmark = pytest.mark.slow
-APP = "tests.apps.openai_agents:app"
 
 
 @pytest.fixture(autouse=True)
-async def _fresh_http_client() -> AsyncIterator[None]:
-    """The SDK shares one httpx client per process, bound to the event loop it was first
-    used on; each test runs on a loop of its own (a worker has one for its life)."""
-    import agents.models.openai_provider as provider
-
+async def _sdk_client() -> AsyncIterator[None]:
     yield
-    if provider._http_client is not None:
-        await provider._http_client.aclose()
-        provider._http_client = None
+    await close_sdk_client()
 
 
 @pytest.fixture
-async def registered(config: NatsConfig) -> None:
-    async with Worker(oai, config):
-        pass
-
-
-@pytest.fixture
-def gates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "gates"
-    path.mkdir()
-    monkeypatch.setenv("TETHER_TEST_GATES", str(path))
-    return path
-
-
-def _turns(model: ScriptedModel, question: str) -> Counter[int]:
-    return Counter(r["turn"] for r in model.requests() if r["conversation"] == question)
-
-
-def _ran(executions: Path, tag: str) -> int:
-    return sum(1 for line in executions.read_text().splitlines() if line.startswith(tag + " "))
-
-
-def _call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+async def crashes(config: NatsConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Crashes:
+    return await Crashes(config, OPENAI_AGENTS, tmp_path, monkeypatch).register()
 
 
 async def test_a_worker_killed_mid_tool_reruns_only_that_tool(
-    config: NatsConfig,
-    client: Client,
-    registered: None,
-    model: ScriptedModel,
-    executions: Path,
-    gates: Path,
-    tmp_path: Path,
+    crashes: Crashes, client: Client, model: ScriptedModel, executions: Path
 ) -> None:
-    key = f"k{uuid.uuid4().hex[:6]}"
-    question = f"question {key}"
-    turns = [_call("get_weather", city=key), _call("slow_lookup", key=key), {"content": "42."}]
-    model.load({"conversations": [{"match": question, "turns": turns}]})
-    doomed = start_worker(config, APP, log=tmp_path / "doomed.log")
-    try:
-        handle = await client.submit_agent("oai_helper", question)
-        started = gates / f"{key}.started"
-        await wait_until(started.exists, timeout=30, message="slow_lookup to start")
-    finally:
-        os.kill(doomed.pid, signal.SIGKILL)
-        doomed.wait()
-    (gates / f"{key}.go").touch()
+    key, gates = f"k{uuid.uuid4().hex[:6]}", crashes.gates()
+    question = model.conversation(
+        call("get_weather", city=key), call("slow_lookup", key=key), {"content": "42."}
+    )
+    handle = await crashes.killed_when(
+        lambda: client.submit_agent("oai_helper", question), at_gate(gates, key)
+    )
+    open_gate(gates, key)
 
-    async with Worker(oai, config):
-        assert await handle.wait(timeout=60) == "42."
-
-    assert _turns(model, question) == {0: 1, 1: 1, 2: 1}  # no model call sent twice
-    assert _ran(executions, f"get_weather {key}") == 1  # finished before the kill
-    assert _ran(executions, f"slow_lookup {key}") == 2  # in flight: runs again
-    record = await handle.get()
-    assert record.usage is not None and record.usage.requests == 3
+    assert await crashes.survive(handle) == "42."
+    assert turns(model, question) == {0: 1, 1: 1, 2: 1}  # no model call sent twice
+    assert ran(executions, f"get_weather {key}") == 1  # finished before the kill
+    assert ran(executions, f"slow_lookup {key}") == 2  # in flight: runs again
+    assert (await spent(handle)).requests == 3
 
 
 async def test_a_worker_killed_while_its_task_waits_for_approval_loses_nothing(
-    config: NatsConfig,
-    client: Client,
-    registered: None,
-    model: ScriptedModel,
-    executions: Path,
-    tmp_path: Path,
+    crashes: Crashes, client: Client, model: ScriptedModel, executions: Path
 ) -> None:
     path = f"/tmp/{uuid.uuid4().hex[:6]}"
-    question = f"question {uuid.uuid4().hex[:8]}"
-    turns = [_call("get_weather", city=path), _call("delete_file", path=path), {"content": "Done."}]
-    model.load({"conversations": [{"match": question, "turns": turns}]})
-    doomed = start_worker(config, APP, log=tmp_path / "doomed.log")
-    try:
-        handle = await client.submit_agent("oai_helper", question)
-        await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=30)
-    finally:
-        os.kill(doomed.pid, signal.SIGKILL)
-        doomed.wait()
+    question = model.conversation(
+        call("get_weather", city=path), call("delete_file", path=path), {"content": "Done."}
+    )
+    handle = await crashes.killed_when(lambda: client.submit_agent("oai_helper", question), waiting)
     await client.send_input(handle.task_id, {"approved": True})
 
-    async with Worker(oai, config):
-        assert await handle.wait(timeout=60) == "Done."
+    assert await crashes.survive(handle) == "Done."
+    assert turns(model, question) == {0: 1, 1: 1, 2: 1}
+    assert ran(executions, f"get_weather {path}") == 1
+    assert ran(executions, f"delete_file {path}") == 1
+    assert (await spent(handle)).requests == 3
 
-    assert _turns(model, question) == {0: 1, 1: 1, 2: 1}
-    assert _ran(executions, f"get_weather {path}") == 1
-    assert _ran(executions, f"delete_file {path}") == 1
-    record = await handle.get()
-    assert record.usage is not None and record.usage.requests == 3
+
+async def test_a_triage_agent_restarted_while_it_waits_is_answered_with_tether_input(
+    crashes: Crashes, client: Client, model: ScriptedModel, executions: Path
+) -> None:
+    """A handoff, an `as_tool` sub-agent and a `needs_approval` tool in one run; its
+    worker process dies while the task waits, a person answers from the CLI, and a new
+    worker process finishes it without sending any model call again."""
+    tag = uuid.uuid4().hex[:6]
+    topic, path, question = f"topic-{tag}", f"/tmp/{tag}", f"question {tag}"
+    triage = [
+        call("research", input=topic),
+        call("delete_file", path=path),
+        call("transfer_to_oai_specialist"),
+        {"content": "The specialist answers."},
+    ]
+    sub = [call("get_weather", city=topic), {"content": f"{topic} is sunny."}]
+    conversations = [{"match": question, "turns": triage}, {"match": topic, "turns": sub}]
+    model.load({"conversations": conversations})
+    handle = await crashes.killed_when(lambda: client.submit_agent("oai_triage", question), waiting)
+    asked = await handle.get()
+    assert asked.input_request is not None and path in asked.input_request.prompt
+
+    answered = await tether(crashes.config, "input", handle.task_id, '{"approved": true}')
+    assert answered.code == 0, answered.err
+    restarted = start_worker(crashes.config, OPENAI_AGENTS, log=crashes.folder / "new.log")
+    try:
+        assert await handle.wait(timeout=60) == "The specialist answers."
+    finally:
+        stop_worker(restarted)
+
+    assert turns(model, question) == {0: 1, 1: 1, 2: 1, 3: 1}  # none sent twice
+    assert turns(model, topic) == {0: 1, 1: 1}  # nor the sub-agent's
+    assert ran(executions, f"get_weather {topic}") == 1
+    assert ran(executions, f"delete_file {path}") == 1
+    calls = model.requests(question)
+    assert calls[1]["tool_texts"] == [f"{topic} is sunny."]  # the sub-agent's answer
+    assert calls[2]["tool_texts"][-1] == f"deleted {path}"  # the approved call's result
+    assert calls[3]["system"] == "You handle billing."  # the specialist took over
+    assert (await spent(handle)).requests == 6  # nested calls counted
 
 
 async def test_a_tool_that_runs_the_sdk_itself_is_durable_through_the_drop_in_runner(
-    config: NatsConfig,
-    client: Client,
-    registered: None,
-    model: ScriptedModel,
-    executions: Path,
-    gates: Path,
-    tmp_path: Path,
+    crashes: Crashes, client: Client, model: ScriptedModel, executions: Path
 ) -> None:
-    key = f"k{uuid.uuid4().hex[:6]}"
+    key, gates = f"k{uuid.uuid4().hex[:6]}", crashes.gates()
     text = f"text {key}"
-    first = [_call("get_weather", city=key), _call("slow_lookup", key=key), {"content": "One."}]
-    conversations = [
-        {"match": f"{text} again", "turns": [{"content": "Two."}]},
-        {"match": text, "turns": first},
-    ]
-    model.load({"conversations": conversations})
-    doomed = start_worker(config, APP, log=tmp_path / "doomed.log")
-    try:
-        handle = await client.submit([{"tool": "summarize", "input": text}])
-        started = gates / f"{key}.started"
-        await wait_until(started.exists, timeout=30, message="slow_lookup to start")
-    finally:
-        os.kill(doomed.pid, signal.SIGKILL)
-        doomed.wait()
-    (gates / f"{key}.go").touch()
+    first = [call("get_weather", city=key), call("slow_lookup", key=key), {"content": "One."}]
+    again = {"match": f"{text} again", "turns": [{"content": "Two."}]}
+    model.load({"conversations": [again, {"match": text, "turns": first}]})
+    handle = await crashes.killed_when(
+        lambda: client.submit([{"tool": "summarize", "input": text}]), at_gate(gates, key)
+    )
+    open_gate(gates, key)
 
-    async with Worker(oai, config):
-        assert await handle.wait(timeout=60) == "One. / Two."
-
-    assert _turns(model, text) == {0: 1, 1: 1, 2: 1}
-    assert _ran(executions, f"get_weather {key}") == 1
-    assert _ran(executions, f"slow_lookup {key}") == 2
+    assert await crashes.survive(handle) == "One. / Two."
+    assert turns(model, text) == {0: 1, 1: 1, 2: 1}
+    assert ran(executions, f"get_weather {key}") == 1
+    assert ran(executions, f"slow_lookup {key}") == 2

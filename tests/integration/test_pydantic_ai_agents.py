@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.foreign_agents import call, spent, usage, waiting
 from tether import Client, TaskFailedError, TaskStatus, Worker
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
@@ -31,8 +32,7 @@ def _tag() -> str:
 async def test_an_unchanged_agent_answers_with_its_tools_called(
     client: Client, pai_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
-    add = {"name": "add", "arguments": {"a": 2, "b": 3}}
-    question = model.conversation({"tool_calls": [add]}, {"content": "It is 5."})
+    question = model.conversation(call("add", a=2, b=3), {"content": "It is 5."})
     handle = await client.submit_agent("pai_helper", question)
 
     assert await handle.wait(timeout=30) == "It is 5."
@@ -45,9 +45,8 @@ async def test_an_unchanged_agent_answers_with_its_tools_called(
 async def test_a_typed_output_comes_back_as_json_of_its_schema(
     client: Client, pai_worker: Worker, model: ScriptedModel
 ) -> None:
-    call = {"name": "temperature", "arguments": {"city": "Oslo"}}
-    final = {"name": "final_result", "arguments": {"city": "Oslo", "degrees": 21}}
-    question = model.conversation({"tool_calls": [call]}, {"tool_calls": [final]})
+    final = call("final_result", city="Oslo", degrees=21)
+    question = model.conversation(call("temperature", city="Oslo"), final)
     handle = await client.submit_agent("pai_forecaster", question)
 
     assert await handle.wait(timeout=30) == {"city": "Oslo", "degrees": 21}
@@ -59,11 +58,10 @@ async def test_a_typed_output_comes_back_as_json_of_its_schema(
 async def test_tokens_stream_live_and_usage_is_summed_on_the_record(
     client: Client, pai_worker: Worker, model: ScriptedModel
 ) -> None:
-    add = {"name": "add", "arguments": {"a": 1, "b": 1}}
     words = " ".join(f"w{n}" for n in range(200))
     question = model.conversation(
-        {"tool_calls": [add], "usage": {"prompt_tokens": 40, "completion_tokens": 7}},
-        {"content": words, "usage": {"prompt_tokens": 60, "completion_tokens": 200}},
+        {**call("add", a=1, b=1), "usage": usage(40, 7)},
+        {"content": words, "usage": usage(60, 200)},
         chunk_delay=0.01,
     )
     handle = await client.submit_agent("pai_helper", question)
@@ -73,10 +71,8 @@ async def test_tokens_stream_live_and_usage_is_summed_on_the_record(
     assert await handle.wait(timeout=30) == words
     streamed = "".join([c.delta async for c in handle.stream()])
     assert streamed == words
-    record = await handle.get()
-    assert record.usage is not None
-    assert (record.usage.requests, record.usage.input_tokens) == (2, 100)
-    assert record.usage.output_tokens == 207
+    counted = await spent(handle)
+    assert (counted.requests, counted.input_tokens, counted.output_tokens) == (2, 100, 207)
     assert len(model.requests(question)) == 2
 
 
@@ -106,12 +102,11 @@ async def test_an_approval_waits_for_a_person_and_the_tool_then_runs_once(
     client: Client, pai_worker: Worker, model: ScriptedModel, executions: Path
 ) -> None:
     table = f"t{_tag()}"
-    delete = {"name": "delete_rows", "arguments": {"table": table}}
-    question = model.conversation({"tool_calls": [delete]}, {"content": "Deleted."})
+    question = model.conversation(call("delete_rows", table=table), {"content": "Deleted."})
     handle = await client.submit_agent("pai_helper", question)
 
-    waiting = await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=30)
-    assert waiting.input_request is not None and table in waiting.input_request.prompt
+    asked = await waiting(handle)
+    assert asked.input_request is not None and table in asked.input_request.prompt
     assert "delete_rows" not in executions.read_text()
     await handle.send_input({"approved": True})
 
@@ -128,8 +123,7 @@ async def test_an_agent_with_tether_durability_attached_keeps_its_own_event_hand
     from tests.apps.pydantic_agents import events_seen
 
     events_seen.clear()
-    reindex = {"name": "reindex", "arguments": {"index": "docs"}}
-    question = model.conversation({"tool_calls": [reindex]}, {"content": "Rebuilt the docs."})
+    question = model.conversation(call("reindex", index="docs"), {"content": "Rebuilt the docs."})
     handle = await client.submit_agent("pai_explicit", question)
 
     assert await handle.wait(timeout=30) == "Rebuilt the docs."

@@ -1,0 +1,98 @@
+"""What a Pydantic AI agent and an OpenAI Agents SDK agent added to an app both do, on a
+`tether worker` process: the first token of a long answer reaches `handle.stream()`
+while the model is still writing it, not once its stream has ended, and a token budget
+stops the run before the call that would cross it (real `openai` client through each
+framework, scripted model in its own process)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import start_worker, stop_worker
+from tests.foreign_agents import OPENAI_AGENTS, PYDANTIC_AGENTS, call, ran, spent, usage
+from tether import Client, NatsConfig, TaskCancelledError, TaskFailedError, TaskStatus
+from tether.testing import wait_until
+from tether.testing.llm import ScriptedModel
+
+WORDS = 2000
+STALL = 60.0
+"""How long the model holds the rest of its answer after its first words: longer than
+the test waits for the first token, so a token that arrives came before the end."""
+AGENTS = pytest.mark.parametrize("agent", ["oai_helper", "pai_helper"])
+
+
+@pytest.fixture
+async def worker(
+    config: NatsConfig, client: Client, model: ScriptedModel, executions: Path, tmp_path: Path
+) -> AsyncIterator[None]:
+    """A worker process serving both frameworks' agents, registered."""
+    process = start_worker(config, OPENAI_AGENTS, PYDANTIC_AGENTS, log=tmp_path / "worker.log")
+
+    async def registered() -> bool:
+        return None not in [await client.tool(name) for name in ("oai_helper", "pai_chat")]
+
+    try:
+        await wait_until(registered, timeout=30, message="the worker to register its agents")
+        yield
+    finally:
+        stop_worker(process)
+
+
+@AGENTS
+async def test_the_first_token_of_a_long_answer_arrives_before_the_models_stream_ends(
+    client: Client, worker: None, model: ScriptedModel, agent: str
+) -> None:
+    answer = " ".join(f"w{n}" for n in range(WORDS))
+    stalled = {"stall_after": 10, "seconds": STALL}  # ten words, then a pause
+    question = model.conversation(
+        {"content": answer, "usage": usage(30, WORDS), "faults": [stalled]}
+    )
+    handle = await client.submit_agent(agent, question)
+
+    async with asyncio.timeout(STALL / 2):  # the model's stream is open for STALL more
+        first = await anext(aiter(handle.stream()))
+
+    assert first.delta and answer.startswith(first.delta)
+    assert (first.step, first.attempt) == (0, 1)
+    assert (await handle.get()).status in {TaskStatus.PENDING, TaskStatus.RUNNING}
+    [sent] = model.requests(question)  # one call, still answering
+    assert sent["stream"] is True
+    await client.cancel(handle.task_id)
+    with pytest.raises(TaskCancelledError):
+        await handle.wait(timeout=30)
+    assert len(model.requests(question)) == 1
+
+
+@pytest.mark.parametrize(
+    ("agent", "tool", "tag"),
+    [
+        ("oai_helper", call("get_weather", city="Rome"), "get_weather Rome"),
+        ("pai_chat", call("add", a=1, b=2), "add"),
+    ],
+)
+async def test_a_token_budget_stops_the_run_before_the_call_that_would_cross_it(
+    client: Client,
+    worker: None,
+    model: ScriptedModel,
+    executions: Path,
+    agent: str,
+    tool: dict[str, Any],
+    tag: str,
+) -> None:
+    spend = usage(300, 200)
+    question = model.conversation({**tool, "usage": spend}, {"content": "Done.", "usage": spend})
+    handle = await client.submit_agent(agent, question, token_budget=520)
+
+    with pytest.raises(TaskFailedError) as failed:
+        await handle.wait(timeout=30)
+    error = failed.value.error
+    assert error is not None and "BudgetExceeded" in error.type
+    [sent] = model.requests(question)  # the second call, past the budget, was not sent
+    assert sent["max_tokens"] is not None and sent["max_tokens"] <= 520
+    assert ran(executions, tag) == 1  # the tool between the two calls did run
+    assert (await spent(handle)).total_tokens == 500
