@@ -16,7 +16,6 @@ import asyncio
 import operator
 import os
 import weakref
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import httpx
@@ -26,22 +25,11 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import interrupt
 
+from tests.apps.foreign import gate, record
 from tether import App
 from tether.integrations.langgraph.graph import as_tool
-from tether.testing import wait_until
 
 app = App("langgraph_agents")
-
-
-def record(tag: str) -> None:
-    """One line per execution of a tool (one O_APPEND write, also from subprocesses)."""
-    path = os.environ.get("TETHER_TEST_EXECUTIONS")
-    if path:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(fd, f"{tag} {os.getpid()}\n".encode())
-        finally:
-            os.close(fd)
 
 
 @tool
@@ -55,11 +43,7 @@ def add(a: int, b: int) -> int:
 async def slow_lookup(key: str) -> str:
     """Look a key up (slowly)."""
     record(f"slow_lookup {key}")
-    gates = os.environ.get("TETHER_TEST_GATES")
-    if gates:
-        Path(gates, f"{key}.started").touch()
-        go = Path(gates, f"{key}.go")
-        await wait_until(go.exists, timeout=300, message=f"the test to create {go}")
+    await gate(key)
     return f"{key} = 42"
 
 

@@ -5,20 +5,19 @@ as an MCP task whose `interrupt()` is `input_required`, answered by elicitation
 
 from __future__ import annotations
 
-import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientRequestContext
 
-from tests.conftest import start_worker, stop_worker
+from tests.e2e.gateway_stack import executions as stack_executions
+from tests.e2e.gateway_stack import serving
 from tests.e2e.test_gateway import (
     LEGACY,
     MODERN,
-    _start_gateway,
     legacy,
     modern,
     poll,
@@ -26,10 +25,10 @@ from tests.e2e.test_gateway import (
     start_modern_task,
     tasks_call,
 )
-from tether import Client, NatsConfig
+from tests.foreign_agents import ran
+from tether import NatsConfig
 from tether.mcp_tasks import update_task
 from tether.schemas.names import Names
-from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 
 APP = "tests.apps.langgraph_agents:app"
@@ -51,53 +50,19 @@ def _dispatching(dispatcher: object, api: object) -> None:
 
 
 @pytest.fixture(scope="module")
-def executions(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("executions") / "executions.log"
-    path.touch()
-    return path
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stack")
 
 
 @pytest.fixture(scope="module")
-def worker(
-    stack: NatsConfig,
-    model: ScriptedModel,
-    executions: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TETHER_TEST_EXECUTIONS", str(executions))
-        log = tmp_path_factory.mktemp("worker") / "worker.log"
-        process = start_worker(stack, APP, log=log)
-    yield
-    stop_worker(process)
-
-
-@pytest.fixture(scope="module")
-async def gateway(
-    stack: NatsConfig, worker: None, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[str]:
-    process, log, url = _start_gateway(stack, tmp_path_factory.mktemp("gateway") / "g.log")
-    try:
-        await wait_until(
-            lambda: "MCP gateway serving" in log.read_text() or process.poll() is not None,
-            timeout=30,
-            message="the gateway to start",
-        )
-        assert process.poll() is None, log.read_text()
-        await wait_until(lambda: _registered(stack), timeout=30, message="the worker")
+async def gateway(stack: NatsConfig, model: ScriptedModel, logs: Path) -> AsyncIterator[str]:
+    async with serving(stack, [APP], ["lg_react"], logs) as url:
         yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(15) == 0, log.read_text()
 
 
-async def _registered(config: NatsConfig) -> bool:
-    async with Client(config) as client:
-        return await client._store.tools.get("lg_react") is not None
-
-
-def _ran(executions: Path, tag: str) -> int:
-    return sum(1 for line in executions.read_text().splitlines() if line.startswith(tag + " "))
+@pytest.fixture(scope="module")
+def executions(logs: Path) -> Path:
+    return stack_executions(logs)
 
 
 async def test_a_graph_is_listed_and_answers_an_mcp_call(
@@ -113,7 +78,7 @@ async def test_a_graph_is_listed_and_answers_an_mcp_call(
     assert {"lg_react", "lg_outline"} <= tools.keys()
     assert tools["lg_react"].input_schema["required"] == ["input"]
     assert result.structured_content == {"result": "It is 9."}
-    assert _ran(executions, "add 4 5") == 1
+    assert ran(executions, "add 4 5") == 1
     assert [r["turn"] for r in model.requests(question)] == [0, 1]
 
 
@@ -139,7 +104,7 @@ async def test_an_interrupt_is_input_required_and_elicitation_answers_it(
     assert result["structuredContent"] == {"topic": topic, "sections": sections, "approved": True}
     [form] = asked
     assert form.requested_schema["properties"] == {"approved": {"type": "boolean"}}
-    assert _ran(executions, f"draft {topic}") == 1  # the node before the interrupt: once
+    assert ran(executions, f"draft {topic}") == 1  # the node before the interrupt: once
 
 
 async def test_a_graph_runs_as_a_2026_task_answered_by_tasks_update(
@@ -161,4 +126,4 @@ async def test_a_graph_runs_as_a_2026_task_answered_by_tasks_update(
     sections = [f"{topic}: why", f"{topic}: how"]
     final = done["result"]["structuredContent"]
     assert final == {"topic": topic, "sections": sections, "approved": False}
-    assert _ran(executions, f"draft {topic}") == 1
+    assert ran(executions, f"draft {topic}") == 1
