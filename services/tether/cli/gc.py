@@ -1,4 +1,5 @@
-"""`tether gc`: remove finished tasks past their retention and blobs nothing refers to."""
+"""`tether gc`: remove finished tasks past their retention (with the graph threads only
+they ran on) and blobs nothing refers to."""
 
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ async def _gc(
             f"started on, announced over {ago}",
         ]
     )
+    if report.threads:
+        render.print_lines(
+            [f"{verb} {len(report.threads)} graph thread(s) only those tasks ran on"]
+        )
+    if report.needs_langgraph:
+        render.print_lines(
+            [
+                f"kept {len(report.needs_langgraph)} finished task(s) whose graph threads "
+                "only the langgraph extra removes: pip install 'tether[langgraph]' where "
+                "tether gc runs"
+            ]
+        )
     if report.tasks and not dry_run:  # a new task under a removed id would hang meanwhile
         render.print_lines(
             ["the removed tasks' ids are free again once the duplicate window has passed"]
@@ -70,8 +83,9 @@ def gc(
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
 ) -> None:
-    """Remove finished tasks (record, checkpoints, events) older than --older-than, then
-    every blob no kept task refers to. Running tasks are never touched; safe to run
+    """Remove finished tasks (record, checkpoints, events, and a LangGraph graph's thread
+    once no kept task runs on it) older than --older-than, then every blob no kept task
+    refers to. Running tasks are never touched; safe to run
     from cron while workers run."""
     run(_gc(nats, prefix, timedelta(days=older_than), dry_run, reindex, as_json), as_json)
 

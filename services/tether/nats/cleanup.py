@@ -1,14 +1,16 @@
 """What the retention sweep (`tether.tasks.sweep`) reads and removes: every key's latest
-value, every stored blob, and all of one task. Removing is safe while workers run: the
-record goes last, so a sweep cut off half-way finds the task again next time.
+value, every stored blob, all of one task, and graphs' threads. Removing is safe while
+workers run: the record goes last, so a sweep cut off half-way finds the task again next
+time.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime, timedelta
 
 from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from tether.nats import headers
 from tether.nats.blobs import object_stream, stored_blob
@@ -58,6 +60,43 @@ class Cleanup:
             longest = max(info.config.duplicate_window or 0 for info in infos)
             self._window = timedelta(seconds=2 * longest)
         return self._window
+
+    async def has_graphs(self) -> bool:
+        """Whether the installation has a graphs bucket (`Names.graphs_bucket`): made when
+        a graph was first served, or by `tether provision`."""
+        names = self._names
+        try:
+            await self._store.js.stream_info(names.kv_stream(names.graphs_bucket))
+        except NotFoundError:
+            return False
+        return True
+
+    async def stored_threads(self, threads: Iterable[str]) -> list[str]:
+        """Those of `threads` (task ids) that the graphs bucket holds a checkpoint of."""
+        names = self._names
+        stream, bucket = names.kv_stream(names.graphs_bucket), names.graphs_bucket
+        found = []
+        for thread in threads:
+            roots = names.kv_subject(bucket, names.graph_thread_roots(thread))
+            info = await self._store.js.stream_info(stream, subjects_filter=roots)
+            if info.state.subjects:
+                found.append(thread)
+        return found
+
+    async def remove_threads(self, threads: Iterable[str]) -> None:
+        """Remove graphs' threads, each with its keys and blobs, by the saver's own
+        `delete_thread`. Loads LangGraph: ImportError without the `langgraph` extra."""
+        threads = list(threads)
+        if not threads:
+            return
+        from tether.integrations.langgraph.saver import JetStreamSaver
+
+        saver = JetStreamSaver(self._store.nc, bucket=self._names.graphs_bucket)
+        try:
+            for thread in threads:
+                await saver.adelete_thread(thread)
+        finally:
+            await saver.aclose()  # the connection is the store's: left open
 
     async def values(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:
         """The latest value of every key of a KV bucket; a removed key is skipped, even

@@ -190,6 +190,30 @@ def bucket_configs(layout: Layout) -> list[KeyValueConfig]:
     ]
 
 
+def graph_bucket_configs(layout: Layout) -> tuple[KeyValueConfig, ObjectStoreConfig]:
+    """The graphs' bucket and blob store (`Names.graphs_bucket`), made as a
+    `JetStreamSaver`'s `setup()` makes its own: one value per key, kept until `tether gc`
+    removes the thread. Not part of the stamp (`layout_digest`): they are made when
+    graphs are served (`tether.nats.provision.open_graphs`), or by `tether provision`."""
+    names = layout.names
+    kv = KeyValueConfig(
+        bucket=names.graphs_bucket,
+        history=1,
+        replicas=layout.replicas,
+        storage=StorageType.FILE,
+        direct=layout.replicas == 1,  # as the other buckets (`bucket_configs`)
+    )
+    store = ObjectStoreConfig(
+        bucket=names.graph_blobs_bucket, replicas=layout.replicas, storage=StorageType.FILE
+    )
+    return kv, store
+
+
+def graph_streams(names: Names) -> list[str]:
+    """The streams behind the graphs' bucket and blob store."""
+    return [names.kv_stream(names.graphs_bucket), f"OBJ_{names.graph_blobs_bucket}"]
+
+
 def layout_digest(layout: Layout) -> str:
     """A digest of every setting `provision` applies for `layout`, replicas aside (they
     are compared as they are: a process never lowers them)."""

@@ -24,6 +24,8 @@ from tether.nats.layout import (
     Layout,
     bucket_configs,
     expected_streams,
+    graph_bucket_configs,
+    graph_streams,
     layout_digest,
     stream_configs,
     work_stream_config,
@@ -44,10 +46,13 @@ class _Refused(Exception):
 
 async def provision(js: JetStreamContext, layout: Layout = _DEFAULT_LAYOUT) -> None:
     """Create (or update) every stream, bucket and store Tether needs, then stamp the
-    installation with its layout; safe to call from every process. Raises
-    NotProvisionedError at the first refusal when this NATS user may not create streams."""
+    installation with its layout, and make the graphs' bucket and blob store (which a
+    worker that may not create streams cannot make when it first serves a graph: see
+    `open_graphs`); safe to call from every process. Raises NotProvisionedError at the
+    first refusal when this NATS user may not create streams."""
     try:
         await _provision(js, layout)
+        await _provision_graphs(js, layout)
     except _Refused as exc:
         raise NotProvisionedError(layout.names.prefix, [], refused=str(exc)) from None
 
@@ -69,6 +74,33 @@ async def _provision(js: JetStreamContext, layout: Layout) -> None:
     # readable, and deletable, through it). A dispatcher creates it too, as it starts.
     timers = ensure_timers_consumer(js, layout.names)
     await _unless_refused(js, timers, "create the dispatchers' timers consumer")
+
+
+async def open_graphs(js: JetStreamContext, names: Names) -> None:
+    """Make sure the graphs' bucket and blob store (`Names.graphs_bucket`) are there, before
+    a graph's first step on a connection. Absent, they are made at the replicas of the
+    installation's tasks bucket if this NATS user may create streams (`tether dev`, a
+    worker with every right); a user that may not (the worker of deploy/nats/roles.conf)
+    is refused at once and raises NotProvisionedError naming them. Present, nothing is
+    asked of the server but their info: the locked-down worker is refused nothing."""
+    if not await _absent(js, graph_streams(names)):
+        return
+    tasks = await js.stream_info(names.kv_stream(names.tasks_bucket))
+    layout = Layout(names=names, replicas=tasks.config.num_replicas or 1)
+    try:
+        await _provision_graphs(js, layout)
+    except (_Refused, NatsTimeoutError) as exc:  # unanswered: how a refusal shows elsewhere
+        refused = str(exc) if isinstance(exc, _Refused) else "no answer to a create request"
+        if absent := await _absent(js, graph_streams(names)):  # or another made them since
+            raise NotProvisionedError(names.prefix, absent, refused=refused) from None
+
+
+async def _provision_graphs(js: JetStreamContext, layout: Layout) -> None:
+    kv, store = graph_bucket_configs(layout)
+    await _unless_refused(js, _ensure_bucket(js, kv), f"create bucket {kv.bucket}")
+    assert store.bucket is not None
+    made = _ensure_object_store(js, store.bucket, store)
+    await _unless_refused(js, made, f"create object store {store.bucket}")
 
 
 async def _ensure_object_store(
@@ -166,8 +198,12 @@ async def _unless_refused(js: JetStreamContext, call: Awaitable[T], what: str) -
 async def missing(js: JetStreamContext, names: Names) -> list[str]:
     """The streams of the installation under `names` that are not there (all of them when
     nothing lives under that prefix)."""
+    return await _absent(js, expected_streams(names))
+
+
+async def _absent(js: JetStreamContext, streams: list[str]) -> list[str]:
     absent = []
-    for stream in expected_streams(names):
+    for stream in streams:
         try:
             await js.stream_info(stream)
         except NotFoundError:

@@ -72,6 +72,21 @@ class Names(msgspec.Struct, frozen=True):
     def blobs_bucket(self) -> str:
         return f"{self.prefix}-blobs"
 
+    @property
+    def graphs_bucket(self) -> str:
+        """The threads of LangGraph graphs served as tools (`tether.integrations.langgraph`):
+        each key starts with its thread's id, that of the task that began the thread. Made
+        by `tether provision`, or on a graph's first step by a worker that may create
+        streams, not with the buckets above: an installation without graphs has none."""
+        return f"{self.prefix}-langgraph"
+
+    @property
+    def graph_blobs_bucket(self) -> str:
+        """The Object Store of the graphs' large values, `<graphs bucket>-blobs` as a
+        `JetStreamSaver` names its own: apart from `blobs_bucket`, whose sweep keeps only
+        the blobs Tether's records and checkpoints refer to."""
+        return f"{self.graphs_bucket}-blobs"
+
     # -- subjects ------------------------------------------------------------
     def submit_subject(self, task_id: str) -> str:
         """`<prefix>.submit.<task_id>`: a raw submission names its task in its subject,
@@ -254,6 +269,13 @@ class Names(msgspec.Struct, frozen=True):
         """`Nats-Msg-Id` of a status event, so a replayed step does not repeat its events."""
         where = "task" if step is None else str(step) if branch is None else f"{step}.b{branch}"
         return f"{task_id}.{where}.{event}.g{generation}.{n}"
+
+    @staticmethod
+    def graph_thread_roots(thread_id: str) -> str:
+        """The keys of the graphs bucket that point at a task's thread's newest checkpoints,
+        one per namespace: `<thread>.l.<ns>` (`tether.integrations.langgraph.keys`; a
+        task id is a key token as it is)."""
+        return f"{thread_id}.l.*"
 
     # -- JetStream's own names for a KV bucket's stream and API -------------------------
     @staticmethod

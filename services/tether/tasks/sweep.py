@@ -1,15 +1,20 @@
-"""The retention sweep: finished tasks past their retention, and blobs nothing refers to.
+"""The retention sweep: finished tasks past their retention, their graphs' threads, and
+blobs nothing refers to.
 
 Run by `tether gc` (from cron, a Kubernetes CronJob, or by hand). It is safe to run
-while workers run and to run twice at once: it removes only finished tasks, and a
-blob only when no record or checkpoint kept refers to it and it is past the grace
-period (see `tether.tasks.retention`).
+while workers run and to run twice at once: it removes only finished tasks, a graph's
+thread only with the last task that ran on it, and a blob only when no record or
+checkpoint kept refers to it and it is past the grace period (see
+`tether.tasks.retention`).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+import msgspec
 
 from tether.clock import utcnow
 from tether.deploys.forgetting import unused_builds
@@ -17,8 +22,18 @@ from tether.nats.blobs import BLOB_GRACE
 from tether.nats.cleanup import Cleanup
 from tether.nats.store import Store
 from tether.schemas.codec import record_decoder
-from tether.tasks.retention import DEFAULT_RETENTION, expired, garbage
+from tether.tasks.retention import (
+    DEFAULT_RETENTION,
+    expired,
+    garbage,
+    graph_threads,
+    tasks_on,
+    thread_memo,
+)
 from tether.tasks.retention import referenced_blobs as refs_in
+
+LANGGRAPH = "tether.integrations.langgraph.saver"
+"""What removing a graph's thread loads (the `langgraph` extra): only when there is one."""
 
 
 @dataclass
@@ -32,6 +47,27 @@ class SweepReport:
     started on, and where no new task goes (see `tether builds`)."""
     kept_tasks: int = 0
     kept_blobs: int = 0
+    threads: list[str] = field(default_factory=list)
+    """Graphs' threads (`Names.graphs_bucket`) that only removed tasks ran on: removed
+    with them, keys and blobs."""
+    needs_langgraph: list[str] = field(default_factory=list)
+    """Finished tasks kept (and counted in `kept_tasks`) because their graphs' threads
+    can be removed only where the `langgraph` extra is installed."""
+
+
+@dataclass
+class _Read:
+    """What the sweep read of the records and checkpoints."""
+
+    graphs: bool
+    """Whether the installation has a graphs bucket: else no thread is looked for."""
+    referenced: set[str] = field(default_factory=set)
+    started_on: set[str | None] = field(default_factory=set)
+    kept: set[str] = field(default_factory=set)
+    memos: dict[str, set[str]] = field(default_factory=dict)
+    """The threads each follow-up of a graph ran on (task id -> threads)."""
+    removed_refs: dict[str, set[str]] = field(default_factory=dict)
+    """The blobs each removed task refers to, should it be kept after all."""
 
 
 class Sweeper:
@@ -52,29 +88,82 @@ class Sweeper:
         cleanup = self._cleanup
         # Blobs are listed first: one stored after this point is not considered at all.
         blobs = [found async for found in cleanup.stored_blobs()]
-        referenced: set[str] = set()
-        started_on: set[str | None] = set()
-        async for task_id, value in cleanup.values(self._names.tasks_bucket):
+        read = _Read(graphs=await cleanup.has_graphs())
+        await self._read_records(read, report, now, retention)
+        await self._read_checkpoints(read, set(report.tasks))
+        if read.graphs:
+            await self._find_threads(read, report)
+        report.blobs = garbage(blobs, read.referenced, now, grace)
+        report.kept_blobs = len(blobs) - len(report.blobs)
+        report.builds = await unused_builds(self._store.workers, read.started_on, now - retention)
+        if not dry_run:
+            await self._remove(report)
+        return report
+
+    async def _read_records(
+        self, read: _Read, report: SweepReport, now: datetime, retention: timedelta
+    ) -> None:
+        async for task_id, value in self._cleanup.values(self._names.tasks_bucket):
             record = record_decoder.decode(value)
             if not record.status.is_terminal:
-                started_on.add(record.build)
+                read.started_on.add(record.build)
             if expired(record, now, retention):
                 report.tasks.append(task_id)
+                if read.graphs:
+                    read.removed_refs[task_id] = refs_in(value)
             else:
                 report.kept_tasks += 1
-                referenced |= refs_in(value)
-        gone = set(report.tasks)
-        async for key, value in cleanup.values(self._names.checkpoints_bucket):
-            if key.split(".", 1)[0] not in gone:
-                referenced |= refs_in(value)
-        report.blobs = garbage(blobs, referenced, now, grace)
-        report.kept_blobs = len(blobs) - len(report.blobs)
-        report.builds = await unused_builds(self._store.workers, started_on, now - retention)
-        if not dry_run:
-            for build in report.builds:
-                await self._store.workers.forget_build(build)
-            for task_id in report.tasks:
-                await cleanup.remove_task(task_id)
-            for digest in report.blobs:
-                await cleanup.remove_blob(digest)
-        return report
+                read.referenced |= refs_in(value)
+                if read.graphs:
+                    read.kept.add(task_id)
+
+    async def _read_checkpoints(self, read: _Read, gone: set[str]) -> None:
+        async for key, value in self._cleanup.values(self._names.checkpoints_bucket):
+            task_id = key.split(".", 1)[0]
+            if read.graphs and thread_memo(key):
+                read.memos.setdefault(task_id, set()).update(_thread(value))
+            if task_id not in gone:
+                read.referenced |= refs_in(value)
+            elif read.graphs:
+                read.removed_refs[task_id] |= refs_in(value)
+
+    async def _find_threads(self, read: _Read, report: SweepReport) -> None:
+        """The threads to remove with the tasks; without LangGraph to remove them, the
+        tasks that ran on them are kept instead (never a thread left with no task)."""
+        candidates = graph_threads(report.tasks, read.kept, read.memos)
+        threads = await self._cleanup.stored_threads(candidates)
+        if not threads or _langgraph_installed():
+            report.threads = threads
+            return
+        kept = tasks_on(threads, report.tasks, read.memos)
+        report.tasks = [task_id for task_id in report.tasks if task_id not in kept]
+        report.kept_tasks += len(kept)
+        report.needs_langgraph = sorted(kept)
+        for task_id in kept:
+            read.referenced |= read.removed_refs.get(task_id, set())
+
+    async def _remove(self, report: SweepReport) -> None:
+        cleanup = self._cleanup
+        for build in report.builds:
+            await self._store.workers.forget_build(build)
+        # Threads before their tasks: a sweep cut off in between finds the tasks again.
+        await cleanup.remove_threads(report.threads)
+        for task_id in report.tasks:
+            await cleanup.remove_task(task_id)
+        for digest in report.blobs:
+            await cleanup.remove_blob(digest)
+
+
+def _thread(memo: bytes) -> set[str]:
+    try:
+        return {msgspec.json.decode(memo, type=str)}
+    except msgspec.DecodeError:  # not a memo of ours: names no thread
+        return set()
+
+
+def _langgraph_installed() -> bool:
+    try:
+        importlib.import_module(LANGGRAPH)
+    except ImportError:
+        return False
+    return True

@@ -1,7 +1,8 @@
 """Where a graph's task keeps its thread: a `JetStreamSaver` on the worker's own NATS
-connection, in the installation's bucket (or the bucket of the `JetStreamSaver` the
-graph was compiled with), bound to a copy of the user's graph (the graph itself is
-left as it was compiled)."""
+connection, in the installation's graphs bucket (`Names.graphs_bucket`, made by Tether's
+provisioning: `tether.nats.provision.open_graphs`), or in the bucket of the
+`JetStreamSaver` the graph was compiled with, bound to a copy of the user's graph (the
+graph itself is left as it was compiled)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,19 @@ from typing import TYPE_CHECKING, Any
 
 from tether.errors import DefinitionError
 from tether.integrations.langgraph.saver import JetStreamSaver
+from tether.nats.provision import open_graphs
+from tether.schemas.names import Names
 
 if TYPE_CHECKING:
     from langgraph.pregel import Pregel
 
+    from tether.nats.store import Store
     from tether.tools.context import StepContext
 
 
 def bucket_of(prefix: str) -> str:
-    """The KV bucket of an installation's graph threads (`<prefix>-langgraph`; blobs in
-    `<prefix>-langgraph-blobs`): a thread's keys start with its id, a task's id."""
-    return f"{prefix}-langgraph"
+    """The KV bucket of an installation's graph threads (see `Names.graphs_bucket`)."""
+    return Names(prefix=prefix).graphs_bucket
 
 
 def check_checkpointer(graph: Pregel[Any, Any, Any, Any], name: str) -> None:
@@ -55,16 +58,17 @@ class Savers:
         store = ctx._store  # the worker's connection and names: the saver shares them
         found = self._bound.get(store)
         if found is None:
-            saver = self._saver(store.nc, store.names.prefix)
-            await saver.asetup()  # idempotent: the bucket exists after the first
-            found = self._graph.copy(update={"checkpointer": saver})
+            found = self._graph.copy(update={"checkpointer": await self._saver(store)})
             self._bound[store] = found
         return found
 
-    def _saver(self, nc: Any, prefix: str) -> JetStreamSaver:
+    async def _saver(self, store: Store) -> JetStreamSaver:
         kept = self._graph.checkpointer
         if not isinstance(kept, JetStreamSaver):
-            return JetStreamSaver(nc, bucket=bucket_of(prefix))
-        return JetStreamSaver(
-            nc, bucket=kept.bucket, serde=kept.serde, inline_limit=kept.inline_limit
+            await open_graphs(store.js, store.names)  # one stream info each, once made
+            return JetStreamSaver(store.nc, bucket=store.names.graphs_bucket)
+        saver = JetStreamSaver(
+            store.nc, bucket=kept.bucket, serde=kept.serde, inline_limit=kept.inline_limit
         )
+        await saver.asetup()  # the user's own bucket, made as their saver makes it
+        return saver
