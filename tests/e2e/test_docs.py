@@ -116,9 +116,24 @@ def _tools(run: Run) -> None:
     assert refused == "refused" and re.fullmatch(r"[0-9a-f]{32}", kept), said
 
 
+def _langgraph(run: Run) -> None:
+    outputs = run.outputs
+    assert outputs["saver_alone.py"] == "['first', 'noted 1', 'second', 'noted 3']\n6 checkpoints\n"
+    asked = next(out for line, out in outputs.items() if line.startswith("first=$("))
+    assert '"It is 18°C in Oslo."' in asked and "Tomorrow too: 18°C in Oslo." in asked, asked
+    sent = [e for e in run.sent if e["conversation"] == "Weather in Oslo?"]
+    assert [e["turn"] for e in sent] == [0, 1, 2], sent  # the follow-up ran on the same thread
+    reviewed = next(out for line, out in outputs.items() if line.startswith("ID=$("))
+    assert '"approved": true' in reviewed and "checkpoints: how" in reviewed, reviewed
+    said = outputs["mcp_outline.py"]
+    assert "streams: why" in said and "'approved'" in said, said
+    assert said.endswith("'approved': False}\n"), said
+
+
 CHECKS: dict[str, Callable[[Run], None]] = {
     "agents.md": _agents,
     "bring-your-agent.md": _bring_your_agent,
+    "langgraph.md": _langgraph,
     "plans.md": _plans,
     "any-language.md": _any_language,
     "mcp.md": _mcp,
