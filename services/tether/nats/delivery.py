@@ -9,7 +9,6 @@ through the custody instead (see `tether.worker.custody`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -18,6 +17,7 @@ from typing import Protocol
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from tether.nats.acks import Acks
 from tether.nats.headers import MSG_ID, PRIOR_ATTEMPTS
 
 
@@ -32,10 +32,12 @@ class Keeper(Protocol):
 
 
 class Delivery:
-    """One delivery of a message from a durable pull consumer."""
+    """One delivery of a message from a durable pull consumer; `acks`, where given, sends
+    its `+ACK` with the connection's next write (see `tether.nats.acks`)."""
 
-    def __init__(self, msg: Msg) -> None:
+    def __init__(self, msg: Msg, acks: Acks | None = None) -> None:
         self._msg = msg
+        self._acks = acks
         self.subject: str = msg.subject
         self.data: bytes = msg.data
         self._keeper: Keeper | None = None
@@ -124,7 +126,13 @@ class Delivery:
             self._copy = None
 
     async def done(self) -> None:
-        await self._settle(lambda keeper, key: keeper.release(key), self._msg.ack)
+        await self._settle(lambda keeper, key: keeper.release(key), self._ack)
+
+    async def _ack(self) -> None:
+        if self._acks is None:
+            await self._msg.ack()
+        else:
+            self._acks.add(self._msg)
 
     async def retry(self, delay: timedelta | None = None) -> None:
         """Deliver again after `delay` (a bare nak would skip the consumer's backoff)."""
@@ -174,14 +182,21 @@ class Delivery:
 
 
 class Consumer:
-    """A bound durable pull consumer: `fetch` up to n deliveries at a time."""
+    """A bound durable pull consumer: `fetch` up to n deliveries at a time; with `acks`,
+    their `+ACK`s go with the connection's next write."""
 
-    def __init__(self, subscription: JetStreamContext.PullSubscription) -> None:
+    def __init__(
+        self, subscription: JetStreamContext.PullSubscription, acks: Acks | None = None
+    ) -> None:
         self._subscription = subscription
+        self._acks = acks
+        self._stopped: dict[asyncio.Event, asyncio.Future[object]] = {}
 
     @classmethod
-    async def bind(cls, js: JetStreamContext, stream: str, durable: str) -> Consumer:
-        return cls(await js.pull_subscribe_bind(durable, stream))
+    async def bind(
+        cls, js: JetStreamContext, stream: str, durable: str, acks: Acks | None = None
+    ) -> Consumer:
+        return cls(await js.pull_subscribe_bind(durable, stream), acks)
 
     async def backlog(self) -> tuple[int, int]:
         """(queued, delivered and not yet acknowledged) messages of the consumer."""
@@ -195,20 +210,36 @@ class Consumer:
         at once when `stop` is set meanwhile (a process stopping does not wait out an
         idle fetch; a message the server sent as it was given up comes back after its
         ack wait). Other failures (NATS away) raise, for the caller to log and retry."""
-        fetching: Awaitable[list[Msg]] = self._subscription.fetch(batch, timeout=timeout)
-        if stop is not None:
-            fetched = asyncio.ensure_future(fetching)
-            stopped = asyncio.ensure_future(stop.wait())
-            await asyncio.wait((fetched, stopped), return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            if not fetched.done():
-                fetched.cancel()
-                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await fetched
-                return []
-            fetching = fetched
+        if stop is None:
+            return await self._fetch(batch, timeout)
+        if stop.is_set():
+            return []
+        # One waiter per stop event for the consumer's life, not two tasks and a wait per
+        # fetch: this is on every step's path.
+        stopped = self._stopped.get(stop)
+        if stopped is None:
+            stopped = self._stopped[stop] = asyncio.ensure_future(stop.wait())
+        fetched = asyncio.ensure_future(self._fetch(batch, timeout))
+
+        def cut_short(_: object) -> None:
+            fetched.cancel()
+
+        stopped.add_done_callback(cut_short)
         try:
-            msgs = await fetching
+            return await fetched
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if stop.is_set() and not (current and current.cancelling()):
+                return []  # cut short by the stop, not cancelled itself
+            raise
+        finally:
+            stopped.remove_done_callback(cut_short)
+
+    async def _fetch(self, batch: int, timeout: float) -> list[Delivery]:
+        if self._acks is not None:
+            await self._acks.send()  # with the pull request
+        try:
+            msgs = await self._subscription.fetch(batch, timeout=timeout)
         except TimeoutError:
             return []
-        return [Delivery(msg) for msg in msgs]
+        return [Delivery(msg, self._acks) for msg in msgs]

@@ -11,6 +11,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.js.errors import NoStreamResponseError
 
+from tether.nats.acks import Acks
 from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
 from tether.nats.requests import Requester
 from tether.schemas.codec import encode
@@ -27,15 +28,19 @@ class JetStream:
         self.nc = nc
         self.names = names
         self._requests = Requester(nc, PUBLISH_TIMEOUT)
+        self.acks = Acks()
+        """Acks of this connection's tool steps, sent with its next write."""
 
     async def start(self) -> None:
         await self._requests.start()
 
     async def request(self, subject: str, data: bytes = b"", headers: Headers = None) -> Msg:
+        await self.acks.send()
         return await self._requests.request(subject, data, headers)
 
     async def publish(self, subject: str, data: bytes, headers: Headers = None) -> PubAck:
         """A JetStream publish that waits for the PubAck."""
+        await self.acks.send()
         try:
             reply = await self._requests.request(subject, data, headers)
         except NoRespondersError as exc:

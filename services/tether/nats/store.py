@@ -132,7 +132,8 @@ class Store:
         created or updated, then bound."""
         await ensure_tool_consumer(self.js, tool, options, self.names, build)
         durable = self.names.tool_consumer(tool, build)
-        return await Consumer.bind(self.js, self.names.work_stream, durable)
+        acks = self._jetstream.acks  # a step's ack goes with the worker's next write
+        return await Consumer.bind(self.js, self.names.work_stream, durable, acks)
 
     async def routed_steps(self) -> dict[tuple[str, str], int]:
         """How many steps wait on each tool's subject of each build, by (tool, build):
@@ -246,6 +247,7 @@ class Store:
             self.observer.observe(event)
         if isinstance(event, _PROGRESS_EVENTS):
             check_message(subject, data, sent, self.nc.max_payload)
+            await self._jetstream.acks.send()
             await self.nc.publish(subject, data, headers=sent)
         else:
             await self._jetstream.publish(subject, data, sent)
@@ -280,6 +282,12 @@ class Store:
         await self._jetstream.publish(subject, encode(letter))
         if self.observer is not None:
             self.observer.dead_lettered(letter)
+
+    async def send_acks(self) -> None:
+        """Send the acks still waiting for a write (see `tether.nats.acks`) and flush them:
+        before the connection closes."""
+        await self._jetstream.acks.close()
+        await self.nc.flush(timeout=1)
 
     async def acknowledge(self, ack_subject: str) -> None:
         """Acknowledge a message another process received (its holder died)."""

@@ -4,6 +4,7 @@ tool's slots free up, and only while the worker may take them (see `Drain`)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable
@@ -18,19 +19,46 @@ START_AHEAD = 256
 their ack wait runs out (a burst of 10,000 steps is taken a few hundred at a time)."""
 
 
-async def _take(semaphore: asyncio.Semaphore, most: int) -> int:
-    """Acquire one permit (waiting), then as many more as are free, up to `most`."""
-    await semaphore.acquire()
-    taken = 1
-    while taken < most and not semaphore.locked():
-        await semaphore.acquire()
-        taken += 1
-    return taken
+class Slots:
+    """Places a fetch loop takes many of at once: one wait for the first, then all that
+    are free up to a limit, in one step (an `asyncio.Semaphore` takes them one `await`
+    at a time: a hundred per fetch, on every step's path). First come, first served, as
+    a semaphore: a loop that comes back for more waits behind one already waiting (the
+    loop of a build's consumer must not starve behind its tool's shared one)."""
 
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
-def _give(semaphore: asyncio.Semaphore, count: int) -> None:
-    for _ in range(count):
-        semaphore.release()
+    async def take(self, most: int) -> int:
+        """Wait for one place, then take as many more as are free, up to `most`, unless
+        another waits."""
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+        else:
+            handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append(handed)
+            try:
+                await handed  # `give` keeps a place for it
+            except asyncio.CancelledError:
+                if handed.cancelled():
+                    self._waiting.remove(handed)  # (no one waits behind a cancelled taker)
+                    self.give(0)
+                else:
+                    self.give(1)  # handed one, and cancelled before it woke: back
+                raise
+        more = 0 if self._waiting else min(most - 1, self.free)
+        self.free -= more
+        return 1 + more
+
+    def give(self, count: int = 1) -> None:
+        """Give `count` places back, to the waiters first, in their order."""
+        self.free += count
+        while self.free > 0 and self._waiting:
+            handed = self._waiting.popleft()
+            if not handed.done():  # (one whose taker was cancelled is done)
+                self.free -= 1
+                handed.set_result(None)
 
 
 async def _hand_back(deliveries: list[Delivery]) -> None:
@@ -43,7 +71,7 @@ class Fetching:
     ahead are given back by the caller of `run`)."""
 
     def __init__(self, concurrency: int, lost: Callable[[], bool]) -> None:
-        self.ahead = asyncio.Semaphore(START_AHEAD)
+        self.ahead = Slots(START_AHEAD)
         self._most = min(concurrency, START_AHEAD)
         self._lost = lost
 
@@ -51,7 +79,7 @@ class Fetching:
         self,
         consumer: Consumer,
         tool: str,
-        slots: asyncio.Semaphore,
+        slots: Slots,
         stop: asyncio.Event,
         takes: Callable[[], bool],
         run: Callable[[Delivery], None],
@@ -66,13 +94,13 @@ class Fetching:
                 continue
             # An idle consumer waits for its next message with one slot: its tool's other
             # consumer (its build's, or the shared one) may take the rest meanwhile.
-            free = await _take(slots, want)
+            free = await slots.take(want)
             if stop.is_set() or not takes():
-                _give(slots, free)
+                slots.give(free)
                 continue  # stopped while every slot was busy: fetch nothing more
             # Take no more than can start soon: a message's ack wait runs from its delivery.
-            ahead = await _take(self.ahead, free)
-            _give(slots, free - ahead)
+            ahead = await self.ahead.take(free)
+            slots.give(free - ahead)
             try:
                 deliveries = await consumer.fetch(ahead, FETCH_TIMEOUT, stop)
             except Exception as exc:  # disconnected: nats-py reconnects by itself
@@ -86,6 +114,6 @@ class Fetching:
                 deliveries = []
             for delivery in deliveries:
                 run(delivery)
-            _give(slots, ahead - len(deliveries))
-            _give(self.ahead, ahead - len(deliveries))
+            slots.give(ahead - len(deliveries))
+            self.ahead.give(ahead - len(deliveries))
             want = self._most if deliveries else 1

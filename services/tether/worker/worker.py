@@ -35,7 +35,7 @@ from tether.tools.tool import Tool
 from tether.worker.custody import Custody
 from tether.worker.draining import Drain, say_ran_out, say_stopping
 from tether.worker.liveness import Liveness
-from tether.worker.serving import FETCH_TIMEOUT, Fetching
+from tether.worker.serving import FETCH_TIMEOUT, Fetching, Slots
 from tether.worker.step import StepRunner
 from tether.worker.stopping import StopClock
 from tether.worker.succession import Succession
@@ -47,8 +47,7 @@ log = logging.getLogger("tether.worker")
 
 CANCEL_GRACE = 5.0
 REPORT_EVERY = 5.0
-"""Seconds between reads of the tools' consumer state, with metrics on (one request
-per tool)."""
+"""Seconds between reads of the tools' consumer state, with metrics on (a request a tool)."""
 UNLIMITED_IN_FLIGHT = 10_000
 """The consumer's max-ack-pending for a tool without `max_concurrency`: steps delivered
 and not yet held (a held step is acknowledged), across every worker."""
@@ -127,7 +126,6 @@ class Worker(Service):
         self._rollout: Rollout[Tool] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._fetching = Fetching(concurrency, lambda: self.is_lost)
-        self._ahead = self._fetching.ahead
         self._started_at = utcnow()
         self._custody: Custody | None = None
         self._store: Store | None = None
@@ -171,7 +169,7 @@ class Worker(Service):
             # One set of slots per tool, for the steps any build may run and those
             # routed to this one.
             shared, own = consumers[tool.name]
-            slots = asyncio.Semaphore(self.concurrency)
+            slots = Slots(self.concurrency)
             run = functools.partial(self._spawn, runner, slots)
             serving = self._fetching.serve(
                 shared, tool.name, slots, self._draining, self._drain.takes, run
@@ -293,12 +291,12 @@ class Worker(Service):
             draining=self._draining.is_set(),
         )
 
-    def _spawn(self, runner: StepRunner, slots: asyncio.Semaphore, delivery: Delivery) -> None:
-        ahead = [self._ahead]  # given back once: when the tool runs, or the step is settled
+    def _spawn(self, runner: StepRunner, slots: Slots, delivery: Delivery) -> None:
+        ahead = [self._fetching.ahead]  # given back once: when the tool runs, or it settles
 
         def started() -> None:
             if ahead:
-                ahead.pop().release()
+                ahead.pop().give()
 
         task = asyncio.create_task(self._run_step(runner, delivery, started))
         self._in_flight.add(task)
@@ -306,7 +304,7 @@ class Worker(Service):
         def done(finished: asyncio.Task[None]) -> None:
             self._in_flight.discard(finished)
             started()
-            slots.release()
+            slots.give()
 
         task.add_done_callback(done)
 
@@ -394,6 +392,8 @@ class Worker(Service):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._beating
         with contextlib.suppress(Exception):
+            if self._store is not None:  # the acks still waiting (lost: no-op redeliveries)
+                await self._store.send_acks()
             if self._custody is not None:
                 await self._custody.close()
             if self._store is not None and not (self._custody and self._custody.holding):
