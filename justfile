@@ -42,9 +42,13 @@ dispatcher *args:
 schemas:
     python -m tether.api.contract
 
-# Benchmark Tether against a raw JetStream baseline (not part of the tests)
+# Benchmark Tether against a raw JetStream baseline (not part of the tests); each run is kept in tests/bench/history/ and compared with the last of another commit
 bench *args:
     python -m tests.bench.bench {{args}}
+
+# W2 on commits side by side, alternately in one session (default: 890c70b and this checkout; --hops: when each message goes by)
+bench-compare *args:
+    python -m tests.bench.alternate {{args}}
 
 # Cluster chaos: 1,000 tasks on the 3-node R3 cluster while its nodes are SIGKILLed (--tasks N)
 chaos *args:

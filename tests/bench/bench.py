@@ -3,7 +3,9 @@
 Starts its own nats-server (file storage) and node processes, runs each workload
 `--runs` times, prints medians with their spread and ratios to the baseline (or the
 target), and writes JSON lines and a Markdown table with `--out`. `--only w4` runs one
-workload (or several: `--only w1 w2`).
+workload (or several: `--only w1 w2`). Every run is kept in tests/bench/history/ with its
+commit, date, machine and settings, and compared with the last run of another commit
+(`--no-history` keeps nothing; see tests/bench/history.py).
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import msgspec
 import nats
 from nats.js.api import Header
 
-from tests.bench import holding
+from tests.bench import history, holding
 from tests.bench.agents import LONG_TURNS, STREAM_WORDS
 from tests.bench.agents import measure as agent_workloads
 from tests.bench.listing import measure as listing_figures
 from tests.bench.nodes import BASE_BUCKET, BASE_STEPS, provision_baseline
-from tests.bench.processes import CpuTime, Node
+from tests.bench.processes import ROOT, CpuTime, Node
 from tether import Client, NatsConfig, NatsServer
 from tether.nats.server import find_nats_server
 from tether.nats.store import Store
@@ -42,7 +44,7 @@ from tether.schemas.tasks import StepSpec, TaskSubmit
 from tether.testing.progress import stored_steps
 
 PLOT = Path(__file__).parent / "performance.png"
-WORKLOADS = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"]
+WORKLOADS = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10"]
 GROWTH_TURNS = 502
 GROWTH_SAMPLES = [10, 100, 500]
 """W6 samples steps 10, 100 and 500 (not the last step, which writes no checkpoint)."""
@@ -273,6 +275,7 @@ async def crash_recovery(url: str, tasks: int, executions: Path) -> dict[str, fl
 
 async def main(args: argparse.Namespace) -> list[Result]:
     only = set(args.only or WORKLOADS)
+    load = list(os.getloadavg())
     results: list[Result] = []
     baseline: dict[str, Result] = {}
     with (
@@ -298,18 +301,7 @@ async def main(args: argparse.Namespace) -> list[Result]:
                 results.append(await latency_result(bench, "tether", args))
                 results.append(await latency_result(bench, "sdk", args))
                 worker.stop()
-            if "w5" in only:
-                results.append(await fan_out_result(bench, args))
-            if "w6" in only:
-                results.append(await growth_result(bench, args))
-            if only & {"w7", "w8"}:
-                results += await agent_results(url, args.runs)
-            if "w9" in only:
-                w9 = Result(
-                    f"W9 first page of a filtered list, {args.list_tasks:,} tasks", "tether"
-                )
-                w9.add(**await listing_figures(url, args.list_tasks))
-                results.append(w9)
+            results += await shaped_results(bench, url, args, only)
             if "w3" in only:
                 results.append(await crash_result(url, args, Path(tmp)))
             if "w4" in only:
@@ -318,9 +310,26 @@ async def main(args: argparse.Namespace) -> list[Result]:
             await client.close()
             dispatcher.stop()
     report(results, baseline, args.out)
+    if args.history is not None:
+        keep(results, args, load)
     if args.plot is not None:
         plot(results, baseline, args.plot)
     return results
+
+
+def keep(results: list[Result], args: argparse.Namespace, load: list[float]) -> None:
+    """This run's figures into the history, and how they compare with the last run of
+    another commit (see tests/bench/history.py)."""
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    head = history.header(ROOT, environment(), settings, load)
+    rows = [{"workload": r.workload, "system": r.system, "metrics": r.metrics} for r in results]
+    path = history.save(head, rows, args.history)
+    print(f"\nkept in {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    before = history.previous(head, args.history)
+    if before is None:
+        print("no earlier run of another commit is kept to compare with")
+        return
+    print("\n".join(history.compare(history.load(path), before)))
 
 
 async def baseline_results(
@@ -375,6 +384,51 @@ async def latency_result(bench: Bench, system: str, args: argparse.Namespace) ->
         samples = await bench.latency(system, args.latency_tasks)
         w2.add(p50_ms=_pct(samples, 50), p99_ms=_pct(samples, 99))
     return w2
+
+
+async def shaped_results(
+    bench: Bench, url: str, args: argparse.Namespace, only: set[str]
+) -> list[Result]:
+    """W5-W10: fan-out, growth, agents, listing, a LangGraph thread."""
+    results: list[Result] = []
+    if "w5" in only:
+        results.append(await fan_out_result(bench, args))
+    if "w6" in only:
+        results.append(await growth_result(bench, args))
+    if only & {"w7", "w8"}:
+        results += await agent_results(url, args.runs)
+    if "w9" in only:
+        w9 = Result(f"W9 first page of a filtered list, {args.list_tasks:,} tasks", "tether")
+        w9.add(**await listing_figures(url, args.list_tasks))
+        results.append(w9)
+    if "w10" in only:
+        results += await graph_growth_results(url, args.runs)
+    return results
+
+
+async def graph_growth_results(url: str, runs: int) -> list[Result]:
+    """W10: one LangGraph thread of 200 super-steps on `JetStreamSaver`, per channel kind:
+    bytes a super-step adds and the time to read the latest checkpoint, early and late
+    (see tests/bench/langgraph.py; needs the `langgraph` extra)."""
+    from tests.bench import langgraph
+
+    merged = langgraph.medians([await langgraph.measure(url) for _ in range(runs)])
+    results = []
+    first, last = str(langgraph.SAMPLES[0]), str(langgraph.SAMPLES[-1])
+    for variant in merged:
+        result = Result(f"W10 a LangGraph thread, {variant['variant']}", "tether")
+        steps = variant["steps"]
+        result.add(
+            **{
+                f"bytes_per_step_at_{first}": steps[first]["added_bytes_window"],
+                f"bytes_per_step_at_{last}": steps[last]["added_bytes_window"],
+                f"get_tuple_ms_at_{first}": steps[first]["get_tuple_ms"],
+                f"get_tuple_ms_at_{last}": steps[last]["get_tuple_ms"],
+                "bytes_per_step_growth": variant["step200_over_step10"]["added_bytes_window"],
+            }
+        )
+        results.append(result)
+    return results
 
 
 async def fan_out_result(bench: Bench, args: argparse.Namespace) -> Result:
@@ -577,6 +631,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--out", type=Path, default=None, help="directory for bench.md and bench.jsonl"
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        default=history.HISTORY,
+        help="where each run's figures are kept, by date and commit, and compared with the "
+        f"last run of another commit (default {history.HISTORY.relative_to(ROOT)})",
+    )
+    parser.add_argument(
+        "--no-history", dest="history", action="store_const", const=None, help="keep nothing"
     )
     parser.add_argument(
         "--plot",
