@@ -66,3 +66,15 @@ async def test_a_taker_cancelled_after_it_was_handed_a_place_gives_it_back() -> 
     with pytest.raises(asyncio.CancelledError):
         await handed
     assert slots.free == 1
+
+
+async def test_a_taker_cancelled_and_passed_over_before_it_woke_raises_cancelled() -> None:
+    slots = Slots(1)
+    await slots.take(1)
+    cancelled = asyncio.ensure_future(slots.take(1))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    slots.give(1)  # passes over the cancelled taker, which has not woken yet
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert slots.free == 1

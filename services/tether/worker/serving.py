@@ -42,8 +42,9 @@ class Slots:
                 await handed  # `give` keeps a place for it
             except asyncio.CancelledError:
                 if handed.cancelled():
-                    self._waiting.remove(handed)  # (no one waits behind a cancelled taker)
-                    self.give(0)
+                    if handed in self._waiting:  # (`give` may have passed it over already)
+                        self._waiting.remove(handed)
+                    self.give(0)  # no one waits behind a cancelled taker
                 else:
                     self.give(1)  # handed one, and cancelled before it woke: back
                 raise

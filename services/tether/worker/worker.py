@@ -391,9 +391,10 @@ class Worker(Service):
             self._beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._beating
-        with contextlib.suppress(Exception):
-            if self._store is not None:  # the acks still waiting (lost: no-op redeliveries)
+        if self._store is not None:  # the acks still waiting (lost: no-op redeliveries)
+            with contextlib.suppress(Exception):
                 await self._store.send_acks()
+        with contextlib.suppress(Exception):
             if self._custody is not None:
                 await self._custody.close()
             if self._store is not None and not (self._custody and self._custody.holding):
