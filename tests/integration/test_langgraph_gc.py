@@ -17,6 +17,7 @@ from nats.js.errors import NotFoundError
 from tests.conftest import ROOT, MakeWorker, Raw
 from tests.e2e.test_cli_ops import Run, finish, tether
 from tether import Client, NatsConfig, Worker
+from tether.clock import utcnow
 from tether.integrations.langgraph import JetStreamSaver
 from tether.nats.layout import graph_streams
 from tether.nats.store import Store
@@ -151,3 +152,29 @@ async def test_gc_needs_no_langgraph_where_no_graph_ran(config: NatsConfig, clie
     run = await _gc_without_langgraph(config, "--older-than", "0", "--json")
     assert run.code == 0, run
     assert run.json()["threads"] == [] and run.json()["needs_langgraph"] == []
+
+
+async def test_a_thread_written_while_the_sweep_reads_is_kept_though_its_task_goes(
+    config: NatsConfig, client: Client, store: Store, lg_worker: Worker, model: ScriptedModel
+) -> None:
+    """A follow-up that begins on an expired task's thread after the sweep read the
+    checkpoints (its memo unseen) writes the thread: the sweep, checking again just
+    before it removes, keeps the thread; the expired task itself goes."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    question = model.conversation({"content": "First."})
+    first = await client.submit_agent("lg_react", question)
+    assert await first.wait(timeout=30) == "First."
+    ended = (await first.get()).updated_at
+    await asyncio.sleep(0.5)  # time apart: the thread's write is later than the task's end
+    saver = JetStreamSaver(store.nc, bucket=config.names.graphs_bucket)
+    thread = {"configurable": {"thread_id": first.task_id, "checkpoint_ns": ""}}
+    await saver.aput(thread, empty_checkpoint(), {}, {})  # as a follow-up's run begins
+    written = utcnow()
+    cutoff = ended + (written - ended) / 2
+    now = written + timedelta(seconds=1)
+
+    report = await Sweeper(store).sweep(retention=now - cutoff, now=now)
+    assert report.tasks == [first.task_id] and report.threads == []
+    assert await store.records.get(first.task_id) is None
+    assert await _thread(store, first.task_id)

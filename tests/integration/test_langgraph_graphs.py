@@ -273,3 +273,29 @@ def test_each_attempt_decides_from_where_the_thread_stands(
     thread: flow.Thread, started_at: str | None, answering: str | None, move: flow.Move
 ) -> None:
     assert flow.first_move(thread, started_at, answering) == move
+
+
+async def test_an_answer_naming_another_callers_thread_fails_and_leaves_it_waiting(
+    client: Client, lg_worker: Worker, model: ScriptedModel, executions: Path
+) -> None:
+    """A resume step's thread is in its input, which any client may write: naming a
+    thread of another caller's task fails before anything of it is read or written."""
+    question = model.conversation(
+        _call("ask_human", question="Which city?"), {"content": "Oslo it is."}
+    )
+    alice = {"mcp": {"tool": "lg_react", "caller": "alice", "seal": "0" * 64}}
+    handle = await client.submit_agent("lg_react", question, metadata=alice)
+    await handle.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=30)
+    sent = len(model.requests())
+
+    resume = {"thread": handle.task_id, "interrupt": "any"}
+    step = {"tool": "lg_react", "input": {"input": "Bergen", "resume": resume}}
+    forged = await client.submit([step])
+    with pytest.raises(TaskFailedError) as failed:
+        await forged.wait(timeout=30)
+    assert failed.value.error.type == "ForeignConversation"
+    assert "Oslo" not in failed.value.error.message
+    assert len(model.requests()) == sent and "ask_human" not in executions.read_text()
+
+    await handle.send_input("Oslo")  # alice's own answer still resumes it
+    assert await handle.wait(timeout=30) == "Oslo it is."

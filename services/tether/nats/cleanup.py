@@ -83,6 +83,22 @@ class Cleanup:
                 found.append(thread)
         return found
 
+    async def written_since(self, threads: Iterable[str], since: datetime) -> set[str]:
+        """Those of `threads` whose newest checkpoint (in any namespace) was stored after
+        `since`: one that a follow-up began running on while the sweep read."""
+        names = self._names
+        stream, bucket = names.kv_stream(names.graphs_bucket), names.graphs_bucket
+        written = set()
+        for thread in threads:
+            roots = names.kv_subject(bucket, names.graph_thread_roots(thread))
+            info = await self._store.js.stream_info(stream, subjects_filter=roots)
+            for subject in info.state.subjects or {}:
+                last = await self._store.js.get_last_msg(stream, subject)
+                if last.time is not None and last.time > since:
+                    written.add(thread)
+                    break
+        return written
+
     async def remove_threads(self, threads: Iterable[str]) -> None:
         """Remove graphs' threads, each with its keys and blobs, by the saver's own
         `delete_thread`. Loads LangGraph: ImportError without the `langgraph` extra."""

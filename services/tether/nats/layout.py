@@ -225,6 +225,7 @@ def layout_digest(layout: Layout) -> str:
     ]
     settings = [config.as_dict() for config in configs]
     settings.append(ObjectStoreConfig(bucket=layout.names.blobs_bucket).as_dict())
+    settings.append({"bucket_rollups": False})  # (`provision.forbid_rollups`)
     data = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(data).hexdigest()[:16]
 

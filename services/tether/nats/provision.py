@@ -239,3 +239,17 @@ async def _ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> None:
     except APIError as exc:
         if exc.err_code != STREAM_NAME_IN_USE:
             raise
+    assert config.bucket is not None
+    await forbid_rollups(js, f"KV_{config.bucket}")
+
+
+async def forbid_rollups(js: JetStreamContext, stream: str) -> None:
+    """Turn off rollups on a bucket's stream. nats-py makes a KV bucket with them on, and
+    then whoever may put one key may send `Nats-Rollup: all` with it, which purges the
+    whole bucket: a worker that writes its steps' checkpoints could erase every task's. Tether
+    never rolls a bucket up (it deletes a key with a marker; a purge is an operator's
+    API call)."""
+    config = (await js.stream_info(stream)).config
+    if config.allow_rollup_hdrs:
+        config.allow_rollup_hdrs = False
+        await js.update_stream(config)

@@ -97,7 +97,7 @@ class Sweeper:
         report.kept_blobs = len(blobs) - len(report.blobs)
         report.builds = await unused_builds(self._store.workers, read.started_on, now - retention)
         if not dry_run:
-            await self._remove(report)
+            await self._remove(report, now - retention)
         return report
 
     async def _read_records(
@@ -142,10 +142,14 @@ class Sweeper:
         for task_id in kept:
             read.referenced |= read.removed_refs.get(task_id, set())
 
-    async def _remove(self, report: SweepReport) -> None:
+    async def _remove(self, report: SweepReport, cutoff: datetime) -> None:
         cleanup = self._cleanup
         for build in report.builds:
             await self._store.workers.forget_build(build)
+        # A thread written since the cutoff has a follow-up running on it (begun after
+        # the checkpoints were read): kept, as that follow-up's memo will keep it.
+        busy = await cleanup.written_since(report.threads, cutoff) if report.threads else set()
+        report.threads = [thread for thread in report.threads if thread not in busy]
         # Threads before their tasks: a sweep cut off in between finds the tasks again.
         await cleanup.remove_threads(report.threads)
         for task_id in report.tasks:

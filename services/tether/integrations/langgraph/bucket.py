@@ -18,6 +18,7 @@ from tether.nats.connection import Connection, jetstream_context
 from tether.nats.failures import failures_translated, translating
 from tether.nats.jetstream import JetStream
 from tether.nats.kv import Bucket
+from tether.nats.provision import forbid_rollups
 from tether.schemas.names import DEFAULT_NAMES
 
 from .records import BlobRef
@@ -47,8 +48,13 @@ async def create_buckets(nc: Connection, bucket: str, replicas: int) -> None:
     # Direct gets answer a read in one request; a replicated bucket reads from its
     # leader instead, as Tether's own buckets do (`tether.nats.layout`).
     direct = replicas == 1
+    made = False
     with _unless_in_use(), failures_translated():
         await js.create_key_value(bucket=bucket, history=1, replicas=replicas, direct=direct)
+        made = True
+    if made:  # (an existing one may belong to a user who may not update it)
+        with failures_translated():
+            await forbid_rollups(js, DEFAULT_NAMES.kv_stream(bucket))
     with _unless_in_use(), failures_translated():
         await js.create_object_store(blobs_bucket(bucket), replicas=replicas)
 

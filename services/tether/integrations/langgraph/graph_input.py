@@ -113,12 +113,36 @@ async def thread_of(ctx: StepContext, step: GraphInput) -> str:
     """The thread the step runs on: the task's, the one a follow-up continues, or the
     one an answer resumes."""
     if step.resume is not None:
+        if step.resume.thread != ctx.task_id:
+            await _check_resumed(ctx, step.resume.thread)
         return step.resume.thread
     if step.after is None:
         return ctx.task_id
     after = step.after
     thread: str = await ctx.once(THREAD_MEMO, lambda: _followed(ctx, after), type=str)
     return thread
+
+
+async def _check_resumed(ctx: StepContext, thread: str) -> None:
+    """An answer names its thread in the step's input, which a caller may write: resume
+    another task's thread only for that thread's own caller (as a follow-up continues
+    one), or where this task's follow-up is what runs on it."""
+    if await _memo(ctx, ctx.task_id) == thread:
+        return
+    record = await ctx.other_task(thread)
+    if record is None:
+        raise TerminalError(
+            f"the thread an answer resumes, {thread!r}, is not this task's and no task "
+            "began it: answer the task that is waiting"
+        )
+    check_same_caller(thread, bound_caller(record.metadata), await _owner(ctx))
+
+
+async def _memo(ctx: StepContext, task_id: str) -> str | None:
+    """The thread a follow-up task (its first step) continues, if it is one."""
+    store = ctx._store  # another task's memo: the thread its follow-up chain runs on
+    raw = await store.checkpoints.get_memo(store.names.once_key(task_id, 0, THREAD_MEMO, None))
+    return None if raw is None else msgspec.json.decode(raw, type=str)
 
 
 async def _followed(ctx: StepContext, after: str) -> str:
@@ -135,9 +159,7 @@ async def _followed(ctx: StepContext, after: str) -> str:
         )
     if not record.steps or record.steps[-1].tool != ctx.tool:
         raise TerminalError(f"task {after!r} was not a run of the graph {ctx.tool!r}")
-    store = ctx._store  # another task's memo: the thread its follow-up chain runs on
-    raw = await store.checkpoints.get_memo(store.names.once_key(after, 0, THREAD_MEMO, None))
-    return after if raw is None else msgspec.json.decode(raw, type=str)
+    return await _memo(ctx, after) or after
 
 
 async def _owner(ctx: StepContext) -> str | None:
