@@ -406,6 +406,7 @@ async def test_a_wrong_prefix_says_no_installation_lives_there_and_creates_none(
     assert wrong.names.submit_stream not in [s.config.name for s in await raw.js.streams_info()]
     provisioned = await tether(wrong, "provision")
     assert provisioned.code == 0, provisioned
+    assert f"  KV_{wrong.names.graphs_bucket}" in provisioned.out.splitlines()  # graphs' too
     assert (await tether(wrong, "ls")).code == 0
 
 

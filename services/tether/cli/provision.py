@@ -18,7 +18,7 @@ from tether.cli.running import ExitCode, run
 
 async def _provision(nats: str, prefix: str, replicas: int) -> ExitCode:
     from tether.nats.connection import close, connect, jetstream_context
-    from tether.nats.layout import Layout, expected_streams
+    from tether.nats.layout import Layout, expected_streams, graph_streams
     from tether.nats.provision import provision
 
     config = nats_config(nats, prefix, "tether-provision", replicas)
@@ -27,7 +27,7 @@ async def _provision(nats: str, prefix: str, replicas: int) -> ExitCode:
         await provision(jetstream_context(nc), Layout.for_config(config))
     finally:
         await close(nc)
-    streams = expected_streams(config.names)
+    streams = expected_streams(config.names) + graph_streams(config.names)
     render.print_lines(
         [f"provisioned {len(streams)} streams under prefix {prefix!r} at R{replicas}:"]
         + [f"  {stream}" for stream in streams]
