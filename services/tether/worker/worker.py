@@ -49,8 +49,7 @@ CANCEL_GRACE = 5.0
 REPORT_EVERY = 5.0
 """Seconds between reads of the tools' consumer state, with metrics on (a request a tool)."""
 UNLIMITED_IN_FLIGHT = 10_000
-"""The consumer's max-ack-pending for a tool without `max_concurrency`: steps delivered
-and not yet held (a held step is acknowledged), across every worker."""
+"""Max-ack-pending of a tool without `max_concurrency`: steps delivered, not yet held."""
 
 
 def default_worker_id() -> str:
