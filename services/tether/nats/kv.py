@@ -3,10 +3,11 @@ same for every bucket, with one read path (a direct get where the bucket allows 
 
 from __future__ import annotations
 
+from datetime import datetime
 from math import ceil
 from typing import NamedTuple
 
-from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
+from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from tether.errors import RevisionConflictError
@@ -74,6 +75,16 @@ class Bucket:
             code = int(found.get(headers.STATUS) or 0)
             raise APIError(code=code, description=found.get(headers.DESCRIPTION, ""))
         return Entry(reply.data, int(found[headers.SEQUENCE]))
+
+    async def written_at(self, key: str) -> datetime | None:
+        """When the server stored the key's latest message, by the server's clock (None
+        when it has none)."""
+        stream = self._js.names.kv_stream(self.name)
+        try:
+            found = await self._js.nc.jetstream().get_last_msg(stream, self._prefix + key)
+        except NotFoundError:
+            return None
+        return found.time
 
     async def create(self, key: str, value: bytes) -> int | None:
         """Write a key that does not exist; its revision, or None when it exists."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 
 import msgspec
@@ -126,6 +126,18 @@ class Workers:
         """Delete a beat or a held step with a marker that expires (a plain KV delete
         would leave one behind for every step ever held)."""
         await self._bucket.remove(key)
+
+    async def silences(self, keys: Iterable[str], own: str) -> dict[str, float]:
+        """Seconds since each of `keys` was last written, by the server's clock: against
+        the write of `own` (this worker's beat, just stored), so no two machines' clocks
+        are compared."""
+        now = await self._bucket.written_at(own)
+        silent = {}
+        for key in keys if now is not None else ():
+            last = await self._bucket.written_at(key)
+            if last is not None and now is not None:
+                silent[key] = max(0.0, (now - last).total_seconds())
+        return silent
 
     async def keys(self, match: str = ">") -> list[str]:
         return await self._bucket.keys(match)

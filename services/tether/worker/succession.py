@@ -92,13 +92,25 @@ class Succession:
         self._unfollow = await self._store.workers.follow(self._heard)
         now = time.monotonic()
         try:
-            keys = await self._store.workers.keys("*")
+            keys = [key for key in await self._store.workers.keys("*") if is_worker_key(key)]
         except NatsUnavailableError as exc:  # their beats, or their silence, tell the rest
             log.warning("could not list the workers: %s", exc)
             keys = []
-        for key in filter(is_worker_key, keys):
-            self._seen.setdefault(key, now)  # silent from here on: dead
+        for key, silent in (await self._silences(keys)).items():
+            self._seen.setdefault(key, now - silent)
         self._task = asyncio.create_task(self._watch())
+
+    async def _silences(self, keys: list[str]) -> dict[str, float]:
+        """How long each worker has been silent. One that died before this one started
+        has been since its last beat, not since now: a replacement started after a crash
+        takes its steps over `dead_after` after that beat, as a survivor would have."""
+        found = dict.fromkeys(keys, 0.0)
+        others = [key for key in keys if key != self._own]
+        try:
+            found |= await self._store.workers.silences(others, self._own)
+        except Exception as exc:  # unread: silent from now on, as they were taken before
+            log.debug("could not read when the workers last beat: %s", exc)
+        return found
 
     async def stop(self) -> None:
         for task in (self._task, self._letting_go):
