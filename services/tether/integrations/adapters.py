@@ -21,7 +21,7 @@ from tether.errors import DefinitionError, TerminalError
 from tether.integrations.journal import Journal, WaitForInput
 from tether.schemas.tasks import StepSpec
 from tether.tools.context import StepContext
-from tether.tools.frameworks import FRAMEWORKS
+from tether.tools.frameworks import framework_of
 from tether.tools.results import NeedsInput, NextSteps
 from tether.tools.retry import RetryPolicy
 from tether.tools.tool import Tool
@@ -118,8 +118,10 @@ def foreign_tool(
     output_schema: dict[str, Any] | None = None,
     retry: RetryPolicy | None = None,
     calls: tuple[str, ...] = (),
+    close: Callable[[], Awaitable[None]] | None = None,
 ) -> Tool:
-    """A foreign agent as the tool `name`, taking a run's input as Tether's agents do."""
+    """A foreign agent as the tool `name`, taking a run's input as Tether's agents do;
+    `close` is called when a worker that served it stops."""
     from tether.agents.agent import agent_input_schema  # the schema Tether's agents take
 
     return Tool(
@@ -131,14 +133,14 @@ def foreign_tool(
         output_schema=output_schema,
         agent=True,
         calls=calls,
+        close=close,
     )
 
 
 def adapt(source: Any) -> Tool:
     """The tool for an agent of another framework (`App.add`), or a DefinitionError that
     says what `App.add` takes."""
-    top = type(source).__module__.split(".")[0]
-    module = FRAMEWORKS.get(top)
+    module = framework_of(source)
     if module is None:
         raise DefinitionError(
             "App.add takes a Tool, a Tether Agent, a Pydantic AI Agent, an OpenAI Agents SDK "

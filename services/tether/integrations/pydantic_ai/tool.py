@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ from pydantic_ai.capabilities import AbstractCapability, ResolveModelId
 from pydantic_ai.capabilities.abstract import leaf_capabilities
 from pydantic_ai.durable_exec import BaseDurabilityCapability, external_event_scope, replay_scope
 from pydantic_ai.models import Model, infer_model
+from pydantic_ai.usage import UsageLimits
 from pydantic_core import to_jsonable_python
 
 from tether.errors import DefinitionError
@@ -58,16 +60,16 @@ def run_capabilities(
     return added
 
 
-def built_models(agent: Agent[Any, Any]) -> dict[str, Model] | None:
-    """The agent's model, named by a string, built once for all its runs in this worker.
-    Pydantic AI's durable runs otherwise build it again for each request (a provider and
-    an HTTP client each time: ~20 ms of CPU and a new connection). Not when a
-    `ResolveModelId` capability builds models from a run's deps."""
+def model_to_build(agent: Agent[Any, Any]) -> str | None:
+    """The agent's model, when a string names it, to build once for all its runs in this
+    worker: Pydantic AI's durable runs otherwise build it again for each request (a
+    provider and an HTTP client each time: ~20 ms of CPU and a new connection). Not when
+    a `ResolveModelId` capability builds models from a run's deps."""
     if not isinstance(agent.model, str):
         return None
     if any(isinstance(c, ResolveModelId) for c in _leaves(agent)):
         return None
-    return {agent.model: infer_model(agent.model)}
+    return agent.model
 
 
 @dataclass
@@ -76,14 +78,24 @@ class PydanticRun:
 
     agent: Agent[Any, Any]
     deps: Deps | None = None
+    usage_limits: UsageLimits | None = None
     _added: list[AbstractCapability[Any]] | None = field(default=None, init=False)
+    _built: AsyncExitStack = field(default_factory=AsyncExitStack, init=False)
 
-    def _capabilities(self) -> list[AbstractCapability[Any]]:
+    async def _capabilities(self) -> list[AbstractCapability[Any]]:
         """Made at the first run (the model needs the worker's environment: its key),
         then the same for every run, as an agent built with them would have them."""
         if self._added is None:
-            self._added = run_capabilities(self.agent, built_models(self.agent))
+            models = None
+            if (name := model_to_build(self.agent)) is not None:
+                models = {name: await self._built.enter_async_context(infer_model(name))}
+            self._added = run_capabilities(self.agent, models)
         return self._added
+
+    async def close(self) -> None:
+        """The worker stops: close the model built for its runs (its HTTP client)."""
+        self._added = None
+        await self._built.aclose()
 
     async def __call__(self, ctx: StepContext, step: RunInput, journal: Journal) -> Any:
         deps = None if self.deps is None else self.deps(ctx)
@@ -97,7 +109,8 @@ class PydanticRun:
                     instructions=step.instructions,
                     model_settings=step.settings,  # type: ignore[arg-type]
                     deps=deps,
-                    capabilities=self._capabilities(),
+                    usage_limits=self.usage_limits,
+                    capabilities=await self._capabilities(),
                 )
         except Exception as error:
             mapped = step_error(self.agent.name or "", error)
@@ -121,12 +134,16 @@ def output_schema(agent: Agent[Any, Any]) -> dict[str, Any] | None:
     return schema
 
 
-def as_tool(agent: Agent[Any, Any], *, deps: Deps | None = None) -> Tool:
+def as_tool(
+    agent: Agent[Any, Any], *, deps: Deps | None = None, usage_limits: UsageLimits | None = None
+) -> Tool:
     """The tool that runs `agent` durably, served as its name.
 
     Args:
         agent: a Pydantic AI agent with a `name`, left unchanged.
         deps: builds each run's `deps` from its `StepContext` (default: None).
+        usage_limits: each run's, as `agent.run` takes them (default: Pydantic AI's, 50
+            requests); Tether's budgets bound the tokens of the whole task tree too.
     """
     if not agent.name:
         raise DefinitionError(
@@ -135,9 +152,11 @@ def as_tool(agent: Agent[Any, Any], *, deps: Deps | None = None) -> Tool:
         )
     run_capabilities(agent)  # refuse another durability engine now, not at the first run
     description = agent.description if isinstance(agent.description, str) else None
+    run = PydanticRun(agent, deps, usage_limits)
     return foreign_tool(
         agent.name,
-        PydanticRun(agent, deps),
+        run,
+        close=run.close,
         description=description or f"The Pydantic AI agent {agent.name}.",
         output_schema=output_schema(agent),
     )
