@@ -50,6 +50,10 @@ bench *args:
 bench-compare *args:
     python -m tests.bench.alternate {{args}}
 
+# The same Pydantic AI agent bare, on Tether (two ways), Temporal, DBOS and Restate, side by side (--only tether,temporal; --quick); writes docs/bench/peers/
+bench-peers *args:
+    python -m tests.bench.peers {{args}}
+
 # Cluster chaos: 1,000 tasks on the 3-node R3 cluster while its nodes are SIGKILLed (--tasks N)
 chaos *args:
     python -m tests.chaos_runs.cluster {{args}}
