@@ -179,11 +179,25 @@ class Temporal(Server):
         return "SERVING" in done.stdout
 
 
+def ensure_postgres() -> None:
+    """Debian's PostgreSQL 15, installed when missing (as root), else say what to do."""
+    if (PG_BIN / "postgres").exists():
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError("DBOS needs PostgreSQL 15: apt-get install postgresql (as root)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "postgresql"], check=True, env=env)
+    # the package starts a cluster of its own: the bench runs a private one instead
+    subprocess.run(["service", "postgresql", "stop"], check=False, env=env)
+
+
 class Postgres(Server):
     """A private PostgreSQL 15 cluster (Debian's package) made with initdb as the
     postgres user in the folder; `pid` is the postmaster, its backends are children."""
 
     def __init__(self, folder: Path) -> None:
+        ensure_postgres()
         self.data = folder / "pgdata"
         self.port = free_port()
         user = pwd.getpwnam("postgres")
