@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -81,16 +82,18 @@ class PydanticRun:
     usage_limits: UsageLimits | None = None
     _added: list[AbstractCapability[Any]] | None = field(default=None, init=False)
     _built: AsyncExitStack = field(default_factory=AsyncExitStack, init=False)
+    _building: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     async def _capabilities(self) -> list[AbstractCapability[Any]]:
         """Made at the first run (the model needs the worker's environment: its key),
         then the same for every run, as an agent built with them would have them."""
-        if self._added is None:
-            models = None
-            if (name := model_to_build(self.agent)) is not None:
-                models = {name: await self._built.enter_async_context(infer_model(name))}
-            self._added = run_capabilities(self.agent, models)
-        return self._added
+        async with self._building:  # runs that start together build one model
+            if self._added is None:
+                models = None
+                if (name := model_to_build(self.agent)) is not None:
+                    models = {name: await self._built.enter_async_context(infer_model(name))}
+                self._added = run_capabilities(self.agent, models)
+            return self._added
 
     async def close(self) -> None:
         """The worker stops: close the model built for its runs (its HTTP client)."""
