@@ -73,31 +73,28 @@ class Cleanup:
 
     async def stored_threads(self, threads: Iterable[str]) -> list[str]:
         """Those of `threads` (task ids) that the graphs bucket holds a checkpoint of."""
-        names = self._names
-        stream, bucket = names.kv_stream(names.graphs_bucket), names.graphs_bucket
-        found = []
-        for thread in threads:
-            roots = names.kv_subject(bucket, names.graph_thread_roots(thread))
-            info = await self._store.js.stream_info(stream, subjects_filter=roots)
-            if info.state.subjects:
-                found.append(thread)
-        return found
+        return [thread for thread in threads if await self._roots(thread)]
 
     async def written_since(self, threads: Iterable[str], since: datetime) -> set[str]:
         """Those of `threads` whose newest checkpoint (in any namespace) was stored after
         `since`: one that a follow-up began running on while the sweep read."""
-        names = self._names
-        stream, bucket = names.kv_stream(names.graphs_bucket), names.graphs_bucket
+        stream = self._names.kv_stream(self._names.graphs_bucket)
         written = set()
         for thread in threads:
-            roots = names.kv_subject(bucket, names.graph_thread_roots(thread))
-            info = await self._store.js.stream_info(stream, subjects_filter=roots)
-            for subject in info.state.subjects or {}:
+            for subject in await self._roots(thread):
                 last = await self._store.js.get_last_msg(stream, subject)
                 if last.time is not None and last.time > since:
                     written.add(thread)
                     break
         return written
+
+    async def _roots(self, thread: str) -> list[str]:
+        """The subjects of a thread's newest-checkpoint pointers, one per namespace."""
+        names = self._names
+        roots = names.kv_subject(names.graphs_bucket, names.graph_thread_roots(thread))
+        stream = names.kv_stream(names.graphs_bucket)
+        info = await self._store.js.stream_info(stream, subjects_filter=roots)
+        return list(info.state.subjects or {})
 
     async def remove_threads(self, threads: Iterable[str]) -> None:
         """Remove graphs' threads, each with its keys and blobs, by the saver's own

@@ -132,10 +132,12 @@ class Workers:
         the write of `own` (this worker's beat, just stored), so no two machines' clocks
         are compared."""
         now = await self._bucket.written_at(own)
+        if now is None:
+            return {}
         silent = {}
-        for key in keys if now is not None else ():
+        for key in keys:
             last = await self._bucket.written_at(key)
-            if last is not None and now is not None:
+            if last is not None:
                 silent[key] = max(0.0, (now - last).total_seconds())
         return silent
 

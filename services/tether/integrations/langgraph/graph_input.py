@@ -20,7 +20,7 @@ from tether.agents.agent import agent_input_schema
 from tether.agents.budget import tree_root
 from tether.agents.owners import bound_caller, check_same_caller
 from tether.errors import TerminalError
-from tether.schemas.tasks import TaskStatus
+from tether.schemas.tasks import TaskRecord, TaskStatus
 
 if TYPE_CHECKING:
     from tether.tools.context import StepContext
@@ -127,15 +127,12 @@ async def _check_resumed(ctx: StepContext, thread: str) -> None:
     """An answer names its thread in the step's input, which a caller may write: resume
     another task's thread only for that thread's own caller (as a follow-up continues
     one), or where this task's follow-up is what runs on it."""
-    if await _memo(ctx, ctx.task_id) == thread:
-        return
-    record = await ctx.other_task(thread)
-    if record is None:
-        raise TerminalError(
+    if await _memo(ctx, ctx.task_id) != thread:
+        missing = (
             f"the thread an answer resumes, {thread!r}, is not this task's and no task "
             "began it: answer the task that is waiting"
         )
-    check_same_caller(thread, bound_caller(record.metadata), await _owner(ctx))
+        await _callers_own(ctx, thread, missing)
 
 
 async def _memo(ctx: StepContext, task_id: str) -> str | None:
@@ -145,14 +142,22 @@ async def _memo(ctx: StepContext, task_id: str) -> str | None:
     return None if raw is None else msgspec.json.decode(raw, type=str)
 
 
-async def _followed(ctx: StepContext, after: str) -> str:
-    record = await ctx.other_task(after)
+async def _callers_own(ctx: StepContext, task_id: str, missing: str) -> TaskRecord:
+    """Task `task_id`'s record, if it is this task tree's caller's (TerminalError saying
+    `missing` when there is no such task, ForeignConversation when another's)."""
+    record = await ctx.other_task(task_id)
     if record is None:
-        raise TerminalError(
-            f"the task a follow-up continues, {after!r}, does not exist (or was removed by "
-            "'tether gc'): start a new thread"
-        )
-    check_same_caller(after, bound_caller(record.metadata), await _owner(ctx))
+        raise TerminalError(missing)
+    check_same_caller(task_id, bound_caller(record.metadata), await _owner(ctx))
+    return record
+
+
+async def _followed(ctx: StepContext, after: str) -> str:
+    missing = (
+        f"the task a follow-up continues, {after!r}, does not exist (or was removed by "
+        "'tether gc'): start a new thread"
+    )
+    record = await _callers_own(ctx, after, missing)
     if record.status is not TaskStatus.COMPLETED:
         raise TerminalError(
             f"task {after!r} is {record.status.value}: a follow-up continues a completed task"
