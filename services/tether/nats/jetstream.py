@@ -12,7 +12,13 @@ from nats.errors import NoRespondersError
 from nats.js.errors import NoStreamResponseError
 
 from tether.nats.acks import Acks
-from tether.nats.replies import PubAck, pub_ack_decoder, stream_subjects_decoder
+from tether.nats.replies import (
+    ConsumerState,
+    PubAck,
+    consumer_state_decoder,
+    pub_ack_decoder,
+    stream_subjects_decoder,
+)
 from tether.nats.requests import Requester
 from tether.schemas.codec import encode
 from tether.schemas.names import Names
@@ -68,3 +74,19 @@ class JetStream:
             found.update(page)
             if not page or len(found) >= info.total:
                 return found
+
+    async def last_sequence(self, stream: str) -> int:
+        """The sequence of the last message stored in a stream."""
+        reply = await self.request(self.names.stream_info_subject(stream))
+        info = stream_subjects_decoder.decode(reply.data)
+        if info.error is not None:
+            raise info.error.exception()
+        return info.state.last_seq if info.state is not None else 0
+
+    async def consumer_state(self, stream: str, durable: str) -> ConsumerState:
+        """How far a durable consumer got (CONSUMER.INFO)."""
+        reply = await self.request(self.names.consumer_info_subject(stream, durable))
+        state = consumer_state_decoder.decode(reply.data)
+        if state.error is not None:
+            raise state.error.exception()
+        return state

@@ -36,6 +36,7 @@ pub_ack_decoder = msgspec.json.Decoder(PubAck)
 
 class StreamState(msgspec.Struct):
     subjects: dict[str, int] | None = None
+    last_seq: int = 0
 
 
 class StreamSubjects(msgspec.Struct):
@@ -47,3 +48,25 @@ class StreamSubjects(msgspec.Struct):
 
 
 stream_subjects_decoder = msgspec.json.Decoder(StreamSubjects)
+
+
+class SequencePair(msgspec.Struct):
+    stream_seq: int = 0
+
+
+class ConsumerState(msgspec.Struct):
+    """The part of JetStream's CONSUMER.INFO reply that says how far a consumer got."""
+
+    ack_floor: SequencePair = msgspec.field(default_factory=SequencePair)
+    num_pending: int = 0
+    num_ack_pending: int = 0
+    error: ApiError | None = None
+
+    def handled_through(self, sequence: int) -> bool:
+        """Whether every message of the consumer stored up to `sequence` is acknowledged:
+        nothing left at all, or its ack floor past it."""
+        idle = self.num_pending == 0 and self.num_ack_pending == 0
+        return idle or self.ack_floor.stream_seq >= sequence
+
+
+consumer_state_decoder = msgspec.json.Decoder(ConsumerState)

@@ -146,6 +146,17 @@ class Store:
             routed[(tool, build_of_token(token))] = count
         return routed
 
+    async def work_sequence(self) -> int:
+        """The sequence of the last message stored in the work stream."""
+        return await self._jetstream.last_sequence(self.names.work_stream)
+
+    async def shared_steps_handled(self, tool: str, sequence: int) -> bool:
+        """Whether every step stored on `tool`'s shared subject up to `sequence` was
+        taken and acknowledged (run, or sent on to its build)."""
+        durable = self.names.tool_consumer(tool)
+        state = await self._jetstream.consumer_state(self.names.work_stream, durable)
+        return state.handled_through(sequence)
+
     async def submit_consumer(self) -> Consumer:
         """The dispatchers' shared consumer of submissions."""
         await ensure_dispatcher_consumer(self.js, self.names)

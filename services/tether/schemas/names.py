@@ -296,6 +296,10 @@ class Names(msgspec.Struct, frozen=True):
     def stream_info_subject(stream: str) -> str:
         return f"$JS.API.STREAM.INFO.{stream}"
 
+    @staticmethod
+    def consumer_info_subject(stream: str, durable: str) -> str:
+        return f"$JS.API.CONSUMER.INFO.{stream}.{durable}"
+
     @property
     def _upper(self) -> str:
         return self.prefix.upper().replace("-", "_")

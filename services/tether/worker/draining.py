@@ -2,12 +2,19 @@
 a rolling deploy re-runs nothing; as its build's last worker of a tool it also takes the
 steps routed to its build until none is left (pinned tasks have nowhere else to go).
 
+A step pinned to its build may still be on its tool's shared subject: published while
+one build served the tool (nothing is routed then), or taken by a fetch given up as the
+drain began (it comes back after its ack wait). Where another build serves the tool, its
+workers send such a step on to this build; so the last worker also waits until the
+shared subject holds nothing stored before its drain began.
+
 The drain is the host's (how a worker stops); who is its build's last worker is the
 fleet's to say (`tether.deploys.fleet`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Collection
 
@@ -63,31 +70,48 @@ class Drain:
 
     async def wait(self, busy: Callable[[], bool], lost: Callable[[], bool]) -> None:
         """Wait while this worker runs steps (`busy`) or, as its build's last worker of
-        some tool, steps of that tool routed to its build wait."""
+        some tool, steps of that tool routed to its build wait (or may be on their way)."""
         quiet = 0
+        since: int | None = None  # the work stream's last message as the drain began
         while quiet < 2 and not lost():
+            if since is None and self._store is not None:
+                with contextlib.suppress(Exception):  # NATS away: read it at the next look
+                    since = await self._store.work_sequence()
             await asyncio.sleep(DRAIN_LOOK)
             if busy():
                 quiet = 0
             elif not any(self._last_of_build(tool) for tool in self._tools):
                 return  # others of its build take what is routed to it
-            elif await self._nothing_routed_here():
+            elif await self._nothing_routed_here(since):
                 quiet += 1
             else:
                 quiet = 0
 
-    async def _nothing_routed_here(self) -> bool:
-        if self._store is None:
+    async def _nothing_routed_here(self, since: int | None) -> bool:
+        store = self._store
+        if store is None:
             return True
+        last = [tool for tool in self._tools if self._last_of_build(tool)]
         try:
-            routed = await self._store.routed_steps()
+            routed = await store.routed_steps()
+            if any(build == self._build and tool in last for tool, build in routed):
+                return False
+            for tool in self._sent_on_by_others(last):
+                if since is None or not await store.shared_steps_handled(tool, since):
+                    return False
         except Exception as exc:  # NATS away: look again
             log.debug("no look at the steps routed here: %s", exc)
             return False
-        return not any(
-            build == self._build and tool in self._tools and self._last_of_build(tool)
-            for tool, build in routed
-        )
+        return True
+
+    def _sent_on_by_others(self, tools: list[str]) -> list[str]:
+        """Of `tools`, those another build's workers take new steps of (so they send on
+        what they find pinned here); with none, what waits on the shared subject waits
+        for the next worker of the tool, whichever build it is."""
+        if self._fleet is None:
+            return []
+        fleet = self._fleet.fleet
+        return [tool for tool in tools if fleet.current(tool) not in (None, self._build)]
 
 
 def say_stopping(worker_id: str, running: int, drain: float | None, grace: float) -> None:
