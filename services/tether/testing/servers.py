@@ -40,5 +40,10 @@ def nats_server_url(store_dir: Path) -> Iterator[str]:
         with NatsContainer().with_command("-js") as container:
             yield container.nats_uri()
         return
-    with NatsServer(store_dir) as server:
+    server = NatsServer(store_dir).start()
+    try:
         yield server.url
+    finally:
+        # Its store is the tests' to throw away: a graceful stop's JetStream shutdown
+        # takes seconds once a module's tests made a few hundred streams.
+        server.kill()
