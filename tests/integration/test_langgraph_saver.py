@@ -159,21 +159,22 @@ async def test_a_large_channel_value_goes_by_reference_to_the_object_store(
     assert set(small["value"]) == {"type", "data"}, "a small value stays inline"
 
 
-async def _requests(spy: Raw, call: Any) -> list[str]:
-    """The JetStream API requests `call` sends, as the server sees them."""
-    sub = await spy.nc.subscribe("$JS.API.>")
-    await spy.nc.flush()
-    try:
-        await call
-        await spy.nc.flush()
-        seen = []
-        while True:
-            try:
-                seen.append((await sub.next_msg(timeout=0.3)).subject)
-            except TimeoutError:
-                return seen
-    finally:
-        await sub.unsubscribe()
+async def _quiet(sub: Any) -> list[str]:
+    """The subjects `sub` got, until nothing more comes for 0.3 s."""
+    seen = []
+    while True:
+        try:
+            seen.append((await sub.next_msg(timeout=0.3)).subject)
+        except TimeoutError:
+            return seen
+
+
+async def _requests(sub: Any, call: Any) -> list[str]:
+    """The JetStream API requests `call` sends, as the server sees them (`sub`: a
+    subscription to them all, made before anything is measured)."""
+    await _quiet(sub)  # what came before
+    await call
+    return await _quiet(sub)
 
 
 async def test_reading_the_latest_checkpoint_costs_the_same_after_200_checkpoints(
@@ -182,14 +183,19 @@ async def test_reading_the_latest_checkpoint_costs_the_same_after_200_checkpoint
     thread = "long"
     config: Any = None
     seen: dict[int, list[str]] = {}
-    for n in range(1, 201):
-        config = await _put(saver, thread, {"step": n, "messages": ["m"] * 3}, parent=config)
-        await saver.aput_writes(config, [("messages", "next")], f"task-{n}")
-        if n in (10, 200):
-            latest = generate_config(thread)  # no checkpoint id: the latest
-            seen[n] = await _requests(spy, saver.aget_tuple(latest))
-            found = await saver.aget_tuple(latest)
-            assert found is not None and found.checkpoint["channel_values"]["step"] == n
+    sub = await spy.nc.subscribe("$JS.API.>")
+    await spy.nc.flush()
+    try:
+        for n in range(1, 201):
+            config = await _put(saver, thread, {"step": n, "messages": ["m"] * 3}, parent=config)
+            await saver.aput_writes(config, [("messages", "next")], f"task-{n}")
+            if n in (10, 200):
+                latest = generate_config(thread)  # no checkpoint id: the latest
+                seen[n] = await _requests(sub, saver.aget_tuple(latest))
+                found = await saver.aget_tuple(latest)
+                assert found is not None and found.checkpoint["channel_values"]["step"] == n
+    finally:
+        await sub.unsubscribe()
 
     assert len(seen[200]) == len(seen[10]) == 6, seen
     checkpoints_read = [s for s in seen[200] if f".{thread}.c." in s]
