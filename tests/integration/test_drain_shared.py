@@ -2,8 +2,9 @@
 build may still be on its tool's shared subject (published while one build served the
 tool, or taken by a fetch given up as the drain began). While another build serves the
 tool, its workers send such a step on to this build, so the drain waits until the
-shared subject holds nothing stored before it began; steps stored after do not hold it,
-and with no other build to send them on, nothing there does."""
+shared subject holds nothing stored before it began, for as long as such a step takes to
+come back; steps stored after do not hold it, and with no other build to send them on,
+nothing there does."""
 
 from __future__ import annotations
 
@@ -38,8 +39,10 @@ async def _step_on_shared_subject(store: Store) -> None:
     assert await store.publish_work(work, f"{work.task_id}.1")
 
 
-async def _draining(store: Store, other_build_serves: bool) -> asyncio.Task[None]:
-    drain = Drain("v1", [TOOL])
+async def _draining(
+    store: Store, other_build_serves: bool, shared_wait: float = 10.0
+) -> asyncio.Task[None]:
+    drain = Drain("v1", [TOOL], shared_wait)
     drain.follow(store, _View(_fleet(other_build_serves)))  # type: ignore[arg-type]
     drain.started.set()
     return asyncio.create_task(drain.wait(busy=lambda: False, lost=lambda: False))
@@ -78,5 +81,19 @@ async def test_with_no_other_build_a_step_on_the_shared_subject_waits_for_the_ne
     drain = await _draining(store, other_build_serves=False)
     try:
         await wait_until(drain.done, timeout=10, message="the drain ends: no one sends it on")
+    finally:
+        drain.cancel()
+
+
+async def test_a_step_that_does_not_come_back_within_the_wait_does_not_hold_the_drain(
+    store: Store,
+) -> None:
+    """One retried later (a tool's backoff) keeps the shared subject's floor back: the
+    drain waits no longer than such a step takes to come back."""
+    await store.tool_consumer(TOOL, ConsumerOptions())
+    await _step_on_shared_subject(store)
+    drain = await _draining(store, other_build_serves=True, shared_wait=1.0)
+    try:
+        await wait_until(drain.done, timeout=10, message="the drain ends after its wait")
     finally:
         drain.cancel()

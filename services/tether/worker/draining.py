@@ -6,7 +6,9 @@ A step pinned to its build may still be on its tool's shared subject: published 
 one build served the tool (nothing is routed then), or taken by a fetch given up as the
 drain began (it comes back after its ack wait). Where another build serves the tool, its
 workers send such a step on to this build; so the last worker also waits until the
-shared subject holds nothing stored before its drain began.
+shared subject holds nothing stored before its drain began, for as long as such a step
+takes to come back (`shared_wait`): one retried later (a tool's backoff) is no reason
+to keep the drain going, and if pinned here it waits, moves or fails as its tool says.
 
 The drain is the host's (how a worker stops); who is its build's last worker is the
 fleet's to say (`tether.deploys.fleet`)."""
@@ -16,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection
+import time
+from collections.abc import Callable, Collection, Mapping
 
 from tether.deploys.fleet import FleetView
 from tether.nats.store import Store
+from tether.tools.tool import Tool
+from tether.worker.liveness import Liveness
 from tether.worker.stopping import StopClock
 
 log = logging.getLogger("tether.worker")
@@ -34,11 +39,13 @@ class Drain:
     drain time out; so it takes one only where no other worker would: from its build's
     subject of a tool no other worker of its build that is not draining serves."""
 
-    def __init__(self, build: str, tools: Collection[str]) -> None:
+    def __init__(self, build: str, tools: Collection[str], shared_wait: float = 10.0) -> None:
         self.started = asyncio.Event()
         """Set first on any stop: nothing new is taken but as `takes` says."""
         self._build = build
         self._tools = tools
+        self._shared_wait = shared_wait
+        """Seconds the drain waits for its tools' shared subjects (see the module)."""
         self._store: Store | None = None
         self._fleet: FleetView | None = None
 
@@ -73,6 +80,7 @@ class Drain:
         some tool, steps of that tool routed to its build wait (or may be on their way)."""
         quiet = 0
         since: int | None = None  # the work stream's last message as the drain began
+        until = time.monotonic() + self._shared_wait
         while quiet < 2 and not lost():
             if since is None and self._store is not None:
                 with contextlib.suppress(Exception):  # NATS away: read it at the next look
@@ -82,12 +90,12 @@ class Drain:
                 quiet = 0
             elif not any(self._last_of_build(tool) for tool in self._tools):
                 return  # others of its build take what is routed to it
-            elif await self._nothing_routed_here(since):
+            elif await self._nothing_routed_here(since, shared=time.monotonic() < until):
                 quiet += 1
             else:
                 quiet = 0
 
-    async def _nothing_routed_here(self, since: int | None) -> bool:
+    async def _nothing_routed_here(self, since: int | None, shared: bool) -> bool:
         store = self._store
         if store is None:
             return True
@@ -96,7 +104,7 @@ class Drain:
             routed = await store.routed_steps()
             if any(build == self._build and tool in last for tool, build in routed):
                 return False
-            for tool in self._sent_on_by_others(last):
+            for tool in self._sent_on_by_others(last) if shared else []:
                 if since is None or not await store.shared_steps_handled(tool, since):
                     return False
         except Exception as exc:  # NATS away: look again
@@ -112,6 +120,14 @@ class Drain:
             return []
         fleet = self._fleet.fleet
         return [tool for tool in tools if fleet.current(tool) not in (None, self._build)]
+
+
+def back_within(liveness: Liveness, tools: Mapping[str, Tool]) -> float:
+    """Seconds within which a step stored on a shared subject before a drain comes back:
+    its ack wait (taken by a fetch given up as the drain began), or a second (a claim
+    that could not be made, put back), and two looks."""
+    waits = [liveness.ack_wait(tool.heartbeat).total_seconds() for tool in tools.values()]
+    return max(waits, default=0.0) + 1.0 + 2 * DRAIN_LOOK
 
 
 def say_stopping(worker_id: str, running: int, drain: float | None, grace: float) -> None:

@@ -33,7 +33,7 @@ from tether.tools.app import App
 from tether.tools.spelling import did_you_mean
 from tether.tools.tool import Tool
 from tether.worker.custody import Custody
-from tether.worker.draining import Drain, say_ran_out, say_stopping
+from tether.worker.draining import Drain, back_within, say_ran_out, say_stopping
 from tether.worker.liveness import Liveness
 from tether.worker.serving import FETCH_TIMEOUT, Fetching, Slots
 from tether.worker.step import StepRunner
@@ -116,7 +116,7 @@ class Worker(Service):
         self._stopping = asyncio.Event()
         self._stop_clock: StopClock | None = None
         self._hurried = False
-        self._drain = Drain(self.build, self.tools)
+        self._drain = Drain(self.build, self.tools, back_within(self.liveness, self.tools))
         self._draining = self._drain.started
         """Set first on any stop: the loops of the tools' shared consumers end (a drain
         goes on taking the steps routed to its build as its last worker: `Drain`)."""
