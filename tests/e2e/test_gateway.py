@@ -29,11 +29,12 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
+from nats.js.errors import NoKeysError
 from pydantic import TypeAdapter
 
 from tests.apps.mcp_agents import make_app
 from tests.apps.tools import read_executions
-from tests.conftest import APP, ROOT, start_worker, stop_worker
+from tests.conftest import APP, ROOT, raw_connection, start_worker, stop_worker
 from tether import Client, NatsConfig, Worker
 from tether.mcp_tasks import (
     MODERN_PROTOCOL,
@@ -777,6 +778,16 @@ async def test_a_callers_tasks_are_hidden_from_another_caller(guarded: str) -> N
         await alice.call("tasks/cancel", {"taskId": task_id})  # its owner may
 
 
+async def _polled(stack: NatsConfig, task_id: str) -> bool:
+    """Whether a step of `task_id` stored the id of the MCP task it polls."""
+    async with raw_connection(stack.url) as raw:
+        bucket = await raw.js.key_value(stack.names.checkpoints_bucket)
+        with contextlib.suppress(NoKeysError):
+            keys = await bucket.keys()
+            return any(k.startswith(f"{task_id}.") and k.endswith(".once.mcp-task") for k in keys)
+        return False
+
+
 async def test_an_agent_calls_a_gateway_tool_as_a_task_and_a_crash_does_not_call_it_twice(
     gateways: tuple[str, str],
     stack: NatsConfig,
@@ -804,6 +815,11 @@ async def test_an_agent_calls_a_gateway_tool_as_a_task_and_a_crash_does_not_call
                 lambda: len(tasks_run() - before) == 1,
                 timeout=30,
                 message="the gateway's task to start",
+            )
+            # mid-poll: the gateway's task id is stored (killed before that, the call's
+            # outcome is unknown, and it is not made again: `tether.agents.mcp_tools`)
+            await wait_until(
+                lambda: _polled(stack, handle.task_id), timeout=30, message="its id stored"
             )
         finally:
             doomed.send_signal(signal.SIGKILL)
