@@ -435,6 +435,26 @@ async def test_two_builds_route_their_steps_and_a_ramp_is_set_within_their_roles
     assert running.violations(since) == []
 
 
+async def test_a_builds_last_draining_worker_reads_what_it_waits_on_within_its_role(
+    running: RolesServer,
+) -> None:
+    """A build's last draining worker reads the work stream's last sequence and how far a
+    tool's shared consumer got (`tether.worker.draining`): both within the worker role."""
+    since = running.mark()
+    async with Client(running.config("client"), act_through_api=True) as client:
+        handle = await client.submit([SEARCH])
+        assert await handle.wait(timeout=20) == HITS
+    nc = await connect(running.config("worker"))
+    try:
+        store = await Store.open(nc, provision=False)
+        sequence = await store.work_sequence()
+        assert sequence > 0  # the task's step, at least
+        assert await store.shared_steps_handled("search", sequence)  # it ran: acknowledged
+    finally:
+        await close(nc)
+    assert running.violations(since) == []
+
+
 async def test_the_gateway_role_lists_tools_and_runs_a_tool_call(running: RolesServer) -> None:
     async with (
         Gateway(running.config("gateway"), port=0) as gateway,
