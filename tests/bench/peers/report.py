@@ -4,6 +4,7 @@ or the scenario failed, the words that say so."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -29,74 +30,110 @@ def _failed(section: dict[str, Any] | None) -> str | None:
     return None
 
 
-def latency_table(peers: list[dict[str, Any]]) -> list[str]:
+Section = dict[str, Any]
+Cells = Callable[[Section, Section], list[str]]
+"""A row's figures, from its peer and the peer's section."""
+
+
+def _table(
+    header: list[str], rows: list[tuple[list[str], Section, str]], cells: Cells
+) -> list[str]:
+    """One row per (first cells, peer, section key): the section's figures, or the words
+    that say why there are none, the rest of that row left empty."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for first, peer, key in rows:
+        section = peer.get(key)
+        failed = _failed(section)
+        if failed or section is None:
+            empty = len(header) - len(first) - 1
+            lines.append("| " + " | ".join([*first, str(failed)]) + " |" + " |" * empty)
+        else:
+            lines.append("| " + " | ".join([*first, *cells(peer, section)]) + " |")
+    return lines
+
+
+def _each(peers: list[Section], key: str) -> list[tuple[list[str], Section, str]]:
+    """A row per peer, its label saying when not every run of the section was ok."""
+    return [([_label(peer, peer.get(key))], peer, key) for peer in peers]
+
+
+def _label(peer: Section, section: Section | None) -> str:
+    if section and not _failed(section) and section["ok"] < section["runs"]:
+        return f"{peer['label']} ({section['ok']}/{section['runs']} ok)"
+    return str(peer["label"])
+
+
+def latency_table(peers: list[Section]) -> list[str]:
     bare = next((p for p in peers if p["name"] == "bare"), None)
     base = (bare or {}).get("latency", {})
-    rows = [
-        "| peer | first token p50 / p99 (ms) | minus bare p50 / p99 | model end → tool start p50 / p99 (minus bare p50) | tool end → next model call p50 / p99 (minus bare p50) | live text |",
-        "|---|---|---|---|---|---|",
-    ]
-    for peer in peers:
-        section = peer.get("latency")
-        failed = _failed(section)
-        if failed:
-            rows.append(f"| {peer['label']} | {failed} | | | | |")
-            continue
-        assert section is not None
+
+    def cells(peer: Section, section: Section) -> list[str]:
         t, b = section["ttft_ms"], base.get("ttft_ms", {})
-        cells = [
+        found = [
             f"{_ms(t['p50'])} / {_ms(t['p99'])}",
             f"{_diff(t['p50'], b.get('p50'))} / {_diff(t['p99'], b.get('p99'))}",
         ]
         for key in ("model_to_tool_ms", "tool_to_model_ms"):
             g, gb = section[key], base.get(key, {})
-            cells.append(f"{_ms(g['p50'])} / {_ms(g['p99'])} ({_diff(g['p50'], gb.get('p50'))})")
+            found.append(f"{_ms(g['p50'])} / {_ms(g['p99'])} ({_diff(g['p50'], gb.get('p50'))})")
         live = (
             "yes" if peer["live_stream"] else "no: the whole answer arrives when the call returns"
         )
-        note = f" ({section['ok']}/{section['runs']} ok)" if section["ok"] < section["runs"] else ""
-        rows.append(f"| {peer['label']}{note} | " + " | ".join(cells) + f" | {live} |")
-    return rows
+        return [*found, live]
 
-
-def load_table(peers: list[dict[str, Any]]) -> list[str]:
-    rows = [
-        "| peer | runs/s | CPU ms per run: server / worker / client | peak RSS MB: server / worker |",
-        "|---|---|---|---|",
+    header = [
+        "peer",
+        "first token p50 / p99 (ms)",
+        "minus bare p50 / p99",
+        "model end → tool start p50 / p99 (minus bare p50)",
+        "tool end → next model call p50 / p99 (minus bare p50)",
+        "live text",
     ]
-    for peer in peers:
-        section = peer.get("load")
-        failed = _failed(section)
-        if failed:
-            rows.append(f"| {peer['label']} | {failed} | | |")
-            continue
-        assert section is not None
+    return _table(header, _each(peers, "latency"), cells)
+
+
+def load_table(peers: list[Section]) -> list[str]:
+    def cells(peer: Section, section: Section) -> list[str]:
         cpu = " / ".join(
             _ms(section.get(f"cpu_ms_per_run_{g}")) for g in ("server", "worker", "client")
         )
         rss = " / ".join(_ms(section.get(f"peak_rss_mb_{g}")) for g in ("server", "worker"))
-        note = f" ({section['ok']}/{section['runs']} ok)" if section["ok"] < section["runs"] else ""
-        rows.append(f"| {peer['label']}{note} | {_ms(section['runs_per_s'])} | {cpu} | {rss} |")
-    return rows
+        return [_ms(section["runs_per_s"]), cpu, rss]
 
-
-def crash_table(peers: list[dict[str, Any]]) -> list[str]:
-    rows = [
-        "| peer | killed | moves again after (s) | new worker ready (s) | finished model calls sent again | finished tool calls run again | the following client is shown |",
-        "|---|---|---|---|---|---|---|",
+    header = [
+        "peer",
+        "runs/s",
+        "CPU ms per run: server / worker / client",
+        "peak RSS MB: server / worker",
     ]
-    for peer in peers:
-        for where in ("tool", "stream"):
-            section = peer.get(f"crash_{where}")
-            failed = _failed(section)
-            if failed or section is None:
-                rows.append(f"| {peer['label']} | mid-{where} | {failed} | | | | |")
-                continue
-            rows.append(
-                f"| {peer['label']} | mid-{where} | {_ms(section['moved_again_s'])} | {_ms(section['worker_ready_s'])} | "
-                f"{section['finished_model_calls_sent_again']} | {section['finished_tool_calls_run_again']} | {_shown(section)} |"
-            )
-    return rows
+    return _table(header, _each(peers, "load"), cells)
+
+
+def crash_table(peers: list[Section]) -> list[str]:
+    def cells(peer: Section, section: Section) -> list[str]:
+        return [
+            _ms(section["moved_again_s"]),
+            _ms(section["worker_ready_s"]),
+            str(section["finished_model_calls_sent_again"]),
+            str(section["finished_tool_calls_run_again"]),
+            _shown(section),
+        ]
+
+    header = [
+        "peer",
+        "killed",
+        "moves again after (s)",
+        "new worker ready (s)",
+        "finished model calls sent again",
+        "finished tool calls run again",
+        "the following client is shown",
+    ]
+    rows = [
+        ([peer["label"], f"mid-{where}"], peer, f"crash_{where}")
+        for peer in peers
+        for where in ("tool", "stream")
+    ]
+    return _table(header, rows, cells)
 
 
 def _shown(section: dict[str, Any]) -> str:
@@ -115,23 +152,18 @@ def _shown(section: dict[str, Any]) -> str:
     return f"the answer with a piece missing or wrong ({shown} chars shown for {whole})"
 
 
-def growth_table(peers: list[dict[str, Any]]) -> list[str]:
-    rows = [
-        "| peer | bytes per turn, second tenth of the turns | last tenth | last / second |",
-        "|---|---|---|---|",
-    ]
-    for peer in peers:
-        section = peer.get("growth")
-        failed = _failed(section)
-        if failed or section is None:
-            rows.append(f"| {peer['label']} | {failed} | | |")
-            continue
+def growth_table(peers: list[Section]) -> list[str]:
+    def cells(peer: Section, section: Section) -> list[str]:
         ratio = section.get("late_vs_early")
-        rows.append(
-            f"| {peer['label']} | {_ms(section.get('bytes_per_turn_early'))} | "
-            f"{_ms(section.get('bytes_per_turn_late'))} | {'—' if ratio is None else f'{ratio:.2f}'} |"
-        )
-    return rows
+        return [
+            _ms(section.get("bytes_per_turn_early")),
+            _ms(section.get("bytes_per_turn_late")),
+            "—" if ratio is None else f"{ratio:.2f}",
+        ]
+
+    header = ["peer", "bytes per turn, second tenth of the turns", "last tenth", "last / second"]
+    rows = [([peer["label"]], peer, "growth") for peer in peers]
+    return _table(header, rows, cells)
 
 
 NOTES = [
@@ -161,17 +193,8 @@ NOTES = [
 ]
 
 
-def waiting_table(peers: list[dict[str, Any]]) -> list[str]:
-    rows = [
-        "| peer | all waiting after (s) | server messages/s while waiting (what is counted) | CPU % while waiting: server / worker | RSS MB while waiting: server / worker | all approved → all ended (s) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for peer in peers:
-        section = peer.get("waiting")
-        failed = _failed(section)
-        if failed or section is None:
-            rows.append(f"| {peer['label']} | {failed} | | | | |")
-            continue
+def waiting_table(peers: list[Section]) -> list[str]:
+    def cells(peer: Section, section: Section) -> list[str]:
         cpu = " / ".join(_ms(section.get(f"cpu_pct_{g}")) for g in ("server", "worker"))
         rss = " / ".join(_ms(section.get(f"rss_mb_{g}")) for g in ("server", "worker"))
         rate = section.get("messages_per_s")
@@ -180,12 +203,23 @@ def waiting_table(peers: list[dict[str, Any]]) -> list[str]:
             if rate is not None
             else f"not counted: {section['counted']}"
         )
-        note = f" ({section['ok']}/{section['runs']} ok)" if section["ok"] < section["runs"] else ""
-        rows.append(
-            f"| {peer['label']}{note} | {_ms(section.get('all_waiting_after_s'))} | {counted} | {cpu} | {rss} | "
-            f"{_ms(section.get('resume_all_s'))} |"
-        )
-    return rows
+        return [
+            _ms(section.get("all_waiting_after_s")),
+            counted,
+            cpu,
+            rss,
+            _ms(section.get("resume_all_s")),
+        ]
+
+    header = [
+        "peer",
+        "all waiting after (s)",
+        "server messages/s while waiting (what is counted)",
+        "CPU % while waiting: server / worker",
+        "RSS MB while waiting: server / worker",
+        "all approved → all ended (s)",
+    ]
+    return _table(header, _each(peers, "waiting"), cells)
 
 
 def markdown(meta: dict[str, Any], peers: list[dict[str, Any]]) -> str:
