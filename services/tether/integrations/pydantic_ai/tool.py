@@ -87,6 +87,8 @@ class PydanticRun:
     async def _capabilities(self) -> list[AbstractCapability[Any]]:
         """Made at the first run (the model needs the worker's environment: its key),
         then the same for every run, as an agent built with them would have them."""
+        if self._added is not None:  # every run but the first: no lock to take
+            return self._added
         async with self._building:  # runs that start together build one model
             if self._added is None:
                 models = None
