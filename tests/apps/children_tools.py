@@ -3,7 +3,6 @@ start a child task, then give up when they run again after their worker died."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -28,13 +27,4 @@ async def delegates_then_refuses(ctx: StepContext, data: Any) -> Any:
     if runs[(ctx.task_id, ctx.step)]:
         raise TerminalError("refused on a second run")
     record(ctx)
-    return Child(data["steps"])
-
-
-@app.tool(heartbeat=BEAT)
-async def delegates_slowly(ctx: StepContext, data: Any) -> Any:
-    """Hands `data["steps"]` to a child task after `data["after"]` seconds: past the
-    attempt's first beats, so that a worker dying then has used the attempt."""
-    record(ctx)
-    await asyncio.sleep(data["after"])
     return Child(data["steps"])

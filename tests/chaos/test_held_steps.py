@@ -169,7 +169,7 @@ async def _workers(store: Store, n: int) -> Any:
 
 
 @pytest.mark.slow
-async def test_a_step_that_kills_every_worker_that_holds_it_gives_up_after_its_attempts(
+async def test_a_step_that_kills_every_worker_that_holds_it_is_given_up_as_a_poison(
     config: NatsConfig,
     client: Client,
     store: Store,
@@ -178,17 +178,19 @@ async def test_a_step_that_kills_every_worker_that_holds_it_gives_up_after_its_a
     executions: Path,
     tmp_path: Path,
 ) -> None:
-    """The attempts travel with a step published again, so an OOM loop ends."""
-    workers = [start_worker(config, APP, log=tmp_path / f"w{i}.log") for i in range(3)]
+    """Its deaths travel with a step published again, so an OOM loop ends: two deaths make
+    it a suspect that runs alone (no attempt charged: others may have run beside it), two
+    deaths alone condemn it."""
+    workers = [start_worker(config, APP, log=tmp_path / f"w{i}.log") for i in range(5)]
     try:
-        await eventually(lambda: _workers(store, 3), timeout=20)
+        await eventually(lambda: _workers(store, 5), timeout=20)
         handle = await client.submit([{"tool": "dies_held"}])
-        record = await handle.wait_until_done(timeout=40)
+        record = await handle.wait_until_done(timeout=60)
     finally:
         for worker in workers:
             if worker.poll() is None:
                 stop_worker(worker)
     assert record.status is TaskStatus.FAILED
-    assert record.error is not None and record.error.type == "RetriesExhausted", record.error
-    assert read_executions(executions)[(handle.task_id, 0)] == 2
-    assert sum(worker.returncode == -signal.SIGKILL for worker in workers) == 2
+    assert record.error is not None and record.error.type == "SuspectedPoison", record.error
+    assert read_executions(executions)[(handle.task_id, 0)] == 4
+    assert sum(worker.returncode == -signal.SIGKILL for worker in workers) == 4

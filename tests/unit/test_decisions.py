@@ -36,6 +36,7 @@ from tether.worker.decisions import (
     error_info,
     outcome,
 )
+from tether.worker.runs import Count
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 STEPS = [StepSpec(tool="search"), StepSpec(tool="summarize"), StepSpec(tool="write_report")]
@@ -170,11 +171,15 @@ def test_outcome(failure: Failure, attempt: int, expected: object) -> None:
 
 
 def test_before_attempt() -> None:
-    assert before_attempt(record(), 1, POLICY, T0) is None
-    assert before_attempt(record(), 3, POLICY, T0) is None
-    lost = before_attempt(record(), 4, POLICY, T0)
+    assert before_attempt(record(), Count(1), POLICY, T0) is None
+    assert before_attempt(record(), Count(3), POLICY, T0) is None
+    lost = before_attempt(record(), Count(4), POLICY, T0)
     assert isinstance(lost, GiveUp) and lost.error.type == "RetriesExhausted"
-    late = before_attempt(record(deadline_at=T0), 1, POLICY, T0 + timedelta(seconds=1))
+    spared = Count(6, deaths=1, spared=3)  # three runs died beside others: not charged
+    assert before_attempt(record(), spared, POLICY, T0) is None
+    poison = before_attempt(record(), Count(5, deaths=2, spared=2), POLICY, T0)
+    assert isinstance(poison, GiveUp) and poison.error.type == "SuspectedPoison"
+    late = before_attempt(record(deadline_at=T0), Count(1), POLICY, T0 + timedelta(seconds=1))
     assert late == GiveUp(ErrorInfo(type="DeadlineExceeded", message="task deadline exceeded"))
 
 

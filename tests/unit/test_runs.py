@@ -1,4 +1,5 @@
-"""Which attempt a delivery is (`tether.worker.runs`): only deliveries that started count."""
+"""Which attempt a delivery is (`tether.worker.runs`): only deliveries that started count,
+and only a death while a step ran alone counts against it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
 
 def run(
-    attempt: int, *, running: bool, deaths: int = 0, seq: int = 7, delivered: int = 2
+    attempt: int,
+    *,
+    running: bool,
+    deaths: int = 0,
+    spared: int = 0,
+    alone: bool = False,
+    waiting: bool = False,
+    seq: int = 7,
+    delivered: int = 2,
 ) -> StepRun:
     return StepRun(
         generation=1,
@@ -21,6 +30,9 @@ def run(
         delivered=delivered,
         running=running,
         deaths=deaths,
+        spared=spared,
+        alone=alone,
+        waiting=waiting,
         time=NOW,
     )
 
@@ -37,12 +49,28 @@ def test_deliveries_that_never_started_cost_no_attempt() -> None:
     assert count(prior=0, delivered=6, sequence=7, generation=1, last=None) == Count(1, 0)
 
 
-def test_a_run_whose_worker_died_counts_one_attempt_and_one_death_however_often_it_came_back() -> (
-    None
-):
-    died = run(2, running=True, deaths=1, delivered=3)
-    assert count(0, 4, 7, 1, died) == Count(3, 2)
-    assert count(0, 9, 7, 1, died) == Count(3, 2)  # deliveries 4..8 never started
+def test_a_death_beside_other_steps_makes_a_suspect_and_costs_no_attempt() -> None:
+    died = run(2, running=True, spared=1, delivered=3)
+    assert count(0, 4, 7, 1, died) == Count(3, deaths=0, spared=2)
+    assert count(0, 9, 7, 1, died) == Count(3, deaths=0, spared=2)  # 4..8 never started
+    assert Count(3, deaths=0, spared=2).charged == 1
+
+
+def test_a_death_while_it_ran_alone_is_its_own() -> None:
+    died = run(3, running=True, spared=2, alone=True, delivered=3)
+    assert count(0, 4, 7, 1, died) == Count(4, deaths=1, spared=2)
+    assert Count(4, deaths=1, spared=2).charged == 2
+
+
+def test_one_ordinary_crash_serialises_nothing_a_second_death_of_any_kind_does() -> None:
+    assert not Count(2, spared=1).alone
+    assert Count(3, spared=2).alone
+    assert Count(3, deaths=1, spared=1).alone
+
+
+def test_a_suspect_that_waited_to_run_alone_and_never_started_loses_nothing() -> None:
+    waited = run(4, running=False, waiting=True, deaths=1, spared=2, delivered=3)
+    assert count(0, 5, 7, 1, waited) == Count(4, deaths=1, spared=2)
 
 
 def test_a_failed_attempt_sent_back_is_the_next_attempt_not_a_death() -> None:
@@ -51,7 +79,9 @@ def test_a_failed_attempt_sent_back_is_the_next_attempt_not_a_death() -> None:
 
 def test_a_step_published_again_counts_from_its_prior_attempts_and_its_last_run() -> None:
     held_and_died = run(2, running=True, seq=5)
-    assert count(prior=2, delivered=1, sequence=9, generation=1, last=held_and_died) == Count(3, 1)
+    assert count(prior=2, delivered=1, sequence=9, generation=1, last=held_and_died) == Count(
+        3, spared=1
+    )
     assert count(prior=4, delivered=1, sequence=9, generation=1, last=None) == Count(5, 0)
 
 
@@ -60,14 +90,15 @@ def test_a_run_of_another_generation_is_ignored() -> None:
 
 
 def test_the_same_delivery_given_out_again_is_the_same_attempt() -> None:
-    assert count(0, 2, 7, 1, run(2, running=True, delivered=2, deaths=1)) == Count(2, 1)
+    same = run(2, running=True, delivered=2, deaths=1, spared=1)
+    assert count(0, 2, 7, 1, same) == Count(2, 1, 1)
 
 
-def test_a_step_its_worker_died_in_three_times_is_a_suspected_poison() -> None:
-    assert poisoned(Count(4, 2)) is None
-    error = poisoned(Count(4, 3))
+def test_a_step_whose_worker_died_as_often_as_its_policy_says_while_alone_is_a_poison() -> None:
+    assert poisoned(Count(6, deaths=1, spared=5), limit=2) is None
+    error = poisoned(Count(5, deaths=2, spared=2), limit=2)
     assert error is not None and error.type == "SuspectedPoison"
-    assert "its worker died 3 times while it ran" in error.message
+    assert "its worker died 2 times while it ran alone" in error.message
 
 
 def started(step: int, attempt: int, generation: int = 1, branch: int | None = None) -> StepStarted:
@@ -86,7 +117,7 @@ def started(step: int, attempt: int, generation: int = 1, branch: int | None = N
 def test_a_first_delivery_that_died_before_its_first_beat_counts_by_its_step_started() -> None:
     work = WorkMessage(task_id="t", step=2, tool="x", input=None)
     found = started_by_event(started(2, 1), work, prior=0)
-    assert found is not None and count(0, 2, 7, 1, found) == Count(2, 1)
+    assert found is not None and count(0, 2, 7, 1, found) == Count(2, spared=1)
 
 
 def test_a_step_started_of_another_step_branch_generation_or_older_attempt_says_nothing() -> None:

@@ -258,14 +258,13 @@ class Heartbeats:
 
     async def put_run(
         self, task_id: str, step: int, branch: int | None, run: StepRun, last: int | None = None
-    ) -> None:
+    ) -> int:
         """Write the step's run; with `last`, only if the key is still at that revision
-        (RevisionConflictError: another delivery wrote it since)."""
+        (RevisionConflictError: another delivery wrote it since). Its new revision."""
         key, value = Names.run_key(task_id, step, branch), encode(run)
         if last is None:
-            await self._bucket.put(key, value)
-        else:
-            await self._bucket.update(key, value, last)
+            return await self._bucket.put(key, value)
+        return await self._bucket.update(key, value, last)
 
     async def get(self, task_id: str) -> Heartbeat | None:
         """The running step's heartbeat, its `time` the last beat of the worker that

@@ -20,7 +20,17 @@ class StepRun(msgspec.Struct, frozen=True, kw_only=True):
     """The message's delivery count when this was written."""
     running: bool
     """True: the attempt started (a later delivery finds that its worker died); False: it
-    failed and was sent back to run again."""
+    failed and was sent back to run again, or (`waiting`) it has not started yet."""
     deaths: int = 0
-    """Attempts of this step during which the worker running it died."""
+    """Attempts during which the worker died while this step ran alone in it: the only
+    deaths that count against the step (see `tether.worker.runs`)."""
+    spared: int = 0
+    """Attempts lost to a worker's death while other steps ran beside this one: no
+    evidence against it, so they are not charged to its retry policy."""
+    alone: bool = False
+    """This attempt runs with nothing else beside it in its process: if its worker dies,
+    the death is the step's own."""
+    waiting: bool = False
+    """Counted and not started (`running` is false): it waits for its process to run it
+    alone; a worker that dies meanwhile costs it nothing."""
     time: datetime

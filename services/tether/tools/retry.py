@@ -24,6 +24,10 @@ class RetryPolicy:
     """Each retry waits this many times longer than the one before."""
     jitter: float = 0.2
     """Random spread of each delay, as a fraction of it (0.2 = ±20 %)."""
+    poison_after: int = 2
+    """Deaths of its worker while the step ran alone in it after which the step is given
+    up as `SuspectedPoison`. A death beside other steps costs no attempt; a step that has
+    died twice runs alone (see `tether.worker.runs`)."""
 
     def __post_init__(self) -> None:
         for name in ("initial_backoff", "max_backoff"):  # seconds are accepted too
@@ -31,6 +35,8 @@ class RetryPolicy:
             object.__setattr__(self, name, as_timedelta(value))
         if self.max_attempts < 1:
             raise ValueError("RetryPolicy.max_attempts must be at least 1")
+        if self.poison_after < 1:
+            raise ValueError("RetryPolicy.poison_after must be at least 1")
         if self.backoff_coefficient < 1:
             raise ValueError("RetryPolicy.backoff_coefficient must be at least 1")
 

@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Protocol
 
 from tether import tracing
-from tether.schemas.tasks import ErrorInfo, TaskRecord, WorkMessage
-from tether.worker.decisions import GiveUp, Retry
+from tether.schemas.tasks import ErrorInfo, TaskRecord, Usage, WorkMessage
+from tether.worker.decisions import Failure, GiveUp, Retry
 
 log = logging.getLogger("tether.worker")
 
@@ -32,6 +32,27 @@ class Outcome(str, Enum):
     """The step started a child task and completes with its result."""
     HANDED_ON = "handed_on"
     """Left for another delivery: the worker stopped, or NATS stayed away."""
+
+
+class Failed(Exception):
+    """An attempt failed; `failure` says how (see `decisions.classify`), `usage` what it
+    spent before it did."""
+
+    def __init__(self, failure: Failure, usage: Usage | None = None) -> None:
+        self.failure = failure
+        self.usage = usage
+
+
+class TaskEnded(Exception):
+    """The task was cancelled (or failed elsewhere) while the step ran, after spending
+    `usage`."""
+
+    def __init__(self, usage: Usage | None = None) -> None:
+        self.usage = usage
+
+
+def give_up(error: ErrorInfo) -> Failed:
+    return Failed(Failure(error, retryable=False))
 
 
 class AttemptObserver(Protocol):

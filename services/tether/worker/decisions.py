@@ -26,6 +26,7 @@ from tether.schemas.tasks import (
 )
 from tether.tasks import rules
 from tether.tools.retry import RetryPolicy
+from tether.worker import runs
 
 ERROR_MESSAGE_LIMIT = 4096
 TRACEBACK_FRAMES = 8
@@ -249,12 +250,15 @@ def outcome(
 
 
 def before_attempt(
-    record: TaskRecord, attempt: int, policy: RetryPolicy, now: datetime
+    record: TaskRecord, counted: runs.Count, policy: RetryPolicy, now: datetime
 ) -> GiveUp | None:
-    """Give up before running at all: the deadline passed, or every attempt was used."""
+    """Give up before running at all: the deadline passed, the step's worker died too
+    often while it ran alone, or every attempt charged to it was used."""
     if rules.deadline_passed(record, now):
         return GiveUp(deadline_exceeded())
-    if attempt > policy.max_attempts:
+    if (poison := runs.poisoned(counted, policy.poison_after)) is not None:
+        return GiveUp(poison)
+    if counted.charged > policy.max_attempts:
         return GiveUp(exhausted(policy, "every attempt was lost to a crash or timeout"))
     return None
 

@@ -5,7 +5,6 @@ ends once (`attempts.Attempt`). `step.StepRunner` decides when a message comes t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -43,38 +42,26 @@ from tether.tools.results import Child, NeedsInput, NextSteps, Sleep, woken
 from tether.tools.retry import RetryPolicy
 from tether.tools.tool import Tool
 from tether.worker import decisions, run_marks, runs
-from tether.worker.attempts import Attempt, AttemptObserver, Outcome, log_failure
+from tether.worker.attempts import (
+    Attempt,
+    AttemptObserver,
+    Failed,
+    Outcome,
+    TaskEnded,
+    give_up,
+    log_failure,
+)
 from tether.worker.decisions import Failure, GiveUp, Retry
 from tether.worker.expected import is_expected
 from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.outputs import NOT_IN_A_BRANCH, UnstorableResult, checkpoint_of, too_large
+from tether.worker.quarantine import Quarantine
 from tether.worker.record_start import RecordStart
 
 log = logging.getLogger("tether.worker")
 SUPERSEDED_BACK_IN = timedelta(seconds=5)
 """When the message of an attempt stopped for another's result comes back (if that one
 never recorded its result, this runs the step again)."""
-
-
-class _Failed(Exception):
-    """An attempt failed; `failure` says how (see `decisions.classify`), `usage` what it
-    spent before it did."""
-
-    def __init__(self, failure: Failure, usage: Usage | None = None) -> None:
-        self.failure = failure
-        self.usage = usage
-
-
-class _TaskEnded(Exception):
-    """The task was cancelled (or failed elsewhere) while the step ran, after spending
-    `usage`."""
-
-    def __init__(self, usage: Usage | None = None) -> None:
-        self.usage = usage
-
-
-def _give_up(error: ErrorInfo) -> _Failed:
-    return _Failed(Failure(error, retryable=False))
 
 
 @dataclass
@@ -90,7 +77,8 @@ class Execution:
     `StepRunner.supersede`)."""
     build: str | None = None
     """The worker's build: named on each step's checkpoint and events."""
-    _suspects: asyncio.Lock = field(default_factory=asyncio.Lock)
+    quarantine: Quarantine = field(default_factory=Quarantine)
+    """Where a suspect step runs alone (see `runs`)."""
 
     async def run(
         self,
@@ -106,15 +94,21 @@ class Execution:
         look = await run_marks.count(self.store, delivery, work)
         if look.elsewhere:  # a later delivery of its message runs it (see `run_marks`)
             return run_marks.NotHere.RUNS_ELSEWHERE
-        early = decisions.before_attempt(found.record, look.counted.attempt, policy, utcnow())
-        stop = runs.poisoned(look.counted) or (early.error if early is not None else None)
+        counted = look.counted
+        stop = decisions.before_attempt(found.record, counted, policy, utcnow())
         if stop is not None:
-            failure = Failure(stop, retryable=False)
-            await self._settle_failure(delivery, tool, work, found, policy, failure)
+            failure = Failure(stop.error, retryable=False)
+            await self._settle_failure(delivery, tool, work, found, policy, failure, counted)
             return None
-        # A step its worker died in runs alone here: a crash in it is its own.
-        async with self._suspects if look.counted.deaths else contextlib.nullcontext():
-            return await self._attempt(delivery, heartbeat, tool, work, found, policy, look)
+        if not counted.alone:
+            async with self.quarantine.beside():
+                return await self._attempt(delivery, heartbeat, tool, work, found, policy, look)
+        # A suspect: said to wait before it waits, marked running only once it runs alone.
+        waited = await run_marks.waiting(self.store, delivery, work, look)
+        if isinstance(waited, run_marks.NotHere):
+            return waited
+        async with self.quarantine.alone():
+            return await self._attempt(delivery, heartbeat, tool, work, found, policy, waited)
 
     async def _attempt(
         self,
@@ -144,7 +138,7 @@ class Execution:
                 if self.has_result is not None:
                     self.has_result(work, heartbeat)
                 outcome = await self._finish(found, work, number, result, usage)
-            except _TaskEnded as stopped:
+            except TaskEnded as stopped:
                 if heartbeat.handed_over:  # a survivor publishes it again: leave it
                     delivery.abandon()
                     return None
@@ -153,11 +147,20 @@ class Execution:
                     return None
                 await self.tasks.endings.count_spent(work.task_id, work.generation, stopped.usage)
                 outcome = Outcome.CANCELLED
-            except _Failed as failed:
+            except Failed as failed:
                 failure, spent = failed.failure, failed.usage or usage
                 expected = is_expected(failed.__cause__)
                 ended = await self._settle_failure(
-                    delivery, tool, work, found, policy, failure, mark, spent, expected
+                    delivery,
+                    tool,
+                    work,
+                    found,
+                    policy,
+                    failure,
+                    look.counted,
+                    mark,
+                    spent,
+                    expected,
                 )
                 attempt.end(ended, failed.__cause__)
                 return None
@@ -217,9 +220,9 @@ class Execution:
         try:
             data = tool.convert_input(await self.store.blobs.resolve(work.input))
         except msgspec.ValidationError as exc:
-            raise _give_up(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
+            raise give_up(ErrorInfo(type="InvalidInput", message=f"{tool.name}: {exc}")) from exc
         except BlobNotFoundError as exc:
-            raise _give_up(ErrorInfo(type="BlobNotFound", message=str(exc))) from exc
+            raise give_up(ErrorInfo(type="BlobNotFound", message=str(exc))) from exc
         args = (ctx, data) if tool.takes_input else (ctx,)
         # Created here, so the tool runs inside the attempt's span (see `Attempt`).
         call: asyncio.Task[Any] = asyncio.ensure_future(tool.function(*args))
@@ -248,7 +251,7 @@ class Execution:
             return result, ctx.usage
         except asyncio.CancelledError:
             if heartbeat.ended:
-                raise _TaskEnded(ctx.usage) from None
+                raise TaskEnded(ctx.usage) from None
             raise
         except Exception as exc:
             failure = decisions.classify(
@@ -257,7 +260,7 @@ class Execution:
                 deadline_passed=rules.deadline_passed(record, utcnow()),
                 timeout=timeout,
             )
-            raise _Failed(failure, ctx.usage) from exc
+            raise Failed(failure, ctx.usage) from exc
         finally:
             ctx.drop_stream()  # closed already unless the attempt failed or was stopped
             heartbeat.detach()
@@ -268,7 +271,9 @@ class Execution:
         try:
             return await self._record(found, work, attempt, result, usage)
         except MessageTooLargeError as exc:
-            raise _give_up(too_large(exc)) from exc
+            raise give_up(too_large(exc)) from exc
+        except UnstorableResult as exc:
+            raise give_up(exc.error) from exc
 
     async def _record(
         self, found: Versioned, work: WorkMessage, attempt: int, result: Any, usage: Usage | None
@@ -285,8 +290,8 @@ class Execution:
                 await self.tasks.children.ask(found, work.step, work.branch, request, attempt)
                 return Outcome.WAITING
             if isinstance(result, NextSteps):
-                raise _give_up(NOT_IN_A_BRANCH)
-            checkpoint = await self._by_reference(_stored(result, attempt, usage, self.build))
+                raise give_up(NOT_IN_A_BRANCH)
+            checkpoint = await self._by_reference(checkpoint_of(result, attempt, usage, self.build))
             await self.tasks.branches.record(
                 found, work.step, work.branch, checkpoint, attempt=attempt
             )
@@ -297,7 +302,7 @@ class Execution:
         if isinstance(result, Child):
             await self._start_child(found, work, result)
             return Outcome.CHILD
-        checkpoint = await self._by_reference(_stored(result, attempt, usage, self.build))
+        checkpoint = await self._by_reference(checkpoint_of(result, attempt, usage, self.build))
         await self.tasks.record_step(found, work.step, checkpoint, attempt=attempt)
         return Outcome.COMPLETED
 
@@ -319,7 +324,7 @@ class Execution:
                 build=self.build,
             )
         except (InvalidTaskError, InvalidNameError, TaskExistsError) as exc:
-            raise _give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
+            raise give_up(ErrorInfo(type="InvalidPlan", message=str(exc))) from exc
 
     async def _settle_failure(
         self,
@@ -329,16 +334,18 @@ class Execution:
         found: Versioned,
         policy: RetryPolicy,
         failure: Failure,
+        counted: runs.Count,
         mark: run_marks.Mark | None = None,
         usage: Usage | None = None,
         expected: bool = False,
     ) -> Outcome:
         """Retry later (`step_retrying`, nak with the delay) or give up (dead letter
-        unless `expected`, failed task, term), as `decisions.outcome` says; a branch of a
-        group that collects errors records its error as its output instead. What the
-        attempt spent (`usage`) is counted on the task either way."""
+        unless `expected`, failed task, term), as `decisions.outcome` says of the attempts
+        charged to the step (`counted`); a branch of a group that collects errors records
+        its error as its output instead. What the attempt spent (`usage`) is counted on the
+        task either way."""
         attempt = delivery.attempt
-        decided = decisions.outcome(failure, policy, attempt, self.rng)
+        decided = decisions.outcome(failure, policy, counted.charged, self.rng)
         log_failure(work, attempt, failure.error, decided, expected)
         match decided:
             case Retry(delay):
@@ -352,7 +359,9 @@ class Execution:
                 await delivery.retry(delay)
                 return Outcome.RETRIED
             case GiveUp(error) if (
-                work.branch is not None and _collects(found, work) and not failure.stops_task
+                work.branch is not None
+                and found.record.spec(work.step).collect_errors
+                and not failure.stops_task
             ):
                 output = rules.branch_error(error)
                 checkpoint = Checkpoint(output=output, attempt=attempt, time=utcnow(), usage=usage)
@@ -383,16 +392,3 @@ class Execution:
                 )
                 await delivery.give_up()
                 return Outcome.FAILED
-
-
-def _collects(found: Versioned, work: WorkMessage) -> bool:
-    return found.record.spec(work.step).collect_errors
-
-
-def _stored(
-    result: Any, attempt: int, usage: Usage | None = None, build: str | None = None
-) -> Checkpoint:
-    try:
-        return checkpoint_of(result, attempt, usage, build)
-    except UnstorableResult as exc:
-        raise _give_up(exc.error) from exc

@@ -56,7 +56,7 @@ class StepHeartbeat:
         self._loop: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._shown = False
-        self.mark: Callable[[], Awaitable[None]] | None = None
+        self.mark: Callable[[], Awaitable[object]] | None = None
         """Written with the step's first beat: that its attempt started (`runs`)."""
         self.ended = False
         self.handed_over = False

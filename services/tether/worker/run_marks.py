@@ -4,7 +4,10 @@ came back, and leave the `StepRun` that makes an attempt count.
 A delivery that came back writes its `StepRun` by compare-and-set from the revision it
 read, before its tool runs: of two deliveries of one step that came back at once (a
 failover gave the message out again while NATS was away), only one runs it, and neither
-runs it once its checkpoint is stored."""
+runs it once its checkpoint is stored. A suspect that must run alone (`runs.Count.alone`)
+first writes that it waits, then waits for its process to be free, and only then marks its
+run `running` and `alone`: in that order, a worker that dies while it waits costs it
+nothing, and one that dies while it runs alone is its own death."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ CLAIM_TRIES = 3
 
 
 class Mark(Protocol):
-    def __call__(self, running: bool, last: int | None = None) -> Awaitable[None]: ...
+    def __call__(self, running: bool, last: int | None = None) -> Awaitable[int]: ...
 
 
 class NotHere(Enum):
@@ -83,9 +86,23 @@ async def started(
     # (the next delivery would take it for a run whose worker died).
     if await _done(store, work):
         return NotHere.DONE_MEANWHILE
-    if not await _claimed(store, delivery, work, mark, look.revision):
+    if await _claimed(store, delivery, work, mark, look.revision) is None:
         return NotHere.RUNS_ELSEWHERE
     return NotHere.DONE_MEANWHILE if await _done(store, work) else mark
+
+
+async def waiting(
+    store: Store, delivery: Delivery, work: WorkMessage, look: Look
+) -> Look | NotHere:
+    """Say that a suspect's attempt is counted and waits to run alone (so that a death of
+    its worker meanwhile costs it nothing); the look to start it from once it may, or why
+    it does not run here after all."""
+    assert look.revision is not None  # a suspect's delivery came back: it read its run
+    wait = marker(store, delivery, work, look.counted, waiting=True)
+    revision = await _claimed(store, delivery, work, wait, look.revision)
+    if revision is None:
+        return NotHere.RUNS_ELSEWHERE
+    return Look(look.counted, revision)
 
 
 async def _done(store: Store, work: WorkMessage) -> bool:
@@ -101,38 +118,43 @@ async def _done(store: Store, work: WorkMessage) -> bool:
 
 async def _claimed(
     store: Store, delivery: Delivery, work: WorkMessage, mark: Mark, revision: int
-) -> bool:
-    """Write the `running` mark by compare-and-set; False when a later delivery of the
-    message started the step. A conflict is not proof of that: during a failover a mark
-    of this delivery's may have been stored though its write timed out, or a read may
-    have been behind, so read again and try again."""
+) -> int | None:
+    """Write the mark by compare-and-set; its revision, or None when a later delivery of
+    the message started the step. A conflict is not proof of that: during a failover a
+    mark of this delivery's may have been stored though its write timed out, or a read
+    may have been behind, so read again and try again."""
     for _ in range(CLAIM_TRIES):
         try:
-            await mark(True, revision)
-            return True
+            return await mark(True, revision)
         except RevisionConflictError:
             last, revision = await store.heartbeats.run_of(work.task_id, work.step, work.branch)
             if not delivery.held and runs.runs_elsewhere(
                 last, delivery.stream_sequence, delivery.delivered
             ):
-                return False
-    return delivery.held
+                return None
+    return revision if delivery.held else None
 
 
-def marker(store: Store, delivery: Delivery, work: WorkMessage, counted: runs.Count) -> Mark:
-    """Writes the step's `StepRun`: `running` (the attempt started), or not (it failed
-    and goes back, so the next delivery is the next attempt, not a death)."""
+def marker(
+    store: Store, delivery: Delivery, work: WorkMessage, counted: runs.Count, waiting: bool = False
+) -> Mark:
+    """Writes the step's `StepRun`: `running` (the attempt started; `alone` for a
+    suspect), or not (it failed and goes back, so the next delivery is the next attempt,
+    not a death); with `waiting`, that it is counted and waits to run alone."""
 
-    async def mark(running: bool, last: int | None = None) -> None:
+    async def mark(running: bool, last: int | None = None) -> int:
         run = StepRun(
             generation=work.generation,
             attempt=counted.attempt,
             sequence=delivery.stream_sequence,
             delivered=delivery.delivered,
-            running=running,
+            running=running and not waiting,
             deaths=counted.deaths,
+            spared=counted.spared,
+            alone=running and counted.alone and not waiting,
+            waiting=waiting,
             time=utcnow(),
         )
-        await store.heartbeats.put_run(work.task_id, work.step, work.branch, run, last)
+        return await store.heartbeats.put_run(work.task_id, work.step, work.branch, run, last)
 
     return mark
