@@ -9,7 +9,7 @@ import pytest
 from tether.agents import Agent, OpenAIModel
 from tether.agents.budget import Ledger
 from tether.agents.conversation import AgentStep
-from tether.agents.owners import ForeignConversation, bound_caller, check_same_caller
+from tether.agents.owners import ForeignConversation, Owner, bound_owner, check_same_caller
 from tether.agents.spending import BudgetAboveCeiling, check_ceiling
 from tether.gateway.follow_ups import named_threads
 from tether.schemas.events import AgentUpdated, MessageSent
@@ -79,8 +79,9 @@ def test_a_follow_up_is_named_in_any_step_and_checked_by_caller() -> None:
         StepSpec(parallel=[StepSpec(tool="b", input={"after": "y"}), StepSpec(tool="c")]),
     ]
     assert list(named_threads(steps)) == [("a", "x"), ("b", "y")]
-    assert bound_caller({"mcp": {"caller": "alice", "seal": "s"}}) == "alice"
-    assert bound_caller({"mcp": "alice"}) is None
+    assert bound_owner("x", {"mcp": {"caller": "alice", "seal": "s"}}) == Owner("alice", None)
+    assert bound_owner("x", {"mcp": "alice"}) is None
     check_same_caller("x", None, None)
+    check_same_caller("x", Owner("alice", "k"), Owner("alice", "k"))
     with pytest.raises(ForeignConversation, match="'x' is not a conversation"):
-        check_same_caller("x", "alice", "bob")
+        check_same_caller("x", Owner("alice", "k"), Owner("bob", "k"))

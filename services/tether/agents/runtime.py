@@ -20,7 +20,7 @@ import openai
 from tether.agents.budget import tree_root
 from tether.agents.conversation import AgentStep, Entry, as_step, rebuild
 from tether.agents.models import OpenAIModel
-from tether.agents.owners import bound_caller, check_same_caller
+from tether.agents.owners import Owner, bound_owner, check_same_caller
 from tether.errors import TerminalError
 from tether.schemas.tasks import Checkpoint, TaskRecord, TaskStatus, ToolInfo
 from tether.tools.context import StepContext
@@ -104,7 +104,7 @@ class Runtime:
         if task_id is None:
             return []
         mine, named = await self.owner(ctx), task_id
-        unread: list[tuple[tuple[str, datetime], AgentStep, list[Entry], str | None]] = []
+        unread: list[tuple[tuple[str, datetime], AgentStep, list[Entry], Owner | None]] = []
         below = _Thread(messages=[], owners=frozenset())
         while task_id is not None:
             record = await ctx.other_task(task_id)
@@ -113,7 +113,7 @@ class Runtime:
                     f"the conversation a follow-up continues, task {task_id!r}, does not "
                     "exist (or was removed by 'tether gc'): start a new conversation"
                 )
-            theirs = bound_caller(record.metadata)
+            theirs = bound_owner(record.task_id, record.metadata)
             check_same_caller(named, theirs, mine)  # before anything of it is read
             key = (task_id, record.created_at)
             if key in self._threads:
@@ -138,14 +138,14 @@ class Runtime:
             self._threads.popitem(last=False)
         return below.messages
 
-    async def owner(self, ctx: StepContext) -> str | None:
+    async def owner(self, ctx: StepContext) -> Owner | None:
         """The caller this task's tree is bound to (its root's binding: a child task
         carries none of its own)."""
         root = await self.root(ctx)
         if root == ctx.task_id:
-            return bound_caller(ctx.metadata)
+            return bound_owner(ctx.task_id, ctx.metadata)
         record = await ctx.other_task(root)
-        return None if record is None else bound_caller(record.metadata)
+        return None if record is None else bound_owner(record.task_id, record.metadata)
 
     async def root(self, ctx: StepContext) -> str:
         """The root of the task's tree (a task's parent never changes: read once)."""
@@ -190,7 +190,7 @@ class _Thread(NamedTuple):
     """A finished conversation's messages, and the callers its tasks are bound to."""
 
     messages: list[dict[str, Any]]
-    owners: frozenset[str | None]
+    owners: frozenset[Owner | None]
 
 
 def finished_conversation(

@@ -21,7 +21,7 @@ from tether.errors import (
     TaskTimeoutError,
 )
 from tether.gateway import errors
-from tether.gateway.callers import seal
+from tether.gateway.callers import public_key, seal
 from tether.gateway.follow_ups import check_follow_ups
 from tether.gateway.inputs import AnswerError, answer, input_key
 from tether.gateway.tasks import Whereabouts, owner
@@ -103,6 +103,7 @@ class TaskBackend:
         task_id = new_task_id()
         if caller is not None and self.seal_key is not None:
             request["caller"] = caller  # the task is bound to it, under this gateway's seal
+            request["key"] = public_key(self.seal_key)
             request["seal"] = seal(self.seal_key, task_id, caller)
         try:
             handle = await self.client.submit(

@@ -8,16 +8,19 @@ bound to no one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from nacl.signing import SigningKey
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tether.agents.owners import sealed_text
 from tether.bearer import matching, presented_token
 
 CALLER = "tether_caller"
@@ -56,14 +59,30 @@ def seal_key(tokens: Mapping[str, str], secret: str | None = None) -> bytes | No
     return hashlib.scrypt(material, salt=b"tether-mcp-caller", n=2**14, r=8, p=1, dklen=32)
 
 
+@functools.lru_cache(maxsize=8)
+def _signing(key: bytes) -> SigningKey:
+    """The Ed25519 key drawn from the seal key: every replica with the same seal key has it."""
+    return SigningKey(hmac.new(key, b"ed25519 seal", hashlib.sha256).digest())
+
+
+def public_key(key: bytes) -> str:
+    """The public half of the gateway's sealing key (hex): what a task's binding names."""
+    return bytes(_signing(key).verify_key).hex()
+
+
 def seal(key: bytes, task_id: str, caller: str) -> str:
     """The proof, kept in the task's metadata, that this gateway bound `task_id` to `caller`:
-    any NATS client can write `metadata.mcp.caller`, none can write a matching seal."""
-    return hmac.new(key, f"{task_id}\n{caller}".encode(), hashlib.sha256).hexdigest()
+    an Ed25519 signature (hex) of both. Any NATS client can write `metadata.mcp.caller`,
+    none can write a matching seal; anyone, a worker too, can check one (`owners.signed`)."""
+    return _signing(key).sign(sealed_text(task_id, caller)).signature.hex()
 
 
-def sealed(key: bytes, task_id: str, caller: str, proof: object) -> bool:
-    return isinstance(proof, str) and hmac.compare_digest(proof, seal(key, task_id, caller))
+def sealed_by_hmac(key: bytes, task_id: str, caller: str, proof: object) -> bool:
+    """A seal made before seals were signatures (an HMAC, with no `key` beside it), which
+    only the gateway can check: such a task stays its caller's at the gateway, and no
+    worker takes it for anyone's (a follow-up of it fails)."""
+    made = hmac.new(key, f"{task_id}\n{caller}".encode(), hashlib.sha256).hexdigest()
+    return isinstance(proof, str) and hmac.compare_digest(proof, made)
 
 
 class BearerAuth:

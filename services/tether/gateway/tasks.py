@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from tether.agents.owners import MCP_METADATA_KEY
-from tether.gateway.callers import sealed
+from tether.agents.owners import MCP_METADATA_KEY, bound_owner
+from tether.gateway.callers import public_key, sealed_by_hmac
 from tether.gateway.inputs import input_requests
 from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
 from tether.tasks.stalls import Stall
@@ -30,16 +30,21 @@ _STATUS = {
 
 def owner(record: TaskRecord, key: bytes | None) -> str | None:
     """The caller an MCP task is bound to: None when it was created with no token, not by
-    MCP, or by anyone but a gateway holding `key` (see `callers.seal`)."""
-    requested = record.metadata.get(MCP_METADATA_KEY)
-    if key is None or not isinstance(requested, dict):
+    MCP, or by anyone but a gateway holding `key` (see `callers.seal`). The check is the
+    workers' (`owners.bound_owner`), with the key this gateway's own."""
+    if key is None:
         return None
-    caller = requested.get("caller")
-    if not isinstance(caller, str) or not sealed(
-        key, record.task_id, caller, requested.get("seal")
+    bound = bound_owner(record.task_id, record.metadata)
+    if bound is None:
+        return None
+    if bound.key == public_key(key):
+        return bound.caller
+    requested = record.metadata[MCP_METADATA_KEY]
+    if "key" not in requested and sealed_by_hmac(
+        key, record.task_id, bound.caller, requested.get("seal")
     ):
-        return None
-    return caller
+        return bound.caller
+    return None
 
 
 def mcp_status(status: TaskStatus) -> str:

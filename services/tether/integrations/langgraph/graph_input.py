@@ -18,7 +18,7 @@ from pydantic_core import to_jsonable_python
 
 from tether.agents.agent import agent_input_schema
 from tether.agents.budget import tree_root
-from tether.agents.owners import bound_caller, check_same_caller
+from tether.agents.owners import Owner, bound_owner, check_same_caller
 from tether.errors import TerminalError
 from tether.schemas.tasks import TaskRecord, TaskStatus
 
@@ -148,7 +148,7 @@ async def _callers_own(ctx: StepContext, task_id: str, missing: str) -> TaskReco
     record = await ctx.other_task(task_id)
     if record is None:
         raise TerminalError(missing)
-    check_same_caller(task_id, bound_caller(record.metadata), await _owner(ctx))
+    check_same_caller(task_id, bound_owner(task_id, record.metadata), await _owner(ctx))
     return record
 
 
@@ -167,10 +167,10 @@ async def _followed(ctx: StepContext, after: str) -> str:
     return await _memo(ctx, after) or after
 
 
-async def _owner(ctx: StepContext) -> str | None:
+async def _owner(ctx: StepContext) -> Owner | None:
     """The caller this task's tree is bound to (its root's binding), as Tether's agents
     check a follow-up's: a thread is continued only by its own caller."""
     if ctx.parent is None:
-        return bound_caller(ctx.metadata)
+        return bound_owner(ctx.task_id, ctx.metadata)
     root = await ctx.other_task(await tree_root(ctx))
-    return None if root is None else bound_caller(root.metadata)
+    return None if root is None else bound_owner(root.task_id, root.metadata)
