@@ -134,7 +134,8 @@ async def run(
         task_id: the task's id; default: derived from the target and input, so that a
             run again after a crash resumes the same task.
         data_dir: where the embedded nats-server keeps its data (shared with any script,
-            or `tether dev`, running there now).
+            or `tether dev`, running there now), and the token it takes: the directory
+            is made 0700 and the token file 0600, so no other local user gets in.
         nats_url: a running NATS server instead of an embedded one.
         timeout: raise TaskTimeoutError after this long (the task goes on).
         on_token, stream: get (or print) the text the steps stream as it comes.
@@ -152,8 +153,8 @@ async def run(
     task = task_id or job.task_id()
     if stream and on_token is None:
         on_token = _print_token
-    async with _nats(nats_url, data_dir) as url:
-        config = NatsConfig(url=url, names=Names(prefix=prefix), name="tether-run")
+    async with _nats(nats_url, data_dir) as (url, token):
+        config = NatsConfig(url=url, token=token, names=Names(prefix=prefix), name="tether-run")
         worker = Worker(job.apps, config) if job.apps else contextlib.nullcontext()
         async with Client(config) as client, worker, Dispatcher(config):
             handle = await _start(client, task, job)
@@ -235,13 +236,14 @@ class _Tools:
 
 
 @contextlib.asynccontextmanager
-async def _nats(url: str | None, data_dir: str | Path) -> AsyncIterator[str]:
+async def _nats(url: str | None, data_dir: str | Path) -> AsyncIterator[tuple[str, str | None]]:
+    """The given URL as it is, or the embedded server's with its token."""
     if url is not None:
-        yield url
+        yield url, None
         return
     server = SharedServer(data_dir)
     try:
-        yield await server.open()
+        yield await server.open(), server.token
     finally:
         await server.close()
 

@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import fcntl
 import logging
-import re
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tether.nats.server import NatsServer, NatsServerError, _live_holder
+from tether.nats.embedded import live_holder, logged_port
+from tether.nats.server import NatsServer, NatsServerError
 
 log = logging.getLogger("tether.local")
 
@@ -30,18 +30,18 @@ WATCH_EVERY = 0.25
 REACH_WITHIN = 20.0
 """Seconds to wait for a server that holds the store (starting, or stopping) to listen
 or to end."""
-_LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
-"""The line of the server's log that gives its port (as `NatsServer` reads it)."""
 
 
 class SharedServer:
     """The nats-server of `data_dir` (`data_dir/nats`, as `tether dev` keeps it):
-    `open()` started here or found running, `close()` stopped if started here."""
+    `open()` started here or found running, `close()` stopped if started here. Either
+    way it takes the data dir's token (`token`), which no other local user can read."""
 
     def __init__(self, data_dir: str | Path) -> None:
         self.data_dir = Path(data_dir)
         self.store_dir = self.data_dir / "nats"
         self.port = -1
+        self.token = ""
         self._own: NatsServer | None = None
         self._watching: asyncio.Task[None] | None = None
 
@@ -58,7 +58,7 @@ class SharedServer:
         deadline = time.monotonic() + REACH_WITHIN
         while (port := self._claim()) is None:
             if time.monotonic() > deadline:
-                holder = _live_holder(self._probe.pid_file)
+                holder = live_holder(self._probe.pid_file)
                 raise NatsServerError(
                     f"{self.store_dir} is held by nats-server PID {holder}, which does not "
                     f"listen: stop it with 'kill {holder}', or pass another data_dir"
@@ -89,14 +89,14 @@ class SharedServer:
 
         Called on the event loop's thread, not in a worker thread: the server is told to
         end when the thread that started it ends (`PR_SET_PDEATHSIG` is per thread)."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        server = NatsServer.embedded(self.data_dir, port=self.port)  # the data dir made private
+        self.token = server.token or ""
         with _locked(self.data_dir / LOCK_FILE):
             probe = self._probe
-            if _live_holder(probe.pid_file) is None:
-                server = NatsServer(self.store_dir, port=self.port).start()
-                self._own = server
+            if live_holder(probe.pid_file) is None:
+                self._own = server.start()
                 return server.port
-            port = _logged_port(probe.log_file)
+            port = logged_port(probe.log_file)
             return port if port is not None and _listens(port) else None
 
     async def _watch(self) -> None:
@@ -106,7 +106,7 @@ class SharedServer:
             own = self._own
             if own is not None and own.running:
                 continue
-            if own is None and _live_holder(self._probe.pid_file) is not None:
+            if own is None and live_holder(self._probe.pid_file) is not None:
                 continue
             if own is not None:
                 log.warning("the nats-server (log %s) ended: starting it again", own.log_file)
@@ -127,12 +127,6 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(file, fcntl.LOCK_UN)
-
-
-def _logged_port(log_file: Path) -> int | None:
-    text = log_file.read_text(errors="replace") if log_file.exists() else ""
-    found = _LISTENING.findall(text)
-    return int(found[-1]) if found else None
 
 
 def _listens(port: int) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from mcp import Client as McpClient
 
 from tests.conftest import ROOT
-from tether import Client
+from tether import Client, NatsConfig
 from tether.nats.server import PID_FILE, NatsServer, NatsServerError
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
@@ -173,6 +173,11 @@ async def _start_dev(tmp_path: Path, log: Path) -> tuple[asyncio.subprocess.Proc
     return process, found[0]
 
 
+def _embedded(url: str, tmp_path: Path) -> NatsConfig:
+    """How a process elsewhere reaches the server: with the token in its data dir."""
+    return NatsConfig(url=url, embedded_dir=str(tmp_path / "state"))
+
+
 async def _stop(process: asyncio.subprocess.Process) -> int:
     process.send_signal(signal.SIGINT)
     return await asyncio.wait_for(process.wait(), timeout=30)
@@ -182,7 +187,7 @@ async def test_dev_serves_tasks_stops_cleanly_and_keeps_them(tmp_path: Path) -> 
     plan = [{"tool": "search", "input": {"query": "heartbeats"}}, "summarize", "write_report"]
     process, url = await _start_dev(tmp_path, tmp_path / "dev-1.log")
     try:
-        async with Client(url) as client:
+        async with Client(_embedded(url, tmp_path)) as client:
             result = await (await client.submit(plan, task_id="kept")).wait(timeout=30)
         mcp_url = re.search(r"MCP\s+(http://\S+/mcp)", (tmp_path / "dev-1.log").read_text())
         assert mcp_url, (tmp_path / "dev-1.log").read_text()
@@ -201,7 +206,7 @@ async def test_dev_serves_tasks_stops_cleanly_and_keeps_them(tmp_path: Path) -> 
 
     process, url = await _start_dev(tmp_path, tmp_path / "dev-2.log")
     try:
-        async with Client(url) as client:
+        async with Client(_embedded(url, tmp_path)) as client:
             record = await client.get("kept")
     finally:
         assert await _stop(process) == 0

@@ -35,21 +35,24 @@ class ApiService(Service):
         """Counts the tasks `submit` starts (it records them itself)."""
         self.discovery = Discovery()
         self._client = Client(self.nats, layout=layout)
-        tls = self.nats.tls_context()
-        self.broker: NatsBroker = build_broker(
-            self.nats.names,
+        self.broker: NatsBroker | None = None
+        self._stopping = False
+
+    def _broker(self, nats: NatsConfig) -> NatsBroker:
+        tls = nats.tls_context()
+        return build_broker(
+            nats.names,
             lambda: self._client,
             self.discovery,
-            servers=self.nats.servers,
-            user_credentials=self.nats.credentials,
-            nkeys_seed=self.nats.nkey_seed,
-            token=self.nats.token,
+            servers=nats.servers,
+            user_credentials=nats.credentials,
+            nkeys_seed=nats.nkey_seed,
+            token=nats.token,
             security=BaseSecurity(ssl_context=tls) if tls else None,
-            connect_timeout=self.nats.connect_timeout,
-            inbox_prefix=self.nats.replies,
+            connect_timeout=nats.connect_timeout,
+            inbox_prefix=nats.replies,
             closed_cb=self._broker_closed,
         )
-        self._stopping = False
 
     async def _broker_closed(self) -> None:
         if not self._stopping:
@@ -62,6 +65,7 @@ class ApiService(Service):
         await self._client.connect()
         if self.metrics is not None:
             self._client.count_into(self.metrics)
+        self.broker = self._broker(self.nats.with_embedded_token())
         await self.broker.start()
         await self._wait_until_answering()
 
@@ -78,5 +82,6 @@ class ApiService(Service):
 
     async def stop(self) -> None:
         self._stopping = True
-        await self.broker.stop()
+        if self.broker is not None:
+            await self.broker.stop()
         await self._client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -52,7 +53,9 @@ option defaults need not import them (a unit test keeps each pair equal)."""
 
 
 def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int = 1) -> NatsConfig:
-    """The command's NATS config, with the credentials it was given (`--creds`, ...)."""
+    """The command's NATS config, with the credentials it was given (`--creds`, ...);
+    with none, the token of the embedded server of `TETHER_DATA_DIR` (`.tether`) when
+    the URL names that server."""
     from tether.nats.connection import NatsConfig
     from tether.schemas.names import Names
 
@@ -68,6 +71,7 @@ def nats_config(url: str, prefix: str, name: str = "tether-cli", replicas: int =
         tls_cert=given.tls_cert,
         tls_key=given.tls_key,
         inbox_prefix=given.inbox_prefix,
+        embedded_dir=os.environ.get("TETHER_DATA_DIR") or ".tether",
     )
 
 

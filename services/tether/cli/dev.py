@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shlex
 import shutil
 import signal
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 DEMO_APP = "tether.demo.research:app"
 DEV_PORT = 4222
+DATA_DIR = Path(".tether")
 EXIT_CHECK_EVERY = 0.25
 """Seconds between looks at whether the embedded nats-server's process still runs."""
 
@@ -90,13 +92,17 @@ class _Banner(Service):
 
 @contextlib.contextmanager
 def _nats(url: str | None, data_dir: Path, port: int) -> Iterator[tuple[str, NatsServer | None]]:
-    """The given URL, or an embedded nats-server's (running until the block ends)."""
+    """The given URL, or an embedded nats-server's (running until the block ends), which
+    takes the token kept in `data_dir` (see `tether.nats.embedded`)."""
     from tether.nats.server import NatsServer, NatsServerError
 
     if url:
         yield url, None
         return
-    server = NatsServer(data_dir / "nats", port=port)
+    try:
+        server = NatsServer.embedded(data_dir, port=port)
+    except NatsServerError as exc:
+        fail(str(exc))
     try:
         server.start()
     except NatsServerError as exc:
@@ -139,7 +145,7 @@ def _services(
             lines.append(f"  MCP         [cyan]{gateway.url}[/] (Streamable HTTP, tasks)")
         if dashboard is not None:
             lines.append(f"  dashboard   [cyan]{dashboard.url}[/]")
-        lines.append(f"\nTry: {_example(config.url, worker.tools)}")
+        lines.append(f"\nTry: {_elsewhere(server)}{_example(config.url, worker.tools)}")
         lines.append("Ctrl-C stops everything; tasks wait in JetStream for the next start.")
         return "\n".join(lines)
 
@@ -161,6 +167,14 @@ def _supervise_dev(services: list[Service]) -> None:
         fail(f"{exc}: pass another --ui-port (0 for a free one), or --no-ui")
     except TetherError as exc:
         fail(str(exc))
+
+
+def _elsewhere(server: NatsServer | None) -> str:
+    """How the CLI finds an embedded server whose data is not in `.tether/`."""
+    data_dir = None if server is None else server.store_dir.parent
+    if data_dir is None or data_dir == DATA_DIR:
+        return ""
+    return f"TETHER_DATA_DIR={shlex.quote(str(data_dir))} "
 
 
 def _example(nats_url: str, tools: Mapping[str, Tool]) -> str:
@@ -202,8 +216,13 @@ def dev(
     ] = None,
     prefix: PrefixOption = "tether",
     data_dir: Annotated[
-        Path, typer.Option(metavar="DIR", help="Where the embedded server keeps its data.")
-    ] = Path(".tether"),
+        Path,
+        typer.Option(
+            metavar="DIR",
+            envvar="TETHER_DATA_DIR",
+            help="Where the embedded server keeps its data and token (made 0700).",
+        ),
+    ] = DATA_DIR,
     port: Annotated[
         int, typer.Option(metavar="PORT", help="Port of the embedded server (0: a free one).")
     ] = DEV_PORT,
@@ -229,6 +248,8 @@ def dev(
         fail(str(exc))
     with _nats(nats, data_dir, port if port else -1) as (url, server):
         config = nats_config(url, prefix, "tether-dev")
+        if server is not None:
+            config = dataclasses.replace(config, token=server.token)
         ports = (gateway_port if gateway else None, ui_port if ui else None)
         _supervise_dev(_services(loaded, config, server, concurrency, *ports))
 

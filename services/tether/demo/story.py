@@ -82,13 +82,14 @@ class Demo:
         self.say(
             "[bold]Tether demo[/]: an agent whose worker is killed in the middle of its work.\n"
         )
-        with NatsServer(self.data_dir / "nats") as server, self._model() as (base_url, name):
+        server = NatsServer.embedded(self.data_dir)  # no other local user may connect
+        with server, self._model() as (base_url, name):
             self.say(
                 f"[dim]1.[/] Embedded nats-server with JetStream at [cyan]{server.url}[/]; model "
                 f"[cyan]{name}[/] at {base_url or 'the OpenAI API'}"
             )
-            config = NatsConfig(url=server.url, name="tether-demo")
-            env = {**os.environ, "TETHER_DEMO_MODEL": name}
+            config = NatsConfig(url=server.url, token=server.token, name="tether-demo")
+            env = {**os.environ, "TETHER_DEMO_MODEL": name, "TETHER_DATA_DIR": str(self.data_dir)}
             if base_url:
                 env["TETHER_DEMO_BASE_URL"] = base_url
                 env["TETHER_DEMO_BASE_URL_FROM"] = (

@@ -12,6 +12,7 @@ import ssl
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,6 +25,7 @@ from nats.nuid import NUID
 from tether.errors import (
     NatsUnavailableError,
 )
+from tether.nats.embedded import token_for
 from tether.schemas.names import DEFAULT_NAMES, Names
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -121,6 +123,10 @@ class NatsConfig:
     nkey_seed: str | None = None
     """Path to a file holding an nkey seed (`SU...`), for a server that lists nkey users."""
     token: str | None = None
+    embedded_dir: str | None = ".tether"
+    """The data dir of an embedded nats-server (`tether dev`, `tether.run`; relative to
+    the working directory): when `url` names the server running from there, and no
+    other credentials are given, this process connects with its token. None: never."""
     tls_ca: str | None = None
     """CA bundle to verify the server's certificate with (and to turn TLS on)."""
     tls_cert: str | None = None
@@ -168,6 +174,14 @@ class NatsConfig:
         ):
             if path is not None and not os.path.isfile(path):
                 raise NatsUnavailableError(f"the {what} {path!r} does not exist")
+
+    def with_embedded_token(self) -> NatsConfig:
+        """This config, with the token of the embedded server its URL names (see
+        `embedded_dir`); unchanged for any other server."""
+        if self.embedded_dir is None or self.token or self.credentials or self.nkey_seed:
+            return self
+        token = token_for(self.url, Path(self.embedded_dir))
+        return self if token is None else dataclasses.replace(self, token=token)
 
     def tls_context(self) -> ssl.SSLContext | None:
         if not (self.tls_ca or self.tls_cert):
@@ -227,6 +241,7 @@ async def connect(config: NatsConfig, on_lost: Callable[[str], None] | None = No
         on_lost(reason)
 
     config.check_files()
+    config = config.with_embedded_token()
     failures: list[Exception] = []
 
     async def errors(exc: Exception) -> None:

@@ -15,12 +15,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tether.errors import TetherError
+from tether.nats.embedded import (
+    LOG_FILE,
+    PID_FILE,
+    STORE_DIR,
+    live_holder,
+    private_dir,
+    token_of,
+    write_secret,
+)
 
 _LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 _READY = "Server is ready"
 _MONITOR = re.compile(r"Starting http monitor on ([^\s]+)")
 _PR_SET_PDEATHSIG = 1
-PID_FILE = "tether-nats.pid"
+AUTH_FILE = "auth.conf"
+"""The server's config with its token, in the store (0600): not on its command line,
+which every local user can read in /proc."""
 
 
 class NatsServerError(TetherError, RuntimeError):
@@ -56,14 +67,29 @@ class NatsServer:
         port: int = -1,
         host: str = "127.0.0.1",
         monitor: bool = False,
+        token: str | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port
         self.monitor = monitor
         """Serve the HTTP monitor (`/varz`, `/jsz`) on a free port: see `monitor_url`."""
+        self.token = token
+        """The token every client must give; None: any client may connect."""
         self.monitor_url = ""
         self._process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def embedded(cls, data_dir: str | Path, port: int = -1) -> NatsServer:
+        """The server of a data dir (`.tether/`), as `tether dev` and `tether.run` start
+        it: its store in `<data_dir>/nats`, the data dir's token required (see
+        `tether.nats.embedded`), so that no other local user may connect."""
+        data_dir = Path(data_dir)
+        try:
+            token = token_of(data_dir)
+        except OSError as exc:
+            raise NatsServerError(f"cannot keep the token of {data_dir}: {exc}") from exc
+        return cls(data_dir / STORE_DIR, port=port, token=token)
 
     @property
     def url(self) -> str:
@@ -71,7 +97,7 @@ class NatsServer:
 
     @property
     def log_file(self) -> Path:
-        return self.store_dir / "nats-server.log"
+        return self.store_dir / LOG_FILE
 
     @property
     def pid(self) -> int | None:
@@ -87,8 +113,11 @@ class NatsServer:
 
     def start(self, timeout: float = 20.0) -> NatsServer:
         """Start the server; refuses a store directory another live nats-server holds."""
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        holder = _live_holder(self.pid_file)
+        if self.token is None:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            private_dir(self.store_dir)
+        holder = live_holder(self.pid_file)
         if holder is not None:
             raise NatsServerError(
                 f"{self.store_dir} is in use by nats-server PID {holder} (two servers on one "
@@ -108,6 +137,7 @@ class NatsServer:
             "-1" if self.monitor else "0",
             "--log",
             str(self.log_file),
+            *self._auth(),
         ]
         self._process = subprocess.Popen(
             args,
@@ -119,6 +149,13 @@ class NatsServer:
         self.pid_file.write_text(f"{self._process.pid}\n")
         self.port = self._wait_ready(timeout)
         return self
+
+    def _auth(self) -> list[str]:
+        if self.token is None:
+            return []
+        config = self.store_dir / AUTH_FILE
+        write_secret(config, f'authorization {{ token: "{self.token}" }}\n', replace=True)
+        return ["--config", str(config)]
 
     def _wait_ready(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
@@ -186,16 +223,3 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
             os._exit(1)
 
     return arrange
-
-
-def _live_holder(pid_file: Path) -> int | None:
-    """The PID in `pid_file`, if a nats-server with that PID is still running."""
-    try:
-        pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return None
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists() and b"nats-server" not in cmdline.read_bytes():
-        return None  # the PID was reused by another program
-    return pid
