@@ -2,6 +2,7 @@
 twice (`runs.Count.alone`) waits until nothing else runs, then runs with no step beside
 it, so that a death then is its own (see `tether.worker.runs`).
 
+One per `Worker` (a process runs one; two in one process would each keep their own).
 Ordinary steps pass through without waiting (no await, nothing on the hot path) unless a
 suspect runs or waits; a waiting suspect goes before steps that come after it, so a busy
 worker cannot keep it waiting for ever.
