@@ -3,24 +3,39 @@ with its row in the status index."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from nats.js.kv import KeyValue
 
 from tether.clock import utcnow
-from tether.errors import RevisionConflictError, TaskExistsError, TaskNotFoundError
+from tether.errors import (
+    NatsUnavailableError,
+    RevisionConflictError,
+    TaskExistsError,
+    TaskNotFoundError,
+)
 from tether.nats import headers
 from tether.nats.connection import jetstream_context
-from tether.nats.failures import translating
+from tether.nats.failures import failures_translated, translating
 from tether.nats.jetstream import JetStream
 from tether.nats.kv import Bucket, Entry, Removed
 from tether.nats.recent import RecentRecords, Versioned
 from tether.schemas.codec import encode, record_decoder
+from tether.schemas.records import TaskStatus
 from tether.schemas.tasks import TaskRecord
 
-ROW_LEFT = {headers.ROLLUP: "sub", headers.TTL: "1s"}
-"""Replaces a task's old index row and expires (nats-server 2.11+ message TTLs)."""
+ROW_LEFT = {headers.TTL: "1s"}
+"""The marker on the index row a task left: it replaces the row (one message per
+subject) and expires (nats-server 2.11+ message TTLs). No rollup: the index refuses them."""
+INDEX_TRIES_FOR = timedelta(seconds=30)
+"""How long a row move is tried again while NATS does not answer (a cluster's failover
+takes seconds); as long as a worker handles a step again in place."""
+INDEX_PAUSE = 0.25
+AT_ONCE = 64
+T = TypeVar("T")
 WATCH_INACTIVE = 5.0
 
 
@@ -79,7 +94,7 @@ class Records:
         revision = await self._bucket.create(record.task_id, data)
         if revision is None:
             return None
-        await self.index(record)
+        await self.index(record, revision)
         return self._written(record, revision, len(data))
 
     async def create_or_find(self, record: TaskRecord) -> tuple[Versioned, bool]:
@@ -93,7 +108,11 @@ class Records:
                 return created, True
             found = await self._bucket.lookup(record.task_id)
             if isinstance(found, Entry):
-                return Versioned(record_decoder.decode(found.value), found.revision), False
+                existing = Versioned(record_decoder.decode(found.value), found.revision)
+                # Its creator may have died before its row was stored: the same row again
+                # (the same message id: a row that was stored is not stored twice).
+                await self.index(existing.record, existing.revision)
+                return existing, False
             if isinstance(found, Removed):
                 raise TaskExistsError(record.task_id, free_at=_free_at(found.note))
 
@@ -120,32 +139,92 @@ class Records:
                 current = None
                 continue
             if new.status is not found.record.status:
-                await self.index(new, found.record)
+                await self.index(new, revision, found.record)
             return self._written(new, revision, len(data)), True
 
-    async def index(self, record: TaskRecord, before: TaskRecord | None = None) -> None:
-        """Move the task's row in the status index (see `tether.tasks.listing`).
+    async def index(
+        self, record: TaskRecord, revision: int, before: TaskRecord | None = None
+    ) -> None:
+        """Move the task's row in the status index (see `tether.tasks.listing`) for the
+        record written at `revision`: its row under its status, and, when `before` had
+        another status, a marker on the row it left, which replaces that row (the index
+        keeps one message per subject) and expires. Both are stored at once, with a
+        PubAck, before the record write returns.
 
-        Published without waiting: a row is a hint the reader checks against the record,
-        so a lost one costs a missing or a skipped row, never a wrong answer. The row a
-        task leaves is rolled up into an empty marker that expires a second later.
+        A try NATS does not answer (a failover, a cut connection) is made again, for
+        `INDEX_TRIES_FOR`, as much of it as is still this write's to make: once a later
+        write changed the status, that write moves the row on, and a late row of ours
+        would bring back one it has replaced. Each message's id is the record's revision,
+        so a try the server did store is not stored twice. NatsUnavailableError when
+        NATS is away for longer (the rows then wait for `tether gc --reindex`).
         """
         if not self.indexing:
             return
-        stamp, nc = created_us(record), self._js.nc
-        await nc.publish(self._names.index_subject(record.status.value, stamp, record.task_id))
-        if before is not None:
-            old = self._names.index_subject(before.status.value, stamp, record.task_id)
-            await nc.publish(old, b"", headers=ROW_LEFT)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + INDEX_TRIES_FOR.total_seconds()
+        tried = False
+        while True:
+            try:
+                with failures_translated():
+                    moves = await self._moves(record, revision, before, tried)
+                    await asyncio.gather(*(self._js.publish(*move) for move in moves))
+                return
+            except NatsUnavailableError:
+                if loop.time() > deadline:
+                    raise
+            tried = True
+            await asyncio.sleep(INDEX_PAUSE)
+
+    async def _moves(
+        self, record: TaskRecord, revision: int, before: TaskRecord | None, again: bool
+    ) -> list[tuple[str, bytes, dict[str, str]]]:
+        """The row messages of a status change; `again`, only those still this write's."""
+        row: TaskStatus | None = record.status
+        left = before.status if before is not None else None
+        if again:
+            found = await self.get(record.task_id)
+            if found is None:
+                return []  # removed meanwhile (`tether gc`)
+            now = found.record.status
+            if found.revision != revision:  # a later write moves the row on from ours
+                row = row if now is row else None
+                left = left if left is not now else None
+        moves, task_id = [], record.task_id
+        if row is not None:
+            sent = {headers.MSG_ID: f"{task_id}.{row.value}.{revision}"}
+            moves.append((self._row(record, row.value), b"", sent))
+        if left is not None and left is not record.status:
+            sent = {**ROW_LEFT, headers.MSG_ID: f"{task_id}.{left.value}.{revision}.left"}
+            moves.append((self._row(record, left.value), b"", sent))
+        return moves
 
     async def reindex(self) -> int:
-        """Write the index row of every record (once, for records from before the index);
-        returns how many."""
-        records = await self.list()
-        for record in records:
-            await self.index(record)
-        await self._js.nc.flush()
+        """Write the index row of every record, and a marker on every row its record
+        does not have (once, for records from before the index, or to repair it);
+        returns how many records."""
+        keys = await self._bucket.keys()
+        found: list[Versioned | None] = []
+        for start in range(0, len(keys), AT_ONCE):
+            found += await asyncio.gather(*(self.get(k) for k in keys[start : start + AT_ONCE]))
+        records = [f.record for f in found if f is not None]
+        await self._each(records, lambda r: self._js.publish(self._row(r, r.status.value), b""))
+        has = {self._row(r, r.status.value) for r in records}
+        await self._each([s for s in await self.index_rows() if s not in has], self._stale)
         return len(records)
+
+    async def _stale(self, subject: str) -> None:
+        """Mark a row its record does not have, unless the record moved onto it meanwhile."""
+        found = await self.get(subject.rsplit(".", 1)[1])
+        if found is None or self._row(found.record, found.record.status.value) != subject:
+            await self._js.publish(subject, b"", ROW_LEFT)
+
+    @staticmethod
+    async def _each(items: list[T], call: Callable[[T], Awaitable[object]]) -> None:
+        for start in range(0, len(items), AT_ONCE):
+            await asyncio.gather(*(call(item) for item in items[start : start + AT_ONCE]))
+
+    def _row(self, record: TaskRecord, status: str) -> str:
+        return self._names.index_subject(status, created_us(record), record.task_id)
 
     async def index_rows(self, status: str | None = None) -> list[str]:
         """The subjects of the index's rows (of one status, or all)."""
