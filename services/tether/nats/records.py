@@ -27,9 +27,6 @@ from tether.schemas.codec import encode, record_decoder
 from tether.schemas.records import TaskStatus
 from tether.schemas.tasks import TaskRecord
 
-ROW_LEFT = {headers.TTL: "1s"}
-"""The marker on the index row a task left: it replaces the row (one message per
-subject) and expires (nats-server 2.11+ message TTLs). No rollup: the index refuses them."""
 INDEX_TRIES_FOR = timedelta(seconds=30)
 """How long a row move is tried again while NATS does not answer (a cluster's failover
 takes seconds); as long as a worker handles a step again in place."""
@@ -44,6 +41,11 @@ def _free_at(note: bytes) -> datetime | None:
         return datetime.fromisoformat(note.decode())
     except ValueError:
         return None
+
+
+def _revision_of(row: bytes) -> int:
+    """The record revision an index row's payload holds (0: a row from before)."""
+    return int(row) if row.isdigit() else 0
 
 
 def created_us(record: TaskRecord) -> int:
@@ -146,17 +148,17 @@ class Records:
         self, record: TaskRecord, revision: int, before: TaskRecord | None = None
     ) -> None:
         """Move the task's row in the status index (see `tether.tasks.listing`) for the
-        record written at `revision`: its row under its status, and, when `before` had
-        another status, a marker on the row it left, which replaces that row (the index
-        keeps one message per subject) and expires. Both are stored at once, with a
-        PubAck, before the record write returns.
+        record written at `revision`: store its row under its status (the revision its
+        payload) and, when `before` had another status, delete the row it left, both at
+        once, before the record write returns.
 
         A try NATS does not answer (a failover, a cut connection) is made again, for
         `INDEX_TRIES_FOR`, as much of it as is still this write's to make: once a later
         write changed the status, that write moves the row on, and a late row of ours
-        would bring back one it has replaced. Each message's id is the record's revision,
-        so a try the server did store is not stored twice. NatsUnavailableError when
-        NATS is away for longer (the rows then wait for `tether gc --reindex`).
+        would bring back one it has removed. The row's message id holds the revision, so
+        a try the server did store is not stored twice, and a row a later write put back
+        is never deleted. NatsUnavailableError when NATS is away for longer (the rows
+        then wait for `tether gc --reindex`).
         """
         if not self.indexing:
             return
@@ -166,8 +168,11 @@ class Records:
         while True:
             try:
                 with failures_translated():
-                    moves = await self._moves(record, revision, before, tried)
-                    await asyncio.gather(*(self._js.publish(*move) for move in moves))
+                    row, left = await self._moves(record, revision, before, tried)
+                    moves = [] if left is None else [self._leave(record, left, revision)]
+                    if row is not None:
+                        moves.append(self._put(record, row, revision))
+                    await asyncio.gather(*moves)
                 return
             except NatsUnavailableError:
                 if loop.time() > deadline:
@@ -177,46 +182,55 @@ class Records:
 
     async def _moves(
         self, record: TaskRecord, revision: int, before: TaskRecord | None, again: bool
-    ) -> list[tuple[str, bytes, dict[str, str]]]:
-        """The row messages of a status change; `again`, only those still this write's."""
+    ) -> tuple[TaskStatus | None, TaskStatus | None]:
+        """The row to store and the row to delete; `again`, only if still this write's."""
         row: TaskStatus | None = record.status
-        left = before.status if before is not None else None
-        if again:
-            found = await self.get(record.task_id)
-            if found is None:
-                return []  # removed meanwhile (`tether gc`)
-            now = found.record.status
-            if found.revision != revision:  # a later write moves the row on from ours
-                row = row if now is row else None
-                left = left if left is not now else None
-        moves, task_id = [], record.task_id
-        if row is not None:
-            sent = {headers.MSG_ID: f"{task_id}.{row.value}.{revision}"}
-            moves.append((self._row(record, row.value), b"", sent))
-        if left is not None and left is not record.status:
-            sent = {**ROW_LEFT, headers.MSG_ID: f"{task_id}.{left.value}.{revision}.left"}
-            moves.append((self._row(record, left.value), b"", sent))
-        return moves
+        left = before.status if before is not None and before.status is not row else None
+        if not again:
+            return row, left
+        found = await self.get(record.task_id)
+        if found is None:
+            return None, None  # removed meanwhile (`tether gc`)
+        now = found.record.status
+        if found.revision != revision:  # a later write moves the row on from ours
+            row = row if now is row else None
+            left = left if left is not now else None
+        return row, left
+
+    async def _put(self, record: TaskRecord, status: TaskStatus, revision: int) -> None:
+        sent = {headers.MSG_ID: f"{record.task_id}.{status.value}.{revision}"}
+        await self._js.publish(self._row(record, status.value), str(revision).encode(), sent)
+
+    async def _leave(self, record: TaskRecord, status: TaskStatus, revision: int) -> None:
+        """Delete the task's row under `status`, unless a write after `revision` put it
+        there (rows stored before their payload held a revision count as 0)."""
+        await self._delete_row(self._row(record, status.value), revision)
+
+    async def _delete_row(self, subject: str, unless_from: int) -> None:
+        stream = self._names.index_stream
+        found = await self._js.last_message(stream, subject)
+        if found is not None and _revision_of(found[1]) < unless_from:
+            await self._js.delete_message(stream, found[0])
 
     async def reindex(self) -> int:
-        """Write the index row of every record, and a marker on every row its record
-        does not have (once, for records from before the index, or to repair it);
-        returns how many records."""
+        """Store the index row of every record, and delete every row its record does
+        not have (once, for records from before the index, or to repair it); returns
+        how many records."""
         keys = await self._bucket.keys()
         found: list[Versioned | None] = []
         for start in range(0, len(keys), AT_ONCE):
             found += await asyncio.gather(*(self.get(k) for k in keys[start : start + AT_ONCE]))
-        records = [f.record for f in found if f is not None]
-        await self._each(records, lambda r: self._js.publish(self._row(r, r.status.value), b""))
-        has = {self._row(r, r.status.value) for r in records}
+        records = [f for f in found if f is not None]
+        await self._each(records, lambda f: self._put(f.record, f.record.status, f.revision))
+        has = {self._row(f.record, f.record.status.value) for f in records}
         await self._each([s for s in await self.index_rows() if s not in has], self._stale)
         return len(records)
 
     async def _stale(self, subject: str) -> None:
-        """Mark a row its record does not have, unless the record moved onto it meanwhile."""
+        """Delete a row its record does not have, unless the record moved onto it meanwhile."""
         found = await self.get(subject.rsplit(".", 1)[1])
         if found is None or self._row(found.record, found.record.status.value) != subject:
-            await self._js.publish(subject, b"", ROW_LEFT)
+            await self._delete_row(subject, unless_from=found.revision + 1 if found else 2**63)
 
     @staticmethod
     async def _each(items: list[T], call: Callable[[T], Awaitable[object]]) -> None:
