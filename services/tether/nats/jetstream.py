@@ -73,14 +73,17 @@ class JetStream:
         message = found.message
         return None if message is None else (message.seq, base64.b64decode(message.data))
 
-    async def delete_message(self, stream: str, sequence: int) -> None:
-        """Delete one message (no erase: its bytes need no overwriting); a message that
-        is gone already is no error."""
+    async def delete_message(self, stream: str, sequence: int) -> bool:
+        """Delete one message (no erase: its bytes need no overwriting); False when it
+        is gone already."""
         body = encode({"seq": sequence, "no_erase": True})
         reply = await self.request(self.names.message_delete_subject(stream), body)
         done = success_decoder.decode(reply.data)
-        if done.error is not None and done.error.err_code != codes.NO_MESSAGE_FOUND:
-            raise done.error.exception()
+        if done.error is None:
+            return True
+        if done.error.err_code == codes.NO_MESSAGE_FOUND:
+            return False
+        raise done.error.exception()
 
     async def subjects(self, stream: str, subjects_filter: str) -> list[str]:
         """The subjects of a stream's messages, read from its subject list, a page of up

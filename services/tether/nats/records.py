@@ -32,6 +32,8 @@ INDEX_TRIES_FOR = timedelta(seconds=30)
 takes seconds); as long as a worker handles a step again in place."""
 INDEX_PAUSE = 0.25
 AT_ONCE = 64
+STORED_ROWS = 10_000
+"""How many tasks' last stored index rows a process remembers (`Records._leave`)."""
 T = TypeVar("T")
 WATCH_INACTIVE = 5.0
 
@@ -61,6 +63,8 @@ class Records:
         self._names = jetstream.names
         self.indexing = indexing
         """Whether record writes keep the status index (`Layout.index_tasks`)."""
+        self._stored: dict[str, tuple[str, int]] = {}
+        """The subject and sequence of the index row this process stored last, by task."""
         self.recent: RecentRecords | None = None
         """Records written here, kept for a worker's next step (`Store.remember_records`)."""
 
@@ -169,7 +173,8 @@ class Records:
             try:
                 with failures_translated():
                     row, left = await self._moves(record, revision, before, tried)
-                    moves = [] if left is None else [self._leave(record, left, revision)]
+                    stored = self._stored.pop(record.task_id, None)
+                    moves = [] if left is None else [self._leave(record, left, revision, stored)]
                     if row is not None:
                         moves.append(self._put(record, row, revision))
                     await asyncio.gather(*moves)
@@ -198,13 +203,31 @@ class Records:
         return row, left
 
     async def _put(self, record: TaskRecord, status: TaskStatus, revision: int) -> None:
+        subject = self._row(record, status.value)
         sent = {headers.MSG_ID: f"{record.task_id}.{status.value}.{revision}"}
-        await self._js.publish(self._row(record, status.value), str(revision).encode(), sent)
+        ack = await self._js.publish(subject, str(revision).encode(), sent)
+        self._stored[record.task_id] = (subject, ack.seq)
+        if len(self._stored) > STORED_ROWS:
+            self._stored.pop(next(iter(self._stored)))
 
-    async def _leave(self, record: TaskRecord, status: TaskStatus, revision: int) -> None:
+    async def _leave(
+        self,
+        record: TaskRecord,
+        status: TaskStatus,
+        revision: int,
+        stored: tuple[str, int] | None,
+    ) -> None:
         """Delete the task's row under `status`, unless a write after `revision` put it
-        there (rows stored before their payload held a revision count as 0)."""
-        await self._delete_row(self._row(record, status.value), revision)
+        there (rows stored before their payload held a revision count as 0). The row
+        this process stored last for the task (`stored`) is deleted by the sequence it
+        was stored at, without a read: if that message is still there it is the
+        subject's only one."""
+        subject = self._row(record, status.value)
+        stream = self._names.index_stream
+        if stored is not None and stored[0] == subject:
+            if await self._js.delete_message(stream, stored[1]):
+                return
+        await self._delete_row(subject, revision)
 
     async def _delete_row(self, subject: str, unless_from: int) -> None:
         stream = self._names.index_stream
