@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -22,7 +22,7 @@ from tests.integration.test_roles import (
     raw,
     roles_server,
 )
-from tether import Client, NatsConfig, TaskStatus
+from tether import Client, NatsConfig, TaskRecord, TaskStatus
 from tether.errors import NatsUnavailableError
 from tether.nats.connection import close, connect
 from tether.nats.layout import Layout, stream_configs
@@ -188,3 +188,22 @@ async def test_reindex_marks_the_rows_no_record_has(client: Client, store: Store
     assert (await client.status_counts())["running"] == 1
     assert await client.reindex() == 1
     await eventually(lambda: _agrees_with_the_records(client, "stale", TaskStatus.PENDING))
+
+
+async def test_a_row_another_process_put_back_is_deleted_when_the_task_leaves_it(
+    client: Client, store: Store
+) -> None:
+    """This process stored the `running` row, then another moved the task to `waiting`
+    and back, storing a `running` row of its own: leaving `running`, this process's
+    delete by the sequence it remembers finds nothing and must still remove that row."""
+
+    def moved(status: TaskStatus) -> Callable[[TaskRecord], TaskRecord]:
+        return lambda record: replace(record, status=status)
+
+    await client.submit([{"tool": "nobody-serves-this"}], task_id="back")
+    async with store_through(client.nats.url, client) as other:
+        await store.records.update("back", moved(TaskStatus.RUNNING))
+        await other.records.update("back", moved(TaskStatus.WAITING))
+        await other.records.update("back", moved(TaskStatus.RUNNING))
+    await store.records.update("back", moved(TaskStatus.COMPLETED))
+    await eventually(lambda: _agrees_with_the_records(client, "back", TaskStatus.COMPLETED))
