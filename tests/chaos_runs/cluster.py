@@ -1,6 +1,7 @@
 """`just chaos`: tasks on the 3-node R3 cluster of deploy/ while the leader of the work
-stream, then a follower, is SIGKILLed and restarted. Every task must complete and no
-checkpointed step may run again; the report states the stall around each kill.
+stream, then a follower, is SIGKILLed and restarted. Every task must complete, no
+checkpointed step may run again, and the status index (`tether ls`, the counts) must
+list each task under its record's status; the report states the stall around each kill.
 
     python -m tests.chaos_runs.cluster [--tasks 1000] [--workers 3] [--down 5]
 """
@@ -170,6 +171,9 @@ class Outcome:
     repeated: int
     ran: list[executions.Execution]
     started: float
+    misindexed: dict[str, str]
+    """Tasks whose status index rows disagree with their records (what `tether ls` and
+    the counts would show), and the rows the index has."""
 
     @property
     def completion_times(self) -> list[float]:
@@ -203,7 +207,8 @@ async def outcome(run: Run) -> Outcome:
     stored = await tasks.stored_at(store, [r for r in records.values() if r is not None])
     reruns = executions.checkpointed_reruns(ran, stored)
     repeated = sum(executions.repeats(ran, {}).values())
-    return Outcome(records, reruns, repeated, ran, run.started)
+    misindexed = await tasks.index_agrees(store, records)
+    return Outcome(records, reruns, repeated, ran, run.started, misindexed)
 
 
 def report(run: Run, result: Outcome) -> int:
@@ -227,6 +232,7 @@ def _summary(run: Run, result: Outcome) -> list[list[object]]:
         ["tasks completed", f"{len(result.completed)}/{len(run.task_ids)}"],
         ["lost (not completed)", len(result.lost)],
         ["checkpointed-step re-runs", len(result.reruns)],
+        ["index rows that disagree with the records", len(result.misindexed)],
         ["step executions", len(result.ran)],
         ["in-flight steps run again after a kill (allowed)", result.repeated],
         ["role processes that exited on their own", len(run.exits)],
@@ -262,6 +268,9 @@ def _failures(run: Run, result: Outcome) -> list[str]:
     if result.lost:
         sample = ", ".join(f"{t} ({why})" for t, why in list(result.lost.items())[:10])
         failures.append(f"{len(result.lost)} tasks did not complete: {sample}")
+    if result.misindexed:
+        sample = ", ".join(f"{t} ({rows})" for t, rows in list(result.misindexed.items())[:10])
+        failures.append(f"{len(result.misindexed)} tasks misindexed (rows: {sample})")
     for e in result.reruns[:10]:
         failures.append(f"checkpointed step re-ran: {e.task_id} step {e.step} attempt {e.attempt}")
     if len(run.kills) < 2:

@@ -100,8 +100,8 @@ class Stuck(Exception):
 @dataclass
 class Finished:
     """Which tasks have ended: the status index says it for most, in one request, and
-    the records for the last few (an index row is published without an ack, so a
-    failover can lose one)."""
+    the records for the last few (so a lost row shows in `index_disagreements` at the
+    end, not as a run that waits for ever)."""
 
     store: Store
     statuses: Sequence[TaskStatus]
@@ -158,6 +158,37 @@ async def read_records(store: Store, task_ids: Iterable[str]) -> dict[str, TaskR
         chunk = ids[start : start + READS_AT_ONCE]
         found.update(zip(chunk, await asyncio.gather(*(one(t) for t in chunk)), strict=True))
     return found
+
+
+def index_disagreements(
+    rows: Iterable[str], records: dict[str, TaskRecord | None]
+) -> dict[str, str]:
+    """The tasks whose index rows (`<prefix>.index.<status>.<µs>.<id>` subjects) are not
+    exactly one, under their record's status, and what the index has for each."""
+    found: dict[str, list[str]] = {task_id: [] for task_id in records}
+    for row in rows:
+        _, _, status, _, task_id = row.split(".", 4)
+        if task_id in found:
+            found[task_id].append(status)
+    return {
+        task_id: ", ".join(sorted(statuses)) or "no row"
+        for task_id, statuses in found.items()
+        if statuses != ([] if records[task_id] is None else [records[task_id].status.value])
+    }
+
+
+async def index_agrees(
+    store: Store, records: dict[str, TaskRecord | None], settle: float = 10.0
+) -> dict[str, str]:
+    """`index_disagreements` once the index agrees with the records, or after `settle`
+    seconds (a move in flight at the end may still be storing its row)."""
+    deadline = time.monotonic() + settle
+    while True:
+        rows = await retrying(store.records.index_rows, "read the index")
+        wrong = index_disagreements(rows, records)
+        if not wrong or time.monotonic() > deadline:
+            return wrong
+        await asyncio.sleep(POLL)
 
 
 def _step_key(key: str) -> StepKey | None:

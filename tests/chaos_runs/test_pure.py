@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.chaos_runs import executions, stalls
+from tests.chaos_runs import executions, stalls, tasks
 from tests.chaos_runs.executions import Execution
 from tests.chaos_runs.servers import CLUSTER_CONFS, Cluster
+from tether import TaskRecord, TaskStatus
 
 
 def _run(task: str, step: int, started: float, branch: int | None = None) -> Execution:
@@ -32,6 +34,17 @@ def test_a_line_cut_short_by_a_kill_is_skipped(tmp_path: Path) -> None:
         Execution("t", 0, None, 1, 42, 10.5),
         Execution("t", 1, 2, 3, 42, 11.0),
     ]
+
+
+def test_the_index_agrees_when_each_task_has_one_row_under_its_records_status() -> None:
+    now = datetime.now(UTC)
+    done = TaskRecord(
+        task_id="a", status=TaskStatus.COMPLETED, steps=[], created_at=now, updated_at=now
+    )
+    records: dict[str, TaskRecord | None] = {"a": done, "b": done, "c": done, "d": None}
+    rows = ["t.index.completed.0000000000000001.a", "t.index.running.0000000000000002.b"]
+    rows += ["t.index.completed.0000000000000002.b", "t.index.running.0000000000000009.other"]
+    assert tasks.index_disagreements(rows, records) == {"b": "completed, running", "c": "no row"}
 
 
 def test_the_stall_is_the_longest_gap_around_the_kill() -> None:

@@ -67,11 +67,13 @@ def test_the_client_asks_every_api_verb_but_the_operators() -> None:
 
 def test_a_worker_may_not_write_the_deployment() -> None:
     """Item 7: allowed `$KV.tether-workers.>` for its beats and held steps, denied the
-    operator's `_deployment` (a deny wins), and no message delete on that bucket."""
+        operator's `_deployment` (a deny wins), and no message delete on that bucket (its only
+    one is of the status index's rows, `Records.index`)."""
     workers = DEFAULT_NAMES.workers_bucket
     assert DEFAULT_NAMES.kv_subject(workers, ">") in publish_allow("worker")
     assert DEFAULT_NAMES.kv_subject(workers, DEFAULT_NAMES.DEPLOYMENT_KEY) in publish_deny("worker")
-    assert not [s for s in publish_allow("worker") if s.startswith("$JS.API.STREAM.MSG.DELETE")]
+    deletes = [s for s in publish_allow("worker") if s.startswith("$JS.API.STREAM.MSG.DELETE")]
+    assert deletes == [DEFAULT_NAMES.message_delete_subject(DEFAULT_NAMES.index_stream)]
 
 
 def test_no_role_but_the_operator_may_purge_the_builds() -> None:

@@ -149,7 +149,8 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
             "Empty",
             "The status index (stream TETHER_INDEX, one message per subject): a task's row "
             "under its status and creation time (microseconds, 16 digits). Whoever changes "
-            "a record's status writes the new row and removes the old one.",
+            "a record's status stores the new row (its payload the record's revision, with a "
+            "PubAck) and deletes the old one by its sequence (no rollup: the stream refuses it).",
         ),
         *_buckets(names),
         (

@@ -12,6 +12,9 @@ LOST_COMPARE_AND_SET = frozenset({WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_KV})
 STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
 NO_MESSAGE_FOUND = 10037
+MESSAGE_DELETE_FAILED = 10057
+"""A message delete that did not happen: on a stream that allows deletes, because the
+message is gone already."""
 STREAM_NAME_IN_USE = 10058
 JETSTREAM_NOT_ENABLED = 10076
 UNAVAILABLE = 503

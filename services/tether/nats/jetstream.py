@@ -6,18 +6,23 @@ compare-and-set is a RevisionConflictError, other refusals keep their codes.
 
 from __future__ import annotations
 
+import base64
+
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.js.errors import NoStreamResponseError
 
+from tether.nats import codes
 from tether.nats.acks import Acks
 from tether.nats.replies import (
     ConsumerState,
     PubAck,
     consumer_state_decoder,
+    message_reply_decoder,
     pub_ack_decoder,
     stream_subjects_decoder,
+    success_decoder,
 )
 from tether.nats.requests import Requester
 from tether.schemas.codec import encode
@@ -55,6 +60,30 @@ class JetStream:
         if ack.error is not None:
             raise ack.error.exception()
         return ack
+
+    async def last_message(self, stream: str, subject: str) -> tuple[int, bytes] | None:
+        """The sequence and payload of the last message on `subject` (None: none)."""
+        body = encode({"last_by_subj": subject})
+        reply = await self.request(self.names.message_get_subject(stream), body)
+        found = message_reply_decoder.decode(reply.data)
+        if found.error is not None:
+            if found.error.err_code == codes.NO_MESSAGE_FOUND:
+                return None
+            raise found.error.exception()
+        message = found.message
+        return None if message is None else (message.seq, base64.b64decode(message.data))
+
+    async def delete_message(self, stream: str, sequence: int) -> bool:
+        """Delete one message (no erase: its bytes need no overwriting); False when it
+        is gone already (or, on a stream that denies deletes, when it may not go)."""
+        body = encode({"seq": sequence, "no_erase": True})
+        reply = await self.request(self.names.message_delete_subject(stream), body)
+        done = success_decoder.decode(reply.data)
+        if done.error is None:
+            return True
+        if done.error.err_code in (codes.NO_MESSAGE_FOUND, codes.MESSAGE_DELETE_FAILED):
+            return False
+        raise done.error.exception()
 
     async def subjects(self, stream: str, subjects_filter: str) -> list[str]:
         """The subjects of a stream's messages, read from its subject list, a page of up

@@ -101,7 +101,7 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
             retention=RetentionPolicy.LIMITS,
             max_msgs_per_subject=1,
             discard=DiscardPolicy.OLD,
-            allow_rollup_hdrs=True,
+            allow_rollup_hdrs=False,  # a row moves by a marker on its subject, no rollup
             allow_msg_ttl=True,  # a row a task left expires (see `Store.index`)
         ),
         StreamConfig(

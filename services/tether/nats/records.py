@@ -3,24 +3,38 @@ with its row in the status index."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from nats.js.kv import KeyValue
 
 from tether.clock import utcnow
-from tether.errors import RevisionConflictError, TaskExistsError, TaskNotFoundError
+from tether.errors import (
+    NatsUnavailableError,
+    RevisionConflictError,
+    TaskExistsError,
+    TaskNotFoundError,
+)
 from tether.nats import headers
 from tether.nats.connection import jetstream_context
-from tether.nats.failures import translating
+from tether.nats.failures import failures_translated, translating
 from tether.nats.jetstream import JetStream
 from tether.nats.kv import Bucket, Entry, Removed
 from tether.nats.recent import RecentRecords, Versioned
 from tether.schemas.codec import encode, record_decoder
+from tether.schemas.records import TaskStatus
 from tether.schemas.tasks import TaskRecord
 
-ROW_LEFT = {headers.ROLLUP: "sub", headers.TTL: "1s"}
-"""Replaces a task's old index row and expires (nats-server 2.11+ message TTLs)."""
+INDEX_TRIES_FOR = timedelta(seconds=30)
+"""How long a row move is tried again while NATS does not answer (a cluster's failover
+takes seconds); as long as a worker handles a step again in place."""
+INDEX_PAUSE = 0.25
+AT_ONCE = 64
+STORED_ROWS = 10_000
+"""How many tasks' last stored index rows a process remembers (`Records._leave`)."""
+T = TypeVar("T")
 WATCH_INACTIVE = 5.0
 
 
@@ -29,6 +43,11 @@ def _free_at(note: bytes) -> datetime | None:
         return datetime.fromisoformat(note.decode())
     except ValueError:
         return None
+
+
+def _revision_of(row: bytes) -> int:
+    """The record revision an index row's payload holds (0: a row from before)."""
+    return int(row) if row.isdigit() else 0
 
 
 def created_us(record: TaskRecord) -> int:
@@ -44,6 +63,8 @@ class Records:
         self._names = jetstream.names
         self.indexing = indexing
         """Whether record writes keep the status index (`Layout.index_tasks`)."""
+        self._stored: dict[str, tuple[str, int]] = {}
+        """The subject and sequence of the index row this process stored last, by task."""
         self.recent: RecentRecords | None = None
         """Records written here, kept for a worker's next step (`Store.remember_records`)."""
 
@@ -79,7 +100,7 @@ class Records:
         revision = await self._bucket.create(record.task_id, data)
         if revision is None:
             return None
-        await self.index(record)
+        await self.index(record, revision)
         return self._written(record, revision, len(data))
 
     async def create_or_find(self, record: TaskRecord) -> tuple[Versioned, bool]:
@@ -93,7 +114,11 @@ class Records:
                 return created, True
             found = await self._bucket.lookup(record.task_id)
             if isinstance(found, Entry):
-                return Versioned(record_decoder.decode(found.value), found.revision), False
+                existing = Versioned(record_decoder.decode(found.value), found.revision)
+                # Its creator may have died before its row was stored: the same row again
+                # (the same message id: a row that was stored is not stored twice).
+                await self.index(existing.record, existing.revision)
+                return existing, False
             if isinstance(found, Removed):
                 raise TaskExistsError(record.task_id, free_at=_free_at(found.note))
 
@@ -120,32 +145,123 @@ class Records:
                 current = None
                 continue
             if new.status is not found.record.status:
-                await self.index(new, found.record)
+                await self.index(new, revision, found.record)
             return self._written(new, revision, len(data)), True
 
-    async def index(self, record: TaskRecord, before: TaskRecord | None = None) -> None:
-        """Move the task's row in the status index (see `tether.tasks.listing`).
+    async def index(
+        self, record: TaskRecord, revision: int, before: TaskRecord | None = None
+    ) -> None:
+        """Move the task's row in the status index (see `tether.tasks.listing`) for the
+        record written at `revision`: store its row under its status (the revision its
+        payload) and, when `before` had another status, delete the row it left, both at
+        once, before the record write returns.
 
-        Published without waiting: a row is a hint the reader checks against the record,
-        so a lost one costs a missing or a skipped row, never a wrong answer. The row a
-        task leaves is rolled up into an empty marker that expires a second later.
+        A try NATS does not answer (a failover, a cut connection) is made again, for
+        `INDEX_TRIES_FOR`, as much of it as is still this write's to make: once a later
+        write changed the status, that write moves the row on, and a late row of ours
+        would bring back one it has removed. The row's message id holds the revision, so
+        a try the server did store is not stored twice, and a row a later write put back
+        is never deleted. NatsUnavailableError when NATS is away for longer (the rows
+        then wait for `tether gc --reindex`).
         """
         if not self.indexing:
             return
-        stamp, nc = created_us(record), self._js.nc
-        await nc.publish(self._names.index_subject(record.status.value, stamp, record.task_id))
-        if before is not None:
-            old = self._names.index_subject(before.status.value, stamp, record.task_id)
-            await nc.publish(old, b"", headers=ROW_LEFT)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + INDEX_TRIES_FOR.total_seconds()
+        tried = False
+        while True:
+            try:
+                with failures_translated():
+                    row, left = await self._moves(record, revision, before, tried)
+                    stored = self._stored.pop(record.task_id, None)
+                    moves = [] if left is None else [self._leave(record, left, revision, stored)]
+                    if row is not None:
+                        moves.append(self._put(record, row, revision))
+                    await asyncio.gather(*moves)
+                return
+            except NatsUnavailableError:
+                if loop.time() > deadline:
+                    raise
+            tried = True
+            await asyncio.sleep(INDEX_PAUSE)
+
+    async def _moves(
+        self, record: TaskRecord, revision: int, before: TaskRecord | None, again: bool
+    ) -> tuple[TaskStatus | None, TaskStatus | None]:
+        """The row to store and the row to delete; `again`, only if still this write's."""
+        row: TaskStatus | None = record.status
+        left = before.status if before is not None and before.status is not row else None
+        if not again:
+            return row, left
+        found = await self.get(record.task_id)
+        if found is None:
+            return None, None  # removed meanwhile (`tether gc`)
+        now = found.record.status
+        if found.revision != revision:  # a later write moves the row on from ours
+            row = row if now is row else None
+            left = left if left is not now else None
+        return row, left
+
+    async def _put(self, record: TaskRecord, status: TaskStatus, revision: int) -> None:
+        subject = self._row(record, status.value)
+        sent = {headers.MSG_ID: f"{record.task_id}.{status.value}.{revision}"}
+        ack = await self._js.publish(subject, str(revision).encode(), sent)
+        self._stored[record.task_id] = (subject, ack.seq)
+        if len(self._stored) > STORED_ROWS:
+            self._stored.pop(next(iter(self._stored)))
+
+    async def _leave(
+        self,
+        record: TaskRecord,
+        status: TaskStatus,
+        revision: int,
+        stored: tuple[str, int] | None,
+    ) -> None:
+        """Delete the task's row under `status`, unless a write after `revision` put it
+        there (rows stored before their payload held a revision count as 0). The row
+        this process stored last for the task (`stored`) is deleted by the sequence it
+        was stored at, without a read: if that message is still there it is the
+        subject's only one."""
+        subject = self._row(record, status.value)
+        stream = self._names.index_stream
+        if stored is not None and stored[0] == subject:
+            if await self._js.delete_message(stream, stored[1]):
+                return
+        await self._delete_row(subject, revision)
+
+    async def _delete_row(self, subject: str, unless_from: int) -> None:
+        stream = self._names.index_stream
+        found = await self._js.last_message(stream, subject)
+        if found is not None and _revision_of(found[1]) < unless_from:
+            await self._js.delete_message(stream, found[0])
 
     async def reindex(self) -> int:
-        """Write the index row of every record (once, for records from before the index);
-        returns how many."""
-        records = await self.list()
-        for record in records:
-            await self.index(record)
-        await self._js.nc.flush()
+        """Store the index row of every record, and delete every row its record does
+        not have (once, for records from before the index, or to repair it); returns
+        how many records."""
+        keys = await self._bucket.keys()
+        found: list[Versioned | None] = []
+        for start in range(0, len(keys), AT_ONCE):
+            found += await asyncio.gather(*(self.get(k) for k in keys[start : start + AT_ONCE]))
+        records = [f for f in found if f is not None]
+        await self._each(records, lambda f: self._put(f.record, f.record.status, f.revision))
+        has = {self._row(f.record, f.record.status.value) for f in records}
+        await self._each([s for s in await self.index_rows() if s not in has], self._stale)
         return len(records)
+
+    async def _stale(self, subject: str) -> None:
+        """Delete a row its record does not have, unless the record moved onto it meanwhile."""
+        found = await self.get(subject.rsplit(".", 1)[1])
+        if found is None or self._row(found.record, found.record.status.value) != subject:
+            await self._delete_row(subject, unless_from=found.revision + 1 if found else 2**63)
+
+    @staticmethod
+    async def _each(items: list[T], call: Callable[[T], Awaitable[object]]) -> None:
+        for start in range(0, len(items), AT_ONCE):
+            await asyncio.gather(*(call(item) for item in items[start : start + AT_ONCE]))
+
+    def _row(self, record: TaskRecord, status: str) -> str:
+        return self._names.index_subject(status, created_us(record), record.task_id)
 
     async def index_rows(self, status: str | None = None) -> list[str]:
         """The subjects of the index's rows (of one status, or all)."""

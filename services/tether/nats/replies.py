@@ -50,6 +50,32 @@ class StreamSubjects(msgspec.Struct):
 stream_subjects_decoder = msgspec.json.Decoder(StreamSubjects)
 
 
+class StoredMessage(msgspec.Struct):
+    seq: int = 0
+    data: str = ""
+    """Base64, as JetStream sends it."""
+
+
+class MessageReply(msgspec.Struct):
+    """JetStream's reply to STREAM.MSG.GET (a message, or an error)."""
+
+    message: StoredMessage | None = None
+    error: ApiError | None = None
+
+
+message_reply_decoder = msgspec.json.Decoder(MessageReply)
+
+
+class Success(msgspec.Struct):
+    """JetStream's reply to STREAM.MSG.DELETE."""
+
+    success: bool = False
+    error: ApiError | None = None
+
+
+success_decoder = msgspec.json.Decoder(Success)
+
+
 class SequencePair(msgspec.Struct):
     stream_seq: int = 0
 

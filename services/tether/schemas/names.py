@@ -297,6 +297,14 @@ class Names(msgspec.Struct, frozen=True):
         return f"$JS.API.STREAM.INFO.{stream}"
 
     @staticmethod
+    def message_get_subject(stream: str) -> str:
+        return f"$JS.API.STREAM.MSG.GET.{stream}"
+
+    @staticmethod
+    def message_delete_subject(stream: str) -> str:
+        return f"$JS.API.STREAM.MSG.DELETE.{stream}"
+
+    @staticmethod
     def consumer_info_subject(stream: str, durable: str) -> str:
         return f"$JS.API.CONSUMER.INFO.{stream}.{durable}"
 

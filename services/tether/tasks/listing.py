@@ -1,7 +1,7 @@
 """Listing tasks from the status index: pure, no I/O.
 
 The index has one row per task, `<prefix>.index.<status>.<created µs>.<task_id>`, kept
-as the record's status changes (see `Store.index`). A row is a hint: the record stays
+as the record's status changes (see `Records.index`). A row is a hint: the record stays
 the truth, so a row left behind by a crash is skipped when read, never shown.
 """
 
