@@ -13,6 +13,8 @@ STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
 NO_MESSAGE_FOUND = 10037
 STREAM_NAME_IN_USE = 10058
+MAX_MESSAGES_PER_SUBJECT = 10077
+"""A second message on a subject of a stream that keeps one, discarding new ones."""
 ROLLUP_NOT_PERMITTED = 10111
 """A message with `Nats-Rollup` on a stream that refuses rollups."""
 JETSTREAM_NOT_ENABLED = 10076

@@ -6,19 +6,22 @@ so `provision` makes the work stream anew. `set_aside` copies every message of t
 one (queued and held steps, schedules, fired timers) into a stream of its own, then
 deletes the old one; `bring_back` publishes each where layout 3 keeps it, then deletes
 that stream. The old stream goes only once its copy is whole, so a provision cut off
-anywhere is finished by the next one: a copy cut off is made again from the start, and a
-step brought back twice is a duplicate (its `Nats-Msg-Id`), a timer set twice replaced.
+anywhere is finished by the next one: a copy cut off is completed (a message copied
+already is refused a second time), a step brought back twice is a duplicate (its
+`Nats-Msg-Id`), a timer set twice replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, NotFoundError
 
+from tether.nats.codes import MAX_MESSAGES_PER_SUBJECT
 from tether.nats.headers import MSG_ID, PRIOR_ATTEMPTS, SCHEDULE, SCHEDULE_TARGET, WAKE
 from tether.nats.schedules import schedule_headers
 from tether.schemas.names import Names
@@ -33,7 +36,8 @@ _KEPT = (MSG_ID, PRIOR_ATTEMPTS)
 
 async def set_aside(js: JetStreamContext, names: Names) -> None:
     """Copy a layout 2 work stream's messages aside and delete it; nothing to do for a
-    work stream that takes no schedules (or none at all)."""
+    work stream that takes no schedules (or none at all). Two provisions at once (the
+    services of `tether dev` starting) copy the same messages once."""
     try:
         info = await js.stream_info(names.work_stream)
     except NotFoundError:
@@ -41,29 +45,56 @@ async def set_aside(js: JetStreamContext, names: Names) -> None:
     if not info.config.allow_msg_schedules:
         return
     try:
-        await js.delete_stream(names.moving_stream)  # a copy cut off: made again
-    except NotFoundError:
-        pass
-    await js.add_stream(
-        StreamConfig(
-            name=names.moving_stream,
-            subjects=[f"{names.prefix}.moving.>"],
-            retention=RetentionPolicy.LIMITS,
-            storage=StorageType.FILE,
-            num_replicas=info.config.num_replicas,
-        )
+        await _copy_aside(js, names, info.config)
+        await js.delete_stream(names.work_stream)
+    except NotFoundError:  # another provision moved it meanwhile
+        return
+
+
+async def _copy_aside(js: JetStreamContext, names: Names, work: StreamConfig) -> None:
+    """Copy every message of the work stream to `Names.moving_stream`, whose subjects
+    (one per sequence) each take one message: a copy again adds nothing."""
+    moving = StreamConfig(
+        name=names.moving_stream,
+        subjects=[f"{names.prefix}.moving.>"],
+        retention=RetentionPolicy.LIMITS,
+        max_msgs_per_subject=1,
+        discard=DiscardPolicy.NEW,
+        discard_new_per_subject=True,
+        storage=StorageType.FILE,
+        num_replicas=work.num_replicas,
     )
-    copied = 0
+    await js.add_stream(moving)  # (the same config again: the stream as it is)
+    # Sealed first, so that nothing changes it while it is copied: no step published, no
+    # schedule fired (a process still running is refused its writes and retries them).
+    await _seal(js, names.work_stream)
     async for seq, subject, sent, data in _messages(js, names.work_stream):
         moved = {SUBJECT: subject, HEADERS: json.dumps(sent)}
-        await js.publish(f"{names.prefix}.moving.{seq}", data, headers=moved)
-        copied += 1
-    if copied != (await js.stream_info(names.work_stream)).state.messages:
+        try:
+            await js.publish(f"{names.prefix}.moving.{seq}", data, headers=moved)
+        except APIError as exc:
+            if exc.err_code != MAX_MESSAGES_PER_SUBJECT:  # else: copied already
+                raise
+    held = (await js.stream_info(names.work_stream)).state.messages
+    copied = (await js.stream_info(names.moving_stream)).state.messages
+    if copied != held:  # never delete what was not copied
         raise RuntimeError(
-            f"{names.work_stream} changed while it was copied aside: stop every Tether "
-            "process of this installation, then run 'tether provision' again"
+            f"copied {copied} of the {held} messages of {names.work_stream} aside: run "
+            "'tether provision' again (the stream is kept, sealed, until they are all copied)"
         )
-    await js.delete_stream(names.work_stream)
+
+
+async def _seal(js: JetStreamContext, stream: str) -> None:
+    """Seal `stream`, unless another provision just did."""
+    config = (await js.stream_info(stream)).config
+    if config.sealed:
+        return
+    config.sealed = True
+    try:
+        await js.update_stream(config)
+    except APIError:
+        if not (await js.stream_info(stream)).config.sealed:
+            raise
 
 
 async def bring_back(js: JetStreamContext, names: Names) -> None:
@@ -83,7 +114,8 @@ async def bring_back(js: JetStreamContext, names: Names) -> None:
         else:
             kept = {name: value for name, value in sent.items() if name in _KEPT}
             await js.publish(subject, data, headers=kept)
-    await js.delete_stream(names.moving_stream)
+    with contextlib.suppress(NotFoundError):  # another provision's, at the same time
+        await js.delete_stream(names.moving_stream)
 
 
 async def _schedule(
@@ -107,7 +139,7 @@ async def _messages(
     seq = 0
     while True:
         try:
-            msg = await js.get_msg(stream, seq=seq + 1, next=True)
+            msg = await js.get_msg(stream, seq=seq + 1, subject=">", next=True)
         except NotFoundError:
             return
         seq = msg.seq or seq + 1
