@@ -690,12 +690,12 @@ async def test_no_role_but_the_operator_creates_a_consumer_through_the_unfiltere
     assert [c for c in consumers if c.config.filter_subject == probe] == []
 
 
-async def test_a_worker_cannot_take_fired_timers_with_a_wildcard_filter(tmp_path: Path) -> None:
+async def test_a_worker_cannot_take_timer_requests_with_a_wildcard_filter(tmp_path: Path) -> None:
     """Found by the independent check: a permission's `*` also matches a literal `*` or
     `>`, so a worker may ask for a consumer on `tether.work.*`, which would take the
-    dispatchers' fired timers too. `tether provision` creates the timers consumer with
-    the streams (no dispatcher has run here), and the work queue refuses any consumer
-    that overlaps it."""
+    dispatchers' timer requests too. `tether provision` creates the schedules consumer
+    with the streams (no dispatcher has run here), and the work queue refuses any
+    consumer that overlaps it."""
     with roles_server(tmp_path) as server:
         await _provision_as_operator(server)
         async with raw(server, "worker") as worker:
@@ -711,7 +711,7 @@ async def test_a_worker_cannot_take_fired_timers_with_a_wildcard_filter(tmp_path
                 assert "not unique" in reply["error"]["description"], reply
         async with raw(server, "operator") as operator:
             consumers = await operator.nc.jetstream().consumers_info("TETHER_WORK")
-    assert [c.name for c in consumers] == ["timers"]
+    assert [c.name for c in consumers] == ["schedules"]
 
 
 async def _last_on(running: RolesServer, subject: str) -> None:
