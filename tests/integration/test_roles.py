@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -30,7 +31,7 @@ from tests.apps.agents import app as agents
 from tests.apps.tools import app
 from tests.conftest import APP, ROOT, start_worker
 from tests.servers import free_port, running_server
-from tether import Client, Dispatcher, Layout, NatsConfig, Worker
+from tether import Client, Dispatcher, Layout, NatsConfig, TaskFailedError, Worker
 from tether.api import ApiService
 from tether.errors import NotProvisionedError
 from tether.gateway import Gateway
@@ -489,6 +490,27 @@ async def test_the_dashboard_role_shows_tasks_and_cancels_one(running: RolesServ
     assert dlq.status_code == 200 and builds.status_code == 200
     assert cancelled.status_code == 303 and record.status.value == "cancelled"
     assert running.violations(users={"dashboard"}) == []
+
+
+async def test_a_sleep_an_input_timeout_and_a_deadline_fire_within_their_roles(
+    running: RolesServer,
+) -> None:
+    """The worker asks for a sleep's and an input wait's timers, the dispatcher for a
+    deadline's, on the work stream; the dispatcher alone stores them in TETHER_TIMERS
+    and acts when they fire."""
+    since = running.mark()
+    async with Client(running.config("client"), act_through_api=True) as client:
+        sleeper = await client.submit([{"tool": "naps", "input": {"seconds": 1}}, "clock"])
+        asker = await client.submit([{"tool": "asks_briefly", "input": {"timeout": 1}}])
+        late = await client.submit(
+            [{"tool": "naps", "input": {"seconds": 3600}}, "clock"], deadline=timedelta(seconds=2)
+        )
+        assert (await sleeper.wait(timeout=20))["given"]["napped"] == 1
+        for handle, reason in ((asker, "InputExpired"), (late, "DeadlineExceeded")):
+            with pytest.raises(TaskFailedError) as failed:
+                await handle.wait(timeout=20)
+            assert failed.value.error is not None and failed.value.error.type == reason
+    assert running.violations(since) == []
 
 
 async def test_no_role_was_refused_anything_on_its_legitimate_paths(
