@@ -46,9 +46,18 @@ async def set_aside(js: JetStreamContext, names: Names) -> None:
         return
     try:
         await _copy_aside(js, names, info.config)
-        await js.delete_stream(names.work_stream)
-    except NotFoundError:  # another provision moved it meanwhile
+        if await _layout_2(js, names):  # (not one another provision just made anew)
+            await js.delete_stream(names.work_stream)
+    except (NotFoundError, _MovedMeanwhile):  # another provision moved it meanwhile
         return
+
+
+class _MovedMeanwhile(Exception):
+    """The work stream is not layout 2's any more: another provision moved it."""
+
+
+async def _layout_2(js: JetStreamContext, names: Names) -> bool:
+    return bool((await js.stream_info(names.work_stream)).config.allow_msg_schedules)
 
 
 async def _copy_aside(js: JetStreamContext, names: Names, work: StreamConfig) -> None:
@@ -85,8 +94,10 @@ async def _copy_aside(js: JetStreamContext, names: Names, work: StreamConfig) ->
 
 
 async def _seal(js: JetStreamContext, stream: str) -> None:
-    """Seal `stream`, unless another provision just did."""
+    """Seal layout 2's work stream, unless another provision just did."""
     config = (await js.stream_info(stream)).config
+    if not config.allow_msg_schedules:
+        raise _MovedMeanwhile
     if config.sealed:
         return
     config.sealed = True
