@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -30,7 +31,7 @@ from tests.apps.agents import app as agents
 from tests.apps.tools import app
 from tests.conftest import APP, ROOT, start_worker
 from tests.servers import free_port, running_server
-from tether import Client, Dispatcher, Layout, NatsConfig, Worker
+from tether import Client, Dispatcher, Layout, NatsConfig, TaskFailedError, Worker
 from tether.api import ApiService
 from tether.errors import NotProvisionedError
 from tether.gateway import Gateway
@@ -491,6 +492,27 @@ async def test_the_dashboard_role_shows_tasks_and_cancels_one(running: RolesServ
     assert running.violations(users={"dashboard"}) == []
 
 
+async def test_a_sleep_an_input_timeout_and_a_deadline_fire_within_their_roles(
+    running: RolesServer,
+) -> None:
+    """The worker asks for a sleep's and an input wait's timers, the dispatcher for a
+    deadline's, on the work stream; the dispatcher alone stores them in TETHER_TIMERS
+    and acts when they fire."""
+    since = running.mark()
+    async with Client(running.config("client"), act_through_api=True) as client:
+        sleeper = await client.submit([{"tool": "naps", "input": {"seconds": 1}}, "clock"])
+        asker = await client.submit([{"tool": "asks_briefly", "input": {"timeout": 1}}])
+        late = await client.submit(
+            [{"tool": "naps", "input": {"seconds": 3600}}, "clock"], deadline=timedelta(seconds=2)
+        )
+        assert (await sleeper.wait(timeout=20))["given"]["napped"] == 1
+        for handle, reason in ((asker, "InputExpired"), (late, "DeadlineExceeded")):
+            with pytest.raises(TaskFailedError) as failed:
+                await handle.wait(timeout=20)
+            assert failed.value.error is not None and failed.value.error.type == reason
+    assert running.violations(since) == []
+
+
 async def test_no_role_was_refused_anything_on_its_legitimate_paths(
     running: RolesServer,
 ) -> None:
@@ -690,12 +712,12 @@ async def test_no_role_but_the_operator_creates_a_consumer_through_the_unfiltere
     assert [c for c in consumers if c.config.filter_subject == probe] == []
 
 
-async def test_a_worker_cannot_take_fired_timers_with_a_wildcard_filter(tmp_path: Path) -> None:
+async def test_a_worker_cannot_take_timer_requests_with_a_wildcard_filter(tmp_path: Path) -> None:
     """Found by the independent check: a permission's `*` also matches a literal `*` or
     `>`, so a worker may ask for a consumer on `tether.work.*`, which would take the
-    dispatchers' fired timers too. `tether provision` creates the timers consumer with
-    the streams (no dispatcher has run here), and the work queue refuses any consumer
-    that overlaps it."""
+    dispatchers' timer requests too. `tether provision` creates the schedules consumer
+    with the streams (no dispatcher has run here), and the work queue refuses any
+    consumer that overlaps it."""
     with roles_server(tmp_path) as server:
         await _provision_as_operator(server)
         async with raw(server, "worker") as worker:
@@ -711,7 +733,7 @@ async def test_a_worker_cannot_take_fired_timers_with_a_wildcard_filter(tmp_path
                 assert "not unique" in reply["error"]["description"], reply
         async with raw(server, "operator") as operator:
             consumers = await operator.nc.jetstream().consumers_info("TETHER_WORK")
-    assert [c.name for c in consumers] == ["timers"]
+    assert [c.name for c in consumers] == ["schedules"]
 
 
 async def _last_on(running: RolesServer, subject: str) -> None:

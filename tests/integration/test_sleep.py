@@ -63,7 +63,7 @@ async def test_a_cancelled_sleeper_does_not_wake(
 
     # The schedule still fires; the worker drops the stale step. Wait until it did.
     names = store.names
-    await eventually(lambda: _fired(raw, names.work_stream, names.timer_subjects), timeout=10)
+    await eventually(lambda: _fired(raw, names.timers_stream, names.timer_subjects), timeout=10)
     await eventually(lambda: _work_drained(raw, names.work_stream), timeout=10)
     assert read_executions(executions)[(handle.task_id, 1)] == 0
     assert (await handle.get()).status is TaskStatus.CANCELLED

@@ -191,7 +191,8 @@ async def test_an_app_user_may_not_delete_the_dispatchers_consumer(tenants: str)
     ("what", "stream", "subject"),
     [
         ("tell an agent past the API", "TETHER_STATUS", "tether.status.victim.inbox"),
-        ("set a timer", "TETHER_WORK", "tether.timers.victim.deadline"),
+        ("set a timer", "TETHER_TIMERS", "tether.timers.victim.deadline"),
+        ("ask for a timer", "TETHER_WORK", "tether.work._schedule"),
         ("store a blob chunk", "OBJ_tether-blobs", "$O.tether-blobs.C.forged"),
         ("write a record", "KV_tether-tasks", "$KV.tether-tasks.victim"),
     ],

@@ -69,5 +69,5 @@ async def test_a_deadline_fails_a_task_that_nothing_is_running(
 
 async def _timers_fired(raw: Raw, store: Store) -> None:
     names = store.names
-    info = await raw.js.stream_info(names.work_stream, subjects_filter=names.timer_subjects)
+    info = await raw.js.stream_info(names.timers_stream, subjects_filter=names.timer_subjects)
     assert not info.state.subjects, info.state.subjects

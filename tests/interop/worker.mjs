@@ -148,11 +148,11 @@ nc.closed().then((err) => {
 let stopping = false;
 const jsm = await jetstreamManager(nc);
 
-// The stamp of the installation: layout 2 (see "Names").
+// The stamp of the installation: layout 3 (see "Names").
 const workInfo = await jsm.streams.info(WORK_STREAM).catch(() => null);
 if (!workInfo) fail(`stream ${WORK_STREAM} is missing: run 'tether provision' first`);
 const layout = workInfo.config.metadata?.["tether.layout"];
-if (layout !== "2") fail(`${WORK_STREAM} has layout ${layout ?? "(none)"}, this worker speaks layout 2`);
+if (layout !== "3") fail(`${WORK_STREAM} has layout ${layout ?? "(none)"}, this worker speaks layout 3`);
 
 const kvm = new Kvm(js);
 const tasksKv = await kvm.open(`${prefix}-tasks`);
@@ -327,14 +327,16 @@ async function handOff(record, step, output, wakeAt) {
     };
     const id = `${record.task_id}.${step + 1}${branch === null ? "" : `.b${branch}`}${N >= 2 ? gen(N) : ""}`;
     const h = headers();
-    h.set("Nats-Msg-Id", id);
     const wake = wakeAt ? Date.parse(wakeAt) : 0;
     if (wake > Date.now()) {
+      // A timer request (the protocol page's "Timers"): the dispatchers store the schedule.
       const at = new Date(Math.ceil(wake / 1000) * 1000).toISOString().replace(/\.\d+Z$/, "Z");
-      h.set("Nats-Schedule", `@at ${at}`);
-      h.set("Nats-Schedule-Target", `${prefix}.work.${spec.tool}`);
-      await js.publish(`${prefix}.timers.${id}`, jsonBytes(work), { headers: h });
+      h.set("Tether-Timer", id);
+      h.set("Tether-Timer-At", at);
+      h.set("Tether-Wake", `${prefix}.work.${spec.tool}`);
+      await js.publish(`${prefix}.work._schedule`, jsonBytes(work), { headers: h });
     } else {
+      h.set("Nats-Msg-Id", id);
       await js.publish(`${prefix}.work.${spec.tool}`, jsonBytes(work), { headers: h });
     }
   };

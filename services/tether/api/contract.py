@@ -107,21 +107,33 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
             "resume a waiting step (e.g. t1.3.b0.g2).",
         ),
         (
-            "timers",
-            names.timer_subject("{msg_id}"),
+            "timers.request",
+            names.schedule_subject,
             "send",
             "WorkMessage|Timer",
-            "A message schedule in TETHER_WORK (Nats-Schedule headers, nats-server 2.12+): "
-            "a sleeping task's next WorkMessage, published onto <prefix>.work.<tool> at its "
-            "time, or a Timer (a deadline: <task_id>.deadline; an input wait's expiry: "
-            "<task_id>.<step>.input.g<N>), published onto <prefix>.work._timers.",
+            "A request for a timer (stream TETHER_WORK, the dispatchers' durable consumer "
+            "`schedules`): headers Tether-Timer (its id: a sleeping step's Nats-Msg-Id, "
+            "<task_id>.deadline, <task_id>.<step>.input.g<N>), Tether-Timer-At (RFC 3339, "
+            "UTC, whole seconds) and, for a sleeping step's WorkMessage, Tether-Wake (the "
+            "work subject it goes to). A request again replaces the timer.",
+        ),
+        (
+            "timers",
+            names.timer_subject("{timer_id}"),
+            "receive",
+            "WorkMessage|Timer",
+            "A message schedule in TETHER_TIMERS (Nats-Schedule headers, nats-server "
+            "2.12+), written by the dispatchers alone from requests; fires onto "
+            "<prefix>.fired.<timer_id>.",
         ),
         (
             "timers.fired",
-            names.timers_work_subject,
+            names.fired_subject("{timer_id}"),
             "receive",
-            "Timer",
-            "A timer that fired (the dispatchers' durable consumer `timers` on TETHER_WORK).",
+            "WorkMessage|Timer",
+            "A timer that fired (the dispatchers' durable consumer `timers` on "
+            "TETHER_TIMERS): a WorkMessage (Tether-Wake set) goes to its work subject "
+            "with Nats-Msg-Id <timer_id>; a Timer fails its task if it is still due.",
         ),
         (
             "control.cancelled",

@@ -1,5 +1,6 @@
 """The dispatcher: turns submissions on `tether.submit.<task_id>` into task records and first steps,
-and fails tasks whose timers fired (a deadline, an input wait that expired)."""
+stores the timers other roles ask for, wakes sleeping steps and fails tasks whose timers
+fired (a deadline, an input wait that expired)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from tether.clock import utcnow
 from tether.errors import InvalidTaskError, MessageTooLargeError, TaskExistsError
 from tether.nats.connection import Connection, NatsConfig, close, connect
 from tether.nats.delivery import Consumer, Delivery
+from tether.nats.headers import MSG_ID, WAKE
 from tether.nats.layout import Layout
+from tether.nats.schedules import read_request
 from tether.nats.store import Store
 from tether.schemas.codec import NESTED, submit_decoder
 from tether.schemas.failures import FailureType
@@ -67,9 +70,11 @@ class Dispatcher(Service):
         self._tasks = TaskService(self._store)
         store = self._store
         submissions, timers = await store.submit_consumer(), await store.timers_consumer()
+        requests = await store.schedules_consumer()
         self._loops = [
             asyncio.create_task(self._serve(submissions, lambda d: self._accept(store, d))),
-            asyncio.create_task(self._serve(timers, self._fire)),
+            asyncio.create_task(self._serve(requests, lambda d: self._schedule(store, d))),
+            asyncio.create_task(self._serve(timers, lambda d: self._fire(store, d))),
         ]
         log.info("dispatcher consuming %s", self.layout.names.submit_subjects)
 
@@ -99,8 +104,25 @@ class Dispatcher(Service):
                 continue
             await asyncio.gather(*(settle(delivery) for delivery in deliveries))
 
-    async def _fire(self, delivery: Delivery) -> None:
-        """A timer fired: the task service decides whether it still fails the task."""
+    async def _schedule(self, store: Store, delivery: Delivery) -> None:
+        """A role asked for a timer: store it as a schedule (see `tether.nats.schedules`)."""
+        request = read_request(store.names, delivery.headers)
+        if request is None:
+            log.warning("malformed timer request dropped: %s", delivery.headers)
+            await delivery.give_up()
+            return
+        await store.schedule(request, delivery.data)
+        await delivery.done()
+
+    async def _fire(self, store: Store, delivery: Delivery) -> None:
+        """A timer fired: a sleeping step goes to its tool (its message id makes a second
+        firing a no-op), else the task service decides whether it still fails the task."""
+        wake = delivery.headers.get(WAKE)
+        if wake is not None:
+            msg_id = store.names.fired_timer_id(delivery.subject)
+            await store.publish_raw(wake, delivery.data, {MSG_ID: msg_id})
+            await delivery.done()
+            return
         try:
             timer = _timer_decoder.decode(delivery.data)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:

@@ -3,31 +3,38 @@
 A value whose JSON is over the threshold is put in `<prefix>-blobs` as the object
 `sha256-<hex>` and replaced by `{"$blob": "sha256:<hex>", "size": n}` in work
 messages, checkpoints, records and events; tools and clients get the value back.
+
+The store's stream refuses rollups (`provision.forbid_rollups`): nats-py's
+`ObjectStore.put` sends its meta message with `Nats-Rollup: sub`, and a role that may
+send that may send `all`, which purges every blob. So a blob is written here in the
+Object Store's own format (chunks, then a meta message) without one, and a reader takes
+its last meta message; a purge is the operator's alone (`tether gc`).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import logging
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.api import ObjectInfo
+from nats.js.api import ObjectInfo, ObjectMetaOptions
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from tether.errors import BlobNotFoundError
-from tether.nats import headers
 from tether.nats.failures import translating
 from tether.schemas.blobs import PREFIX, REF_KEY, is_ref
 
 log = logging.getLogger("tether.nats")
 OBJECT_PREFIX = "sha256-"
+CHUNK_SIZE = 128 * 1024
+"""nats-py's own chunk size for an Object Store."""
 
 BLOB_GRACE = timedelta(hours=1)
 """A blob younger than this is never removed (see `tether.tasks.retention`). A writer
@@ -90,22 +97,38 @@ class Blobs:
         except ObjectNotFoundError:
             info = None
         if info is None:
-            await self._store.put(name, data)
+            await self._put(name, data)
         elif _stored_at(info.mtime) < _now() - BLOB_GRACE / 2:
             await self._touch(info)  # see `BLOB_GRACE`
         return msgspec.json.encode({REF_KEY: ref, "size": len(data)})
 
-    async def _touch(self, info: ObjectInfo) -> None:
-        """Store a blob again by its meta alone, with a new time: its chunks stay, so no
-        writer needs to purge old ones (`ObjectStore.put` over an object purges its
-        chunks, and a purge cannot be limited to one object: only the operator may)."""
-        info.mtime = _now().isoformat()
-        name = base64.urlsafe_b64encode(info.name.encode()).decode()
-        await self._js.publish(
-            f"$O.{self._bucket}.M.{name}",
-            json.dumps(info.as_dict()).encode(),
-            headers={headers.ROLLUP: "sub"},
+    async def _put(self, name: str, data: bytes) -> None:
+        """Store an object as `ObjectStore.put` does, but with no rollup (see above):
+        its chunks under a subject of their own, then its meta message."""
+        nuid = uuid.uuid4().hex
+        chunks = f"$O.{self._bucket}.C.{nuid}"
+        for start in range(0, len(data), CHUNK_SIZE):
+            await self._js.publish(chunks, data[start : start + CHUNK_SIZE])
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+        info = ObjectInfo(
+            name=name,
+            bucket=self._bucket,
+            nuid=nuid,
+            size=len(data),
+            chunks=-(-len(data) // CHUNK_SIZE),
+            digest=f"SHA-256={digest}",
+            options=ObjectMetaOptions(max_chunk_size=CHUNK_SIZE),
         )
+        await self._touch(info)
+
+    async def _touch(self, info: ObjectInfo) -> None:
+        """Store a blob's meta message (again), with a new time: its chunks stay. Each is
+        kept until the operator removes the blob; a reader takes the last."""
+        info.mtime = _now().isoformat()
+        await self._js.publish(self._meta_subject(info.name), json.dumps(info.as_dict()).encode())
+
+    def _meta_subject(self, name: str) -> str:
+        return f"$O.{self._bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
 
     async def stored_at(self, ref: str) -> datetime | None:
         """When the blob was stored (or last stored again); None when it is not there."""
@@ -154,8 +177,14 @@ class Blobs:
         return bytes(data)
 
     async def remove(self, digest: str) -> None:
-        with contextlib.suppress(ObjectNotFoundError):
-            await self._store.delete(OBJECT_PREFIX + digest)
+        """Purge a blob's chunks and meta messages (an operator's right, as every purge)."""
+        name, stream = OBJECT_PREFIX + digest, object_stream(self._bucket)
+        try:
+            info = await self._store.get_info(name)
+        except ObjectNotFoundError:
+            return
+        await self._js.purge_stream(stream, subject=f"$O.{self._bucket}.C.{info.nuid}")
+        await self._js.purge_stream(stream, subject=self._meta_subject(name))
 
     async def resolve(self, value: Any) -> Any:
         """`value` with references replaced by what they name: the value itself, or the

@@ -16,6 +16,10 @@ MESSAGE_DELETE_FAILED = 10057
 """A message delete that did not happen: on a stream that allows deletes, because the
 message is gone already."""
 STREAM_NAME_IN_USE = 10058
+MAX_MESSAGES_PER_SUBJECT = 10077
+"""A second message on a subject of a stream that keeps one, discarding new ones."""
+ROLLUP_NOT_PERMITTED = 10111
+"""A message with `Nats-Rollup` on a stream that refuses rollups."""
 JETSTREAM_NOT_ENABLED = 10076
 UNAVAILABLE = 503
 """The `code` (an HTTP-like status) of "JetStream is not ready": an outage, not a refusal."""

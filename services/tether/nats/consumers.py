@@ -76,8 +76,14 @@ async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerCo
 
 
 async def ensure_timers_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
-    """The dispatchers' consumer of fired timers (deadlines, input expiries)."""
-    config = _dispatchers_consumer(names.timers_consumer, names.timers_work_subject)
+    """The dispatchers' consumer of fired timers (wakes, deadlines, input expiries)."""
+    config = _dispatchers_consumer(names.timers_consumer, names.fired_subjects)
+    await _ensure_consumer(js, names.timers_stream, config)
+
+
+async def ensure_schedules_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
+    """The dispatchers' consumer of timer requests, on the work stream."""
+    config = _dispatchers_consumer(names.schedules_consumer, names.schedule_subject)
     await _ensure_consumer(js, names.work_stream, config)
 
 

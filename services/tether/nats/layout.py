@@ -60,10 +60,12 @@ def _seconds(value: timedelta) -> float:
     return value.total_seconds()
 
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 """The version of the installation's shape (streams, buckets and their settings) this
 Tether provisions; raise it whenever that shape changes. A Tether that finds a higher one
-leaves the installation as it is."""
+leaves the installation as it is. 3: schedules moved from the work stream to a timers
+stream of their own, and the work stream and blob stores refuse rollups
+(`tether.nats.migration` moves a layout 2 installation's work stream)."""
 STAMP = "tether.layout"
 DIGEST = "tether.layout.digest"
 """Keys of the work stream's metadata (nats-server 2.10+) with which `provision` stamps an
@@ -115,6 +117,7 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
             # resuming by sequence would skip new text. Text is batched, so this is cheap.
         ),
         builds_stream_config(layout),
+        timers_stream_config(layout),
     ]
     for config in streams:
         config.num_replicas = layout.replicas
@@ -149,15 +152,29 @@ def builds_stream_config(layout: Layout) -> StreamConfig:
     )
 
 
+def timers_stream_config(layout: Layout) -> StreamConfig:
+    """The timers stream (`tether.nats.schedules`): schedules, and the timers they fired
+    until a dispatcher takes them. nats-server turns rollups on for a stream with
+    schedules whatever it is asked, so only the dispatchers may publish here."""
+    names = layout.names
+    return StreamConfig(
+        name=names.timers_stream,
+        subjects=[names.timer_subjects, names.fired_subjects],
+        retention=RetentionPolicy.WORK_QUEUE,
+        allow_msg_schedules=True,  # durable timers (nats-server 2.12+)
+    )
+
+
 def work_stream_config(layout: Layout, stamped: bool = True) -> StreamConfig:
-    """The work stream, which carries the installation's stamp (so it is written last)."""
+    """The work stream, which carries the installation's stamp (so it is written last).
+    It refuses rollups: every worker and dispatcher publishes into it."""
     names = layout.names
     config = StreamConfig(
         name=names.work_stream,
-        subjects=[names.work_subjects, names.timer_subjects],
+        subjects=[names.work_subjects],
         retention=RetentionPolicy.WORK_QUEUE,
         duplicate_window=_seconds(layout.duplicate_window),
-        allow_msg_schedules=True,  # durable sleep (nats-server 2.12+)
+        allow_rollup_hdrs=False,
         num_replicas=layout.replicas,
         storage=StorageType.FILE,
     )
@@ -226,6 +243,7 @@ def layout_digest(layout: Layout) -> str:
     settings = [config.as_dict() for config in configs]
     settings.append(ObjectStoreConfig(bucket=layout.names.blobs_bucket).as_dict())
     settings.append({"bucket_rollups": False})  # (`provision.forbid_rollups`)
+    settings.append({"blob_rollups": False})  # (`provision.forbid_rollups`, `nats.blobs`)
     data = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(data).hexdigest()[:16]
 
@@ -236,4 +254,5 @@ def expected_streams(names: Names) -> list[str]:
     buckets += [names.heartbeats_bucket, names.workers_bucket, names.builds_bucket]
     streams = [names.submit_stream, names.work_stream, names.status_stream]
     streams += [names.dead_letter_stream, names.index_stream, names.tokens_stream]
+    streams += [names.timers_stream]
     return [*streams, *(names.kv_stream(b) for b in buckets), f"OBJ_{names.blobs_bucket}"]

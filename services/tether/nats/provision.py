@@ -16,7 +16,7 @@ from nats.js.errors import APIError, NotFoundError
 from tether.errors import NotProvisionedError
 from tether.nats.codes import STREAM_NAME_IN_USE
 from tether.nats.connection import Refused, unless_refused
-from tether.nats.consumers import ensure_timers_consumer
+from tether.nats.consumers import ensure_schedules_consumer, ensure_timers_consumer
 from tether.nats.layout import (
     DIGEST,
     LAYOUT_VERSION,
@@ -30,6 +30,7 @@ from tether.nats.layout import (
     stream_configs,
     work_stream_config,
 )
+from tether.nats.migration import bring_back, set_aside
 from tether.schemas.names import Names
 
 log = logging.getLogger("tether.nats")
@@ -58,22 +59,28 @@ async def provision(js: JetStreamContext, layout: Layout = _DEFAULT_LAYOUT) -> N
 
 
 async def _provision(js: JetStreamContext, layout: Layout) -> None:
+    names = layout.names
+    await _unless_refused(js, set_aside(js, names), "move the work stream (layout 2)")
     for config in stream_configs(layout):
         await _ensure_stream(js, config)
     for bucket in bucket_configs(layout):
         await _unless_refused(js, _ensure_bucket(js, bucket), f"create bucket {bucket.bucket}")
     store = ObjectStoreConfig(replicas=layout.replicas, storage=StorageType.FILE)
-    blobs = layout.names.blobs_bucket
+    blobs = names.blobs_bucket
     await _unless_refused(
         js, _ensure_object_store(js, blobs, store), f"create object store {blobs}"
     )
     await _ensure_stream(js, work_stream_config(layout))  # the stamp: everything else is there
-    # The dispatchers' timers consumer exists from the start: the work queue then refuses
-    # any other consumer whose filter overlaps it, such as a worker's `<prefix>.work.*`,
-    # which a permission's `*` cannot tell from a tool's name (fired timers would be
-    # readable, and deletable, through it). A dispatcher creates it too, as it starts.
-    timers = ensure_timers_consumer(js, layout.names)
+    # The dispatchers' consumer of timer requests exists from the start: the work queue
+    # then refuses any other consumer whose filter overlaps it, such as a worker's
+    # `<prefix>.work.*`, which a permission's `*` cannot tell from a tool's name (timer
+    # requests would be readable, and deletable, through it). So does their consumer of
+    # fired timers. A dispatcher creates both too, as it starts.
+    schedules = ensure_schedules_consumer(js, names)
+    await _unless_refused(js, schedules, "create the dispatchers' schedules consumer")
+    timers = ensure_timers_consumer(js, names)
     await _unless_refused(js, timers, "create the dispatchers' timers consumer")
+    await _unless_refused(js, bring_back(js, names), "move the work stream (layout 2)")
 
 
 async def open_graphs(js: JetStreamContext, names: Names) -> None:
@@ -111,6 +118,7 @@ async def _ensure_object_store(
     except APIError as exc:
         if exc.err_code != STREAM_NAME_IN_USE:
             raise
+    await forbid_rollups(js, f"OBJ_{bucket}")  # see `tether.nats.blobs`
 
 
 async def open_installation(js: JetStreamContext, layout: Layout, create: bool) -> None:
@@ -244,11 +252,11 @@ async def _ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> None:
 
 
 async def forbid_rollups(js: JetStreamContext, stream: str) -> None:
-    """Turn off rollups on a bucket's stream. nats-py makes a KV bucket with them on, and
-    then whoever may put one key may send `Nats-Rollup: all` with it, which purges the
-    whole bucket: a worker that writes its steps' checkpoints could erase every task's. Tether
-    never rolls a bucket up (it deletes a key with a marker; a purge is an operator's
-    API call)."""
+    """Turn off rollups on a bucket's (or an object store's) stream. nats-py makes them
+    with rollups on, and then whoever may put one key may send `Nats-Rollup: all` with
+    it, which purges the whole bucket: a worker that writes its steps' checkpoints could
+    erase every task's. Tether never rolls a bucket up (it deletes a key with a marker,
+    stores a blob without one: `tether.nats.blobs`; a purge is an operator's API call)."""
     config = (await js.stream_info(stream)).config
     if config.allow_rollup_hdrs:
         config.allow_rollup_hdrs = False

@@ -28,6 +28,7 @@ from tether.nats.connection import jetstream_context
 from tether.nats.consumers import (
     ConsumerOptions,
     ensure_dispatcher_consumer,
+    ensure_schedules_consumer,
     ensure_timers_consumer,
     ensure_tool_consumer,
 )
@@ -41,7 +42,7 @@ from tether.nats.limits import check_message, max_value
 from tether.nats.provision import open_installation
 from tether.nats.recent import RecentRecords
 from tether.nats.records import Records
-from tether.nats.schedules import schedule_headers
+from tether.nats.schedules import TimerRequest, request_headers, schedule_headers
 from tether.nats.submissions import Submissions
 from tether.nats.tools import Tools
 from tether.nats.workers import Heartbeats, Workers
@@ -166,7 +167,13 @@ class Store:
     async def timers_consumer(self) -> Consumer:
         """The dispatchers' shared consumer of fired timers."""
         await ensure_timers_consumer(self.js, self.names)
-        return await Consumer.bind(self.js, self.names.work_stream, self.names.timers_consumer)
+        return await Consumer.bind(self.js, self.names.timers_stream, self.names.timers_consumer)
+
+    async def schedules_consumer(self) -> Consumer:
+        """The dispatchers' shared consumer of timer requests."""
+        await ensure_schedules_consumer(self.js, self.names)
+        names = self.names
+        return await Consumer.bind(self.js, names.work_stream, names.schedules_consumer)
 
     async def remember_records(self, on_cancel: Callable[[str], None]) -> None:
         """Keep the records this store writes (see `RecentRecords`) and follow the
@@ -216,28 +223,38 @@ class Store:
         """Hand a step to its tool's consumer (`build`'s, when routed); False when the
         server saw `msg_id` already.
 
-        `at`: not before then. The message waits on the task's timer subject as a
-        message schedule, which the server stores like any message (so it survives a
-        restart) and delivers to the work subject on time; a replayed hand-off replaces
-        the schedule of the same message, so it cannot wake the task twice.
+        `at`: not before then. The message waits as a timer named by `msg_id` (see
+        `tether.nats.schedules`), which the server stores like any message (so it
+        survives a restart) and a dispatcher hands to the work subject on time; a
+        replayed hand-off replaces the timer of the same message, so it cannot wake the
+        task twice.
         """
         target = self.names.work_subject(work.tool, build)
         if at is None:
             ack = await self._jetstream.publish(target, encode(work), {headers.MSG_ID: msg_id})
             return not ack.duplicate
-        subject = self.names.timer_subject(msg_id)
-        await self._schedule(subject, target, encode(work), at, {headers.MSG_ID: msg_id})
+        await self._request_timer(msg_id, encode(work), at, wake=target)
         return True
 
-    async def set_timer(self, subject: str, timer: Timer, at: datetime) -> None:
-        """Fire `timer` on the timers subject at `at`; setting it again replaces it."""
-        await self._schedule(subject, self.names.timers_work_subject, encode(timer), at)
+    async def set_timer(self, timer_id: str, timer: Timer, at: datetime) -> None:
+        """Fire `timer` for the dispatchers at `at`; setting it again replaces it."""
+        await self._request_timer(timer_id, encode(timer), at)
 
-    async def _schedule(
-        self, subject: str, target: str, data: bytes, at: datetime, extra: Headers = None
+    async def _request_timer(
+        self, timer_id: str, data: bytes, at: datetime, wake: str | None = None
     ) -> None:
-        sent = {**(extra or {}), **schedule_headers(at, target)}
-        await self._jetstream.publish(subject, data, sent)
+        """Ask the dispatchers for a timer (see `tether.nats.schedules`). No message id:
+        a request again replaces the schedule, as setting a timer again should."""
+        sent = request_headers(timer_id, at, wake)
+        await self._jetstream.publish(self.names.schedule_subject, data, sent)
+
+    async def schedule(self, request: TimerRequest, data: bytes) -> None:
+        """Store a requested timer as a schedule in the timers stream (the dispatchers')."""
+        names = self.names
+        sent = schedule_headers(request.at, names.fired_subject(request.timer_id))
+        if request.wake is not None:
+            sent[headers.WAKE] = request.wake  # kept on the message the schedule fires
+        await self._jetstream.publish(names.timer_subject(request.timer_id), data, sent)
 
     async def publish_event(
         self, event: AnyStatusEvent, n: int = 0, msg_id: str | None = None

@@ -38,6 +38,19 @@ class Names(msgspec.Struct, frozen=True):
     def index_stream(self) -> str:
         return f"{self._upper}_INDEX"
 
+    @property
+    def timers_stream(self) -> str:
+        """The message schedules (sleeps, deadlines, input expiries) and the timers they
+        fired. A stream that allows schedules must allow rollups (nats-server forces
+        them), so it is apart from the work stream and only the dispatchers write it."""
+        return f"{self._upper}_TIMERS"
+
+    @property
+    def moving_stream(self) -> str:
+        """Where `tether provision` keeps the work stream's messages while it makes the
+        stream anew (layout 2 to 3): a stream's schedules cannot be turned off."""
+        return f"{self._upper}_MOVING"
+
     # -- KV buckets and object store -----------------------------------------
     @property
     def tasks_bucket(self) -> str:
@@ -117,31 +130,58 @@ class Names(msgspec.Struct, frozen=True):
     def work_subjects(self) -> str:
         return f"{self.prefix}.work.>"
 
-    def timer_subject(self, msg_id: str) -> str:
-        """Where a sleeping task's next message (named by its `Nats-Msg-Id`) waits as a
-        message schedule: in the work stream, since a schedule fires onto a subject of
-        its own stream; one subject per message, since a schedule replaces the last."""
-        return f"{self.prefix}.timers.{msg_id}"
+    def timer_subject(self, timer_id: str) -> str:
+        """Where a timer waits as a message schedule in the timers stream: one subject per
+        timer, since a schedule replaces the last on its subject. A sleeping step's timer
+        is named by its work message's `Nats-Msg-Id`."""
+        return f"{self.prefix}.timers.{timer_id}"
 
     @property
     def timer_subjects(self) -> str:
         return f"{self.prefix}.timers.>"
 
+    def fired_subject(self, timer_id: str) -> str:
+        """Where a timer's schedule fires, in the timers stream (a schedule fires onto a
+        subject of its own stream): the dispatchers' `timers` consumer takes it."""
+        return f"{self.prefix}.fired.{timer_id}"
+
+    @property
+    def fired_subjects(self) -> str:
+        return f"{self.prefix}.fired.>"
+
+    def fired_timer_id(self, subject: str) -> str:
+        return subject[len(self.prefix) + len(".fired.") :]
+
+    @property
+    def schedule_subject(self) -> str:
+        """Where any role asks for a timer, in the work stream (which refuses rollups):
+        the dispatchers' `schedules` consumer turns each request into a schedule. No tool
+        is named so: tool names cannot start with `_`."""
+        return f"{self.prefix}.work._schedule"
+
+    @property
+    def schedules_consumer(self) -> str:
+        return "schedules"
+
     @property
     def timers_work_subject(self) -> str:
-        """Where timers fire (a deadline, an input wait's expiry): the dispatchers'
-        `timers` consumer. No tool is named so: tool names cannot start with `_`."""
+        """Where timers fired in layout 2 (in the work stream): read only to move them."""
         return f"{self.prefix}.work._timers"
 
     @property
     def timers_consumer(self) -> str:
+        """The dispatchers' consumer of fired timers, on the timers stream."""
         return "timers"
 
-    def deadline_timer(self, task_id: str) -> str:
-        return self.timer_subject(f"{task_id}.deadline")
+    @staticmethod
+    def deadline_timer(task_id: str) -> str:
+        """The timer id of a task's deadline."""
+        return f"{task_id}.deadline"
 
-    def input_timer(self, task_id: str, step: int, generation: int) -> str:
-        return self.timer_subject(f"{task_id}.{step}.input.g{generation}")
+    @staticmethod
+    def input_timer(task_id: str, step: int, generation: int) -> str:
+        """The timer id of the expiry of a step's input wait."""
+        return f"{task_id}.{step}.input.g{generation}"
 
     def status_subject(self, task_id: str) -> str:
         return f"{self.prefix}.status.{task_id}"

@@ -48,7 +48,7 @@ class WorkMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Timer(msgspec.Struct, frozen=True, kw_only=True):
-    """A timer that fired, on `<prefix>.work._timers`: the task's deadline, or the
+    """A timer that fired, on `<prefix>.fired.<timer id>`: the task's deadline, or the
     expiry of the input wait of `step` in `generation`."""
 
     task_id: str

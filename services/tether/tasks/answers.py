@@ -42,8 +42,8 @@ class Answers:
             timer = Timer(
                 task_id=record.task_id, kind="input", step=step, generation=record.generation
             )
-            subject = self.store.names.input_timer(record.task_id, step, record.generation)
-            await self.store.set_timer(subject, timer, request.expires_at)
+            timer_id = self.store.names.input_timer(record.task_id, step, record.generation)
+            await self.store.set_timer(timer_id, timer, request.expires_at)
         await self.tasks.emit(Waiting, record, step, attempt=attempt, input_request=request)
         return record
 

@@ -212,8 +212,8 @@ class TaskService:
         )
         if record.deadline_at is not None:
             timer = Timer(task_id=record.task_id, kind="deadline")
-            subject = self.store.names.deadline_timer(record.task_id)
-            await self.store.set_timer(subject, timer, record.deadline_at)
+            timer_id = self.store.names.deadline_timer(record.task_id)
+            await self.store.set_timer(timer_id, timer, record.deadline_at)
         await self.publish(rules.current_work(record), record=record)
 
     async def publish(

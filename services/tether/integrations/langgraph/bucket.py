@@ -5,14 +5,13 @@ translation, so the saver imports no NATS client of its own."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 from collections.abc import Iterator, Sequence
 
 import msgspec
 
 from tether.errors import JetStreamError, RevisionConflictError, TetherError
-from tether.nats.blobs import OBJECT_PREFIX, Blobs, object_stream
+from tether.nats.blobs import Blobs, object_stream
 from tether.nats.codes import STREAM_NAME_IN_USE, STREAM_NOT_FOUND
 from tether.nats.connection import Connection, jetstream_context
 from tether.nats.failures import failures_translated, translating
@@ -55,8 +54,13 @@ async def create_buckets(nc: Connection, bucket: str, replicas: int) -> None:
     if made:  # (an existing one may belong to a user who may not update it)
         with failures_translated():
             await forbid_rollups(js, DEFAULT_NAMES.kv_stream(bucket))
+    made = False
     with _unless_in_use(), failures_translated():
         await js.create_object_store(blobs_bucket(bucket), replicas=replicas)
+        made = True
+    if made:  # blobs are stored without a rollup (`tether.nats.blobs`)
+        with failures_translated():
+            await forbid_rollups(js, object_stream(blobs_bucket(bucket)))
 
 
 async def delete_buckets(nc: Connection, bucket: str) -> None:
@@ -171,9 +175,5 @@ class SaverBucket:
         return await self.blobs.load(ref.ref)
 
     async def remove_blob(self, digest: str) -> None:
-        """Remove a blob: its chunks, then its meta message, which an Object Store
-        delete would leave behind as a marker."""
+        """Remove a blob: its chunks and its meta messages."""
         await self.blobs.remove(digest)
-        name = base64.urlsafe_b64encode((OBJECT_PREFIX + digest).encode()).decode()
-        blobs = blobs_bucket(self.name)
-        await self._js.purge_stream(object_stream(blobs), subject=f"$O.{blobs}.M.{name}")
