@@ -38,8 +38,9 @@ class Layout:
     """How long a step's heartbeat key stays after its last write. A held step writes it
     once (and on progress), so this bounds the longest step that shows one."""
     index_tasks: bool = True
-    """Keep the status index that makes a filtered list's first page fast (three core
-    publishes per task as its status changes); off, listing reads every record."""
+    """Keep the status index that makes a filtered list's first page fast (a row stored,
+    and the one a task left deleted, with an ack, as its status changes); off, listing
+    reads every record."""
     tokens_max_age: timedelta = timedelta(hours=1)
     """How long streamed text stays to follow (or resume) after it was written."""
     blob_threshold: int = 256 * 1024
@@ -104,7 +105,7 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
             max_msgs_per_subject=1,
             discard=DiscardPolicy.OLD,
             allow_rollup_hdrs=False,  # a row moves by a marker on its subject, no rollup
-            allow_msg_ttl=True,  # a row a task left expires (see `Store.index`)
+            allow_msg_ttl=True,  # unused since layout 3; left as installations have it
         ),
         StreamConfig(
             name=names.tokens_stream,
