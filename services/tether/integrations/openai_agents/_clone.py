@@ -84,7 +84,7 @@ def _tool(tool: Any) -> Any:
                 "usage": usage,
             }
 
-        payload = await scope.journal.unit(f"tool.{tool.name}", body)
+        payload = await scope.journal.unit(f"tool.{tool.name}", body, call=context.tool_call_id)
         if not ran:
             await _scope.replayed_usage(scope, payload)
         return payload["output"]

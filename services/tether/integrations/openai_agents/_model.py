@@ -73,7 +73,7 @@ class DurableModel(Model):
                 "usage": _task_usage(response.usage, self.name),
             }
 
-        payload = await scope.journal.unit(f"model.{self.name}", body)
+        payload = await scope.journal.unit(f"model.{self.name}", body, turn=True)
         response = RESPONSE.validate_python(payload["response"])
         if not ran:
             await _scope.replayed_usage(scope, payload)
