@@ -105,7 +105,10 @@ class DurableModel(Model):
         except BaseException:
             await meter.release()
             raise
-        await meter.settle(msgspec.convert(_task_usage(response.usage, self.name), TaskUsage))
+        usage = msgspec.convert(_task_usage(response.usage, self.name), TaskUsage)
+        counted = await meter.settle(usage)
+        if scope.spent is not None:
+            scope.spent.append(counted)
         return response
 
     async def _stream(self, scope: Scope, kwargs: dict[str, Any]) -> ModelResponse:
