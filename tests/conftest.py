@@ -244,6 +244,19 @@ async def agent_worker(make_worker: MakeWorker, model: ScriptedModel) -> Worker:
     return await make_worker(app)
 
 
+@pytest.fixture
+async def sdk_client() -> AsyncIterator[None]:
+    """For tests that run OpenAI Agents SDK agents in this process: the SDK shares one
+    httpx client per process, bound to the event loop it was first used on, so it is
+    closed after the test and the next test's loop gets its own."""
+    yield
+    import agents.models.openai_provider as provider
+
+    if provider._http_client is not None:
+        await provider._http_client.aclose()
+        provider._http_client = None
+
+
 @pytest.fixture(scope="module")
 def model() -> Iterator[ScriptedModel]:
     """The scripted OpenAI-compatible model, its own process, at $OPENAI_BASE_URL for the

@@ -6,6 +6,7 @@ that a test SIGKILLs once the task is where it wants it."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 from collections import Counter
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.js.errors import NoKeysError
 
 from tests.chaos.crashes import survive
-from tests.conftest import start_worker
+from tests.conftest import raw_connection, start_worker
 from tether import App, NatsConfig, TaskHandle, TaskRecord, TaskStatus, Worker
 from tether.schemas.tasks import Usage
 from tether.testing import wait_until
@@ -32,6 +34,40 @@ Until = Callable[[TaskHandle], Awaitable[object]]
 def call(name: str, **arguments: Any) -> dict[str, Any]:
     """A scripted turn that calls one tool."""
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def chores(batch: str, *names: str, slow: str | None = None) -> dict[str, Any]:
+    """A scripted turn that asks for chores `names` at once (tests/apps/foreign.py), the
+    one named `slow` held at its gate (`<batch>-<slow>`) and asked first."""
+    order = sorted(names, key=lambda name: name != slow)
+    arguments = [{"batch": batch, "name": name, "of": len(names)} for name in order]
+    calls = [
+        {"name": "slow_chore" if a["name"] == slow else "chore", "arguments": a} for a in arguments
+    ]
+    return {"tool_calls": calls}
+
+
+def timeline(executions: Path, batch: str) -> list[str]:
+    """What the chores of `batch` did, in order: `a started`, `b started`, `a ended`..."""
+    lines = [line.split() for line in executions.read_text().splitlines()]
+    return [f"{w[2]} {w[3]}" for w in lines if w[:2] == ["chore", batch]]
+
+
+async def journaled(config: NatsConfig, task_id: str, name: str) -> int:
+    """How many units of `task_id`'s journal are named `name` or end in `:<name>`/`.<name>`
+    (a tool's calls: `tool.chore` for the SDK, `...call_tool:chore` for Pydantic AI)."""
+    async with raw_connection(config.url) as raw:
+        bucket = await raw.js.key_value(config.names.checkpoints_bucket)
+        try:
+            stored = await bucket.keys()
+        except NoKeysError:
+            return 0
+        keys = [k for k in stored if k.startswith(f"{task_id}.") and ".once." in k]
+        names = []
+        for key in keys:
+            entry = await bucket.get(key)
+            names.append(json.loads(entry.value or b"{}").get("name", ""))
+    return sum(1 for n in names if n == name or n.endswith((f":{name}", f".{name}")))
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
@@ -124,14 +160,3 @@ class Crashes:
         module, _, attribute = self.app.partition(":")
         found: App = getattr(importlib.import_module(module), attribute)
         return found
-
-
-async def close_sdk_client() -> None:
-    """The Agents SDK shares one httpx client per process, bound to the event loop it was
-    first used on: closed after a test that ran its agents in this process, so the next
-    loop gets its own."""
-    import agents.models.openai_provider as provider
-
-    if provider._http_client is not None:
-        await provider._http_client.aclose()
-        provider._http_client = None

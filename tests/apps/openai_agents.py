@@ -8,7 +8,7 @@ from __future__ import annotations
 from agents import Agent, function_tool, handoff, set_default_openai_api, set_default_openai_key
 from pydantic import BaseModel
 
-from tests.apps.foreign import gate, record
+from tests.apps.foreign import chore, gate, record, slow_chore
 from tether import App, StepContext
 from tether.integrations.openai_agents import Runner, idempotent
 
@@ -84,6 +84,15 @@ triage = app.add(
         model="scripted",
     )
 )
+chores = app.add(
+    Agent(
+        name="oai_chores",
+        instructions="Do the chores.",
+        tools=[function_tool(chore), function_tool(slow_chore)],
+        model="scripted",
+    )
+)
+"""Jobs a response asks for together: they run at once (tests/apps/foreign.py)."""
 
 summarizer = Agent(
     name="summarizer", instructions="Summarize.", tools=[get_weather, slow_lookup], model="scripted"

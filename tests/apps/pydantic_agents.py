@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.messages import AgentStreamEvent
 
-from tests.apps.foreign import gate, record
+from tests.apps.foreign import chore, gate, record, slow_chore
 from tether import App
 from tether.integrations.pydantic_ai import TetherDurability, step_context
 
@@ -96,9 +96,13 @@ planner = Agent(
 )
 """Two tools and a typed output: the crash test kills it in its second tool."""
 
+chores = Agent(CHAT, name="pai_chores", tools=[chore, slow_chore], defer_model_check=True)
+"""Jobs a response asks for together: they run at once (tests/apps/foreign.py)."""
+
 
 app.add(helper)
 app.add(forecaster)
 app.add(chat)
 app.add(planner)
 app.add(explicit)
+app.add(chores)

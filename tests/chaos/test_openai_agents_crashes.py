@@ -5,7 +5,6 @@ call is sent again and no finished tool call runs again."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from tests.foreign_agents import (
     Crashes,
     at_gate,
     call,
-    close_sdk_client,
     open_gate,
     ran,
     spent,
@@ -27,13 +25,7 @@ from tests.foreign_agents import (
 from tether import Client, NatsConfig
 from tether.testing.llm import ScriptedModel
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-async def _sdk_client() -> AsyncIterator[None]:
-    yield
-    await close_sdk_client()
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sdk_client")]
 
 
 @pytest.fixture

@@ -6,22 +6,17 @@ model in its own process)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.apps.openai_agents import app as oai
 from tests.conftest import MakeWorker
-from tests.foreign_agents import call, close_sdk_client, ran, spent, turns, usage, waiting
+from tests.foreign_agents import call, ran, spent, turns, usage, waiting
 from tether import Client, TaskFailedError, TaskStatus, TokenChunk
 from tether.testing.llm import ScriptedModel
 
-
-@pytest.fixture(autouse=True)
-async def _sdk_client() -> AsyncIterator[None]:
-    yield
-    await close_sdk_client()
+pytestmark = pytest.mark.usefixtures("sdk_client")
 
 
 @pytest.fixture

@@ -1,17 +1,22 @@
-"""A foreign agent's run as durable units in encounter order (I/O).
+"""A foreign agent's run as durable units (I/O).
 
 A framework's run is plain code that calls a model, then tools, then the model again;
 Tether runs it in one step. Each call it makes through its durability seam is a unit:
-its result is stored create-only under `<task>.<step>.once.u<n>` (the step that began
+its result is stored create-only under `<task>.<step>.once.<place>` (the step that began
 the run, also after an approval resumed it in a later step), so an attempt after a
-crash gets finished units back in the same order and runs only the one in flight. A
-unit stored under another name means the run took another path than the journal's
-(the code changed under a running task): that fails the task rather than feeding one
-call's result to another.
+crash gets finished units back and runs only the ones in flight.
+
+Units in sequence (model calls, waits, events) take places in encounter order, `u<n>`.
+A tool call takes no place: it is keyed by its call id under the model call that asked
+for it, `u<n>-<digest of the id>`, so the calls of one response run at once and a replay
+meets them in any order. A unit stored under another name means the run took another
+path than the journal's (the code changed under a running task): that fails the task
+rather than feeding one call's result to another.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -28,13 +33,27 @@ UNIT_PREFIX = "u"
 """Units are `u000001`, ...; waits for a person keep their answer in their unit too."""
 
 
-class Unit(msgspec.Struct, frozen=True, kw_only=True):
+class Unit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One finished unit: what ran (`name`, a check on replay) and its JSON result."""
 
     name: str
     result: Any = None
     wait: bool = False
     """A person's answer (see `Journal.wait`), not a call's result."""
+    call: str | None = None
+    """The tool call's id, for a unit keyed by it (see `Journal.unit`)."""
+
+
+def place(number: int) -> str:
+    """The key of unit `number` in sequence (in its step's `once` memos)."""
+    return f"{UNIT_PREFIX}{number:06d}"
+
+
+def call_place(turn: int, call: str) -> str:
+    """The key of the tool call `call` that the unit in sequence `turn` asked for (a model
+    gives ids unique in its response, not across responses; a digest, as an id may hold
+    any text)."""
+    return f"{place(turn)}-{hashlib.sha256(call.encode()).hexdigest()[:16]}"
 
 
 class JournalDiverged(TerminalError):
@@ -57,57 +76,87 @@ class Journal:
         self._ctx = ctx
         self.step = ctx.step if step is None else step
         self._next = 0
+        self._turn = 0
+        """The place of the last model call: the tool calls its response asks for are keyed
+        under it."""
         self._failed: tuple[int, str] | None = None
-        """The last unit, if its call raised: a retry of it (same name) takes its place."""
+        """The last unit in sequence, if its call raised: a retry of it (same name) takes
+        its place."""
         self.replayed = 0
         """Units read back from the journal in this attempt (not run again)."""
         self.ran = 0
         """Units run in this attempt."""
 
-    def _key(self, number: int) -> str:
+    def _key(self, name: str) -> str:
         ctx = self._ctx
-        name = f"{UNIT_PREFIX}{number:06d}"
         branch = ctx.branch if self.step == ctx.step else None
         return ctx._store.names.once_key(ctx.task_id, self.step, name, branch)
 
-    async def _stored(self, number: int, name: str) -> Unit | None:
-        raw = await self._ctx._store.checkpoints.get_memo(self._key(number))
+    async def _stored(self, key: str, name: str, where: str) -> Unit | None:
+        raw = await self._ctx._store.checkpoints.get_memo(self._key(key))
         if raw is None:
             return None
         unit = msgspec.json.decode(raw, type=Unit)
         if unit.name != name:
             raise JournalDiverged(
-                f"the agent's run asked for {name!r} as its unit {number}, but the task's "
-                f"journal holds {unit.name!r} there: the code changed under a running "
-                "task. Finish or cancel tasks before changing an agent's tools or flow, "
-                "or start this one again"
+                f"the agent's run asked for {name!r} as its {where}, but the task's journal "
+                f"holds {unit.name!r} there: the code changed under a running task. Finish "
+                "or cancel tasks before changing an agent's tools or flow, or start this one "
+                "again"
             )
         return unit
 
-    async def unit(self, name: str, body: Callable[[], Awaitable[Any] | Any]) -> Any:
-        """`body()`'s result (JSON values), run at most once across attempts."""
+    async def unit(
+        self,
+        name: str,
+        body: Callable[[], Awaitable[Any] | Any],
+        *,
+        call: str | None = None,
+        turn: bool = False,
+    ) -> Any:
+        """`body()`'s result (JSON values), run at most once across attempts.
+
+        Args:
+            call: the id of the tool call the unit runs: keyed by it under the last `turn`
+                rather than by its place, so calls asked together run at once and replay
+                in any order. None: the unit takes the next place in sequence.
+            turn: a model call, whose response may ask for tool calls.
+        """
+        if call is not None:
+            key = call_place(self._turn, call)
+            found = await self._stored(key, name, f"tool call {call!r} (unit {key})")
+            return await self._finish(found, key, Unit(name=name, call=call), body)
         number = self._number(name)
-        found = await self._stored(number, name)
-        if found is not None:
-            self.replayed += 1
-            return found.result
+        if turn:
+            self._turn = number
+        found = await self._stored(place(number), name, f"unit {number}")
         try:
-            result = body()
-            if inspect.isawaitable(result):
-                result = await result
+            return await self._finish(found, place(number), Unit(name=name), body)
         except BaseException:
             self._failed = (number, name)
             raise
-        raw = encode(Unit(name=name, result=result))
-        won = await self._ctx._store.checkpoints.create_memo(self._key(number), raw)
+
+    async def _finish(
+        self, found: Unit | None, key: str, unit: Unit, body: Callable[[], Awaitable[Any] | Any]
+    ) -> Any:
+        """The stored result, or `body()`'s stored create-only under `key` (a unit that two
+        attempts ran at once keeps the first result stored)."""
+        if found is not None:
+            self.replayed += 1
+            return found.result
+        result = body()
+        if inspect.isawaitable(result):
+            result = await result
+        raw = encode(msgspec.structs.replace(unit, result=result))
+        won = await self._ctx._store.checkpoints.create_memo(self._key(key), raw)
         self.ran += 1
         return msgspec.json.decode(won, type=Unit).result
 
     def _number(self, name: str) -> int:
-        """The next unit's place. A call that raised stored nothing: the framework's retry
-        of it (the same name, next) takes its place, so a replay finds the result where
-        it asks first; another unit leaves the place empty, as a replay that fails there
-        again does."""
+        """The next place in sequence. A call that raised stored nothing: the framework's
+        retry of it (the same name, next) takes its place, so a replay finds the result
+        where it asks first; another unit leaves the place empty, as a replay that fails
+        there again does."""
         failed, self._failed = self._failed, None
         if failed is not None and failed == (self._next, name):
             return self._next
@@ -117,7 +166,7 @@ class Journal:
     async def wait(self, name: str, prompt: str, schema: dict[str, Any]) -> Any:
         """A person's answer to `prompt`: journaled, or raises WaitForInput to ask."""
         number = self._number(name)
-        found = await self._stored(number, name)
+        found = await self._stored(place(number), name, f"unit {number}")
         if found is not None:
             self.replayed += 1
             return found.result
@@ -127,4 +176,4 @@ class Journal:
         """Journal a person's `answer` as wait unit `number` (create-only: a second
         answer to the same wait changes nothing)."""
         raw = encode(Unit(name=name, result=answer, wait=True))
-        await self._ctx._store.checkpoints.create_memo(self._key(number), raw)
+        await self._ctx._store.checkpoints.create_memo(self._key(place(number)), raw)

@@ -2,10 +2,13 @@
 (I/O), as Tether's own agents' are (`agents.spending`): a call reserves its input and
 the most it may answer before it is sent, and that most goes to the model as its
 `max_tokens`, so a call cannot spend past the budget; it then settles at what it spent.
+Calls may overlap (the tool calls of one response run at once, each maybe a sub-agent):
+each settles the hold it took.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,6 +30,10 @@ if TYPE_CHECKING:
 
 CHARS_PER_TOKEN = 3
 """How generously a call's input is estimated from its JSON (as `budget.worst_case`)."""
+
+_holding: ContextVar[tuple[int, str] | None] = ContextVar("tether_meter_holding", default=None)
+"""The meter (its id) and ledger key of the hold this asyncio task's call in flight took
+(each overlapping call runs in a task of its own)."""
 
 
 @dataclass
@@ -52,12 +59,13 @@ class Meter:
         else `DEFAULT_OUTPUT_CAP`); the `max_tokens` to send (None: no budget). Raises
         BudgetExceeded when not even a short answer fits."""
         self.calls += 1
+        key = self._key()  # before any wait: an overlapping call counts one more
+        _holding.set((id(self), key))
         if self.tree is None or (found := await self.tree.read()) is None:
             return None
         price = price_of(model)
         sent = sent_chars // CHARS_PER_TOKEN + 1
         want = asked or DEFAULT_OUTPUT_CAP
-        key = self._key()
         capped: list[int] = []
 
         def held(ledger: Ledger) -> Ledger | None:
@@ -75,8 +83,9 @@ class Meter:
         self.tree.held = True
         return capped[0]
 
-    async def settle(self, usage: Usage) -> None:
-        """The call ended: count what it spent on the task and in the tree's ledger."""
+    async def settle(self, usage: Usage) -> Usage:
+        """The call ended: count what it spent on the task and in the tree's ledger (the
+        usage counted: priced where its model has a price)."""
         price = price_of(usage.model or "")
         if price is not None and usage.cost_usd is None:
             usage = Usage(
@@ -90,14 +99,20 @@ class Meter:
         self.ctx.add_usage(usage)
         self.spent.append(usage)
         if self.tree is not None and self.tree.held:
-            key, tokens, usd = self._key(), usage.total_tokens, usage.cost_usd or 0.0
+            key, tokens, usd = self._held(), usage.total_tokens, usage.cost_usd or 0.0
             await self.tree.change(lambda ledger: ledger.settle(key, tokens, usd))
+        return usage
 
     async def release(self) -> None:
         """The call failed before it spent anything we know of."""
         if self.tree is not None and self.tree.held:
-            key = self._key()
+            key = self._held()
             await self.tree.change(lambda ledger: ledger.release(key))
+
+    def _held(self) -> str:
+        """The key of the hold this task's call took on this meter, else the meter's own."""
+        held = _holding.get()
+        return held[1] if held is not None and held[0] == id(self) else self._key()
 
     def _key(self) -> str:
         return f"{self.ctx.idempotency_key}.c{self.calls}"

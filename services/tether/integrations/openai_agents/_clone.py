@@ -13,6 +13,7 @@ from pydantic_core import to_jsonable_python
 
 from tether.integrations.openai_agents import _scope
 from tether.integrations.openai_agents._model import DurableModel
+from tether.schemas.tasks import Usage
 
 T = TypeVar("T", bound=FunctionTool)
 IDEMPOTENT = "_tether_idempotent"
@@ -69,14 +70,13 @@ def _tool(tool: Any) -> Any:
                 return {"output": _json(await invoke(context, arguments))}
             # A sub-agent's calls run live inside this one unit: journaled one by one they
             # would take places a replay of the whole unit does not take.
-            spent = (await scope.metered()).spent
-            before = len(spent)
-            token = _scope.current.set(dataclasses.replace(scope, journal=None))
+            spent: list[Usage] = []
+            token = _scope.current.set(dataclasses.replace(scope, journal=None, spent=spent))
             try:
                 output = await invoke(context, arguments)
             finally:
                 _scope.current.reset(token)
-            usage = _scope.summed(spent[before:])
+            usage = _scope.summed(spent)
             return {
                 "output": _json(output),
                 "step": scope.ctx.step,
@@ -84,7 +84,7 @@ def _tool(tool: Any) -> Any:
                 "usage": usage,
             }
 
-        payload = await scope.journal.unit(f"tool.{tool.name}", body)
+        payload = await scope.journal.unit(f"tool.{tool.name}", body, call=context.tool_call_id)
         if not ran:
             await _scope.replayed_usage(scope, payload)
         return payload["output"]

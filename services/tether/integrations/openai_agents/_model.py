@@ -73,7 +73,7 @@ class DurableModel(Model):
                 "usage": _task_usage(response.usage, self.name),
             }
 
-        payload = await scope.journal.unit(f"model.{self.name}", body)
+        payload = await scope.journal.unit(f"model.{self.name}", body, turn=True)
         response = RESPONSE.validate_python(payload["response"])
         if not ran:
             await _scope.replayed_usage(scope, payload)
@@ -105,7 +105,10 @@ class DurableModel(Model):
         except BaseException:
             await meter.release()
             raise
-        await meter.settle(msgspec.convert(_task_usage(response.usage, self.name), TaskUsage))
+        usage = msgspec.convert(_task_usage(response.usage, self.name), TaskUsage)
+        counted = await meter.settle(usage)
+        if scope.spent is not None:
+            scope.spent.append(counted)
         return response
 
     async def _stream(self, scope: Scope, kwargs: dict[str, Any]) -> ModelResponse:

@@ -9,7 +9,6 @@ from typing import Any
 
 import agents
 from agents import Agent, Model, ModelSettings, RunConfig, RunResult, RunResultStreaming
-from agents.run_config import ToolExecutionConfig
 
 from tether.integrations.adapters import RunInput
 from tether.integrations.journal import Journal, WaitForInput
@@ -34,17 +33,14 @@ SETTINGS = frozenset(f.name for f in dataclasses.fields(ModelSettings))
 
 
 def run_config(base: RunConfig | None, settings: dict[str, Any] | None = None) -> RunConfig:
-    """`base` (default: tracing off, so no spans leave for OpenAI) with durable models and
-    function tools run one at a time: units are journaled in the order they ran, and a
-    replay must meet them in that order."""
+    """`base` (default: tracing off, so no spans leave for OpenAI) with durable models; its
+    function tools run as the SDK runs them, at once (each call's unit is keyed by its call
+    id, so a replay meets them in any order)."""
     base = base or RunConfig(tracing_disabled=True)
     provider = base.model_provider
     model = base.model
     if isinstance(model, Model) and not isinstance(model, DurableModel):
         model = DurableModel(model, getattr(model, "model", None) or type(model).__name__)
-    tools = dataclasses.replace(
-        base.tool_execution or ToolExecutionConfig(), max_function_tool_concurrency=1
-    )
     model_settings = base.model_settings
     chosen = {k: v for k, v in (settings or {}).items() if k in SETTINGS}
     if chosen:
@@ -55,7 +51,6 @@ def run_config(base: RunConfig | None, settings: dict[str, Any] | None = None) -
         model_provider=provider
         if isinstance(provider, DurableProvider)
         else DurableProvider(provider),
-        tool_execution=tools,
         model_settings=model_settings,
     )
 

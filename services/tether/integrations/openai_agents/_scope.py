@@ -30,6 +30,9 @@ class Scope:
     """Earlier attempts whose usage the worker counted when one failed (see `failed`)."""
     added: set[int] = field(default_factory=set)
     """Earlier attempts whose units' usage this attempt counts again."""
+    spent: list[Usage] | None = None
+    """What the model calls of a sub-agent run whole inside one unit spent (None: not in
+    one); sub-agents called at once each keep their own."""
 
     async def metered(self) -> Meter:
         if self.meter is None:

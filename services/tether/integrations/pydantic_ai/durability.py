@@ -3,31 +3,41 @@ engine (I/O).
 
 Built on the public builder (`pydantic_ai.durable_exec`): Pydantic AI turns each model
 request, tool call, MCP call and event-handler call into an operation, and this backend
-runs each as one `Journal.unit`, keyed by encounter order (the engine is sequence-keyed,
-so tools run one after another inside a task). A model unit also keeps which step and
-attempt ran it, so a later attempt of the same step that reads it back counts its usage
-on the task and streams its text again: the attempt that ran it died before it could
-report, and followers drop a dead attempt's chunks.
+runs each as one `Journal.unit`: a tool call keyed by its call id, so the calls of one
+response run at once (their events told in call order once all are done, so the units in
+sequence come in the same order on a replay), everything else in encounter order. A
+model unit also keeps which step and attempt ran it, so a later attempt of the same step
+that reads it back counts its usage on the task and streams its text again: the attempt
+that ran it died before it could report, and followers drop a dead attempt's chunks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
+    BoundDurableOperation,
+    CacheIdentity,
     DurabilityEngineSpec,
+    DurableOperation,
     DurableOperationBackend,
     DurableOperationId,
+    DynamicToolsetCallToolParams,
     JournalCallableOperationBackend,
     ModelRequestId,
     RoleBasedOperationConfig,
+    ToolsetCallToolId,
+    ToolsetCallToolParams,
     record_durable_unit,
 )
 from pydantic_ai.models import Model
+from pydantic_ai.tool_manager import ToolManager
+from pydantic_ai.tool_manager import _parallel_execution_mode_ctx_var as _execution_mode
 
 from tether.integrations.pydantic_ai.events import relay, restream
 from tether.integrations.pydantic_ai.metering import MeteredModel, usage_of
@@ -35,10 +45,31 @@ from tether.integrations.pydantic_ai.running import Running, current, running_no
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import EventStreamHandler
+    from pydantic_ai.capabilities.abstract import WrapRunHandler
+    from pydantic_ai.run import AgentRunResult
+    from pydantic_ai.tools import RunContext
+
+P = TypeVar("P")
+W = TypeVar("W")
+R = TypeVar("R")
+
+
+class ByCallId(CacheIdentity[ToolsetCallToolParams | DynamicToolsetCallToolParams]):
+    """A tool call is identified by its call id (the model's, one per call of a response)."""
+
+    def project(
+        self, params: ToolsetCallToolParams | DynamicToolsetCallToolParams
+    ) -> tuple[object, ...]:
+        return (params.ctx.tool_call_id,)
 
 
 class TetherBackend(JournalCallableOperationBackend[None]):
     """Each operation is one unit of the running step's journal."""
+
+    def bind(self, operation: DurableOperation[P, W, R]) -> BoundDurableOperation[P, W, R]:
+        if isinstance(operation.operation_id, ToolsetCallToolId):
+            operation = dataclasses.replace(operation, cache_identity=cast(Any, ByCallId()))
+        return super().bind(operation)
 
     async def execute(
         self,
@@ -50,26 +81,33 @@ class TetherBackend(JournalCallableOperationBackend[None]):
         config: None,
     ) -> object:
         running = current()
-        if not isinstance(operation_id, ModelRequestId):
-            ran = running.journal.ran
-            result = await running.journal.unit(name, body)
-            record_durable_unit(executed=running.journal.ran > ran)
-            return result
-        return await _model_unit(running, name, body)
+        if isinstance(operation_id, ModelRequestId):
+            return await _model_unit(running, name, body)
+        call = cache_key[0] if isinstance(operation_id, ToolsetCallToolId) else None
+        ran: list[bool] = []
+
+        async def run() -> object:
+            ran.append(True)
+            return await body()
+
+        id_ = call if isinstance(call, str) else None  # the id `ByCallId` projected
+        result = await running.journal.unit(name, run, call=id_)
+        record_durable_unit(executed=bool(ran))
+        return result
 
 
 async def _model_unit(running: Running, name: str, body: Callable[[], Awaitable[object]]) -> object:
     ctx = running.ctx
+    ran: list[bool] = []
 
     async def call() -> dict[str, Any]:
+        ran.append(True)
         return {"response": await body(), "step": ctx.step, "attempt": ctx.attempt}
 
-    ran = running.journal.ran
-    stored = await running.journal.unit(name, call)
-    executed = running.journal.ran > ran
-    record_durable_unit(executed=executed)
+    stored = await running.journal.unit(name, call, turn=True)
+    record_durable_unit(executed=bool(ran))
     died = stored.get("step") == ctx.step and stored.get("attempt", ctx.attempt) < ctx.attempt
-    if not executed and died:  # its attempt died: neither its usage nor its text counted
+    if not ran and died:  # its attempt died: neither its usage nor its text counted
         ctx.add_usage(usage_of(stored["response"]))
         await restream(ctx, stored["response"])
     return stored["response"]
@@ -91,7 +129,7 @@ class TetherDurability(BaseDurabilityCapability[Any]):
         durable_unit_noun="unit",
         durable_container_noun="task",
         codec=JSON_CODEC,
-        sequential_tools_in_durable_context=True,
+        sequential_tools_in_durable_context=False,
         unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
         tool_config_key="tether",
     )
@@ -107,6 +145,19 @@ class TetherDurability(BaseDurabilityCapability[Any]):
         self._operation_config: RoleBasedOperationConfig[None] = RoleBasedOperationConfig(
             model=None, event=None, capability=None, tool=None
         )
+
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """Tool calls run at once, their events told in call order once all are done (as
+        DBOS and Hatchet do), unless the user asked for them one at a time."""
+        if not self.in_durable_context:
+            return await super().wrap_run(ctx, handler=handler)
+        one_at_a_time = _execution_mode.get() == "sequential"
+        with ToolManager.parallel_execution_mode(
+            "sequential" if one_at_a_time else "parallel_ordered_events"
+        ):
+            return await super().wrap_run(ctx, handler=handler)
 
     @property
     def in_durable_context(self) -> bool:
