@@ -100,8 +100,9 @@ class Records:
         revision = await self._bucket.create(record.task_id, data)
         if revision is None:
             return None
+        written = self._written(record, revision, len(data))  # before the index: see below
         await self.index(record, revision)
-        return self._written(record, revision, len(data))
+        return written
 
     async def create_or_find(self, record: TaskRecord) -> tuple[Versioned, bool]:
         """Create the record, or find the one already under its id (and False).
@@ -144,9 +145,13 @@ class Records:
             except RevisionConflictError:
                 current = None
                 continue
+            # Remembered as written, before the index move: a failover while the move is
+            # tried again must leave the remembered record unusable (`RecentRecords`),
+            # as a first delivery after it may be a step that ran elsewhere.
+            written = self._written(new, revision, len(data))
             if new.status is not found.record.status:
                 await self.index(new, revision, found.record)
-            return self._written(new, revision, len(data)), True
+            return written, True
 
     async def index(
         self, record: TaskRecord, revision: int, before: TaskRecord | None = None
