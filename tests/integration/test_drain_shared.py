@@ -53,7 +53,7 @@ async def _take_one(store: Store) -> None:
     consumer = await store.tool_consumer(TOOL, ConsumerOptions())
     (delivery,) = await consumer.fetch(1, 5)
     await delivery.done()
-    await store.send_acks()
+    await store.finish_writes()
 
 
 async def test_the_last_worker_waits_for_a_step_on_the_shared_subject_another_build_sends_on(

@@ -151,7 +151,9 @@ async def test_a_row_move_whose_publish_is_lost_still_ends_with_the_right_row(
 async def store_through(url: str, client: Client) -> AsyncIterator[Store]:
     nc = await connect(NatsConfig(url=url, names=client.layout.names))
     try:
-        yield await Store.open(nc, client.layout, provision=False)
+        store = await Store.open(nc, client.layout, provision=False)
+        yield store
+        await store.records.settled()  # its row moves, as a process does before it closes
     finally:
         await close(nc)
 

@@ -5,6 +5,7 @@ fired (a deadline, an input wait that expired)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -82,6 +83,9 @@ class Dispatcher(Service):
         self._stopping.set()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops = []
+        if self._store is not None:
+            with contextlib.suppress(Exception):
+                await self._store.finish_writes()
         if self._nc is not None:
             await close(self._nc)
             self._nc = None

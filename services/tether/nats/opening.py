@@ -3,6 +3,7 @@ the store and never the connection under it."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from tether.nats.connection import NatsConfig, close, connect
@@ -28,5 +29,8 @@ async def open_store(
 
 
 async def close_store(store: Store) -> None:
-    """Close the store's connection on purpose (its `on_lost` stays silent); never raises."""
+    """Finish the store's writes under way, then close its connection on purpose (its
+    `on_lost` stays silent); never raises."""
+    with contextlib.suppress(Exception):
+        await store.finish_writes()
     await close(store.nc)

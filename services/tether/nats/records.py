@@ -4,6 +4,9 @@ with its row in the status index."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -35,6 +38,7 @@ AT_ONCE = 64
 STORED_ROWS = 10_000
 """How many tasks' last stored index rows a process remembers (`Records._leave`)."""
 T = TypeVar("T")
+log = logging.getLogger("tether.nats")
 WATCH_INACTIVE = 5.0
 
 
@@ -65,6 +69,8 @@ class Records:
         """Whether record writes keep the status index (`Layout.index_tasks`)."""
         self._stored: dict[str, tuple[str, int]] = {}
         """The subject and sequence of the index row this process stored last, by task."""
+        self._moving: dict[str, asyncio.Future[None]] = {}
+        """The last row move under way of each task (see `_move_soon`)."""
         self.recent: RecentRecords | None = None
         """Records written here, kept for a worker's next step (`Store.remember_records`)."""
 
@@ -145,13 +151,52 @@ class Records:
             except RevisionConflictError:
                 current = None
                 continue
-            # Remembered as written, before the index move: a failover while the move is
-            # tried again must leave the remembered record unusable (`RecentRecords`),
-            # as a first delivery after it may be a step that ran elsewhere.
-            written = self._written(new, revision, len(data))
             if new.status is not found.record.status:
-                await self.index(new, revision, found.record)
-            return written, True
+                self._move_soon(new, revision, found.record)
+            return self._written(new, revision, len(data)), True
+
+    def _move_soon(self, record: TaskRecord, revision: int, before: TaskRecord) -> None:
+        """Move the task's row (`index`) without holding up the write that changed its
+        status: a hand-off waiting on the index through a failover kept its step's message
+        out long enough for a new leader to give it out again (the cluster chaos run saw
+        checkpointed steps run twice). A task's moves from this process go in the order
+        of its writes; `settled` waits for them before a process closes its connection."""
+        if not self.indexing:
+            return
+        task_id = record.task_id
+        move = asyncio.ensure_future(
+            self._move_after(self._moving.get(task_id), record, revision, before)
+        )
+        self._moving[task_id] = move
+        move.add_done_callback(functools.partial(self._moved, task_id))
+
+    async def _move_after(
+        self,
+        previous: asyncio.Future[None] | None,
+        record: TaskRecord,
+        revision: int,
+        before: TaskRecord,
+    ) -> None:
+        if previous is not None:
+            with contextlib.suppress(Exception):  # said by its own callback
+                await previous
+        await self.index(record, revision, before)
+
+    def _moved(self, task_id: str, move: asyncio.Future[None]) -> None:
+        if self._moving.get(task_id) is move:
+            del self._moving[task_id]
+        if not move.cancelled() and (exc := move.exception()) is not None:
+            log.warning(
+                "the status index row of task %r was not moved (%s): lists may show it "
+                "under its old status until 'tether gc --reindex'",
+                task_id,
+                exc,
+            )
+
+    async def settled(self) -> None:
+        """Wait for the row moves under way (a process about to close, a test)."""
+        while self._moving:
+            await asyncio.gather(*self._moving.values(), return_exceptions=True)
 
     async def index(
         self, record: TaskRecord, revision: int, before: TaskRecord | None = None

@@ -10,6 +10,8 @@ place.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
@@ -311,9 +313,11 @@ class Store:
         if self.observer is not None:
             self.observer.dead_lettered(letter)
 
-    async def send_acks(self) -> None:
-        """Send the acks still waiting for a write (see `tether.nats.acks`) and flush them:
-        before the connection closes."""
+    async def finish_writes(self, within: float = 5.0) -> None:
+        """Before the connection closes: give the index rows being moved up to `within`
+        seconds, send the acks still waiting for a write (see `tether.nats.acks`), flush."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.records.settled(), within)
         await self._jetstream.acks.close()
         await self.nc.flush(timeout=1)
 

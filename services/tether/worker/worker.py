@@ -392,7 +392,7 @@ class Worker(Service):
                 await self._beating
         if self._store is not None:  # the acks still waiting (lost: no-op redeliveries)
             with contextlib.suppress(Exception):
-                await self._store.send_acks()
+                await self._store.finish_writes()
         with contextlib.suppress(Exception):
             if self._custody is not None:
                 await self._custody.close()
