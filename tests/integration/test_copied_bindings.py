@@ -27,7 +27,7 @@ from tether.gateway import Gateway
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
-SECRET = "The vault code is 4417."
+SECRET = "The vault code is kiwi-4417."
 TOKENS = {"alice-token": "alice"}
 
 Api = Callable[..., Awaitable[dict[str, Any]]]
@@ -103,7 +103,7 @@ async def _serving(running: RolesServer) -> AsyncIterator[Stack]:
 async def test_a_follow_up_with_a_copied_binding_reads_nothing_of_the_conversation(
     stack: Stack, model: ScriptedModel
 ) -> None:
-    question = model.conversation({"content": SECRET}, {"content": "Still 4417."})
+    question = model.conversation({"content": SECRET}, {"content": "Still kiwi-4417."})
     alices = await stack.alices_task("researcher", question, "completed")
     record = await stack.api("get", task_id=alices)
     assert record["metadata"]["mcp"]["caller"] == "alice"
@@ -116,7 +116,7 @@ async def test_a_follow_up_with_a_copied_binding_reads_nothing_of_the_conversati
     forked = await stack.api("fork", task_id=alices, from_step=0, input=follow_up)
     for task_id in (copied, forked["task_id"]):
         ended = await stack.failed_foreign(task_id)
-        assert "4417" not in json.dumps(ended)
+        assert "kiwi" not in json.dumps(ended)
     assert len(model.requests()) == sent  # nothing of alice's thread reached the model
 
 

@@ -20,7 +20,7 @@ from tether.gateway import Gateway
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
-SECRET = "The vault code is 4417."
+SECRET = "The vault code is kiwi-4417."
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
 
@@ -33,7 +33,7 @@ async def gateway(config: NatsConfig, api: object, dispatcher: object) -> AsyncI
 
 async def _alices_conversation(gateway: str, client: Client, model: ScriptedModel) -> str:
     """A conversation alice had through the gateway; its task id."""
-    question = model.conversation({"content": SECRET}, {"content": "Still 4417."})
+    question = model.conversation({"content": SECRET}, {"content": "Still kiwi-4417."})
     async with caller(gateway, "alice-token") as alice:
         started = {"name": "researcher", "arguments": {"input": question}, "task": {}}
         task_id: str = (await alice.call("tools/call", started))["task"]["taskId"]
@@ -64,12 +64,12 @@ async def test_bob_cannot_continue_alices_conversation_through_the_gateway(
                 await bob.call("tools/call", call)
             assert str(refused.value) == str(looked_up.value)  # the same "not found"
             assert refused.value.code == looked_up.value.code
-        assert "4417" not in str(refused.value)
+        assert "kiwi" not in str(refused.value)
 
     assert len(model.requests()) == sent  # nothing of bob's reached the model
     async with caller(gateway, "alice-token") as alice:  # alice continues her own
         answered = await alice.call("tools/call", {"name": "researcher", "arguments": follow_up})
-    assert answered["content"][0]["text"] == '"Still 4417."'
+    assert answered["content"][0]["text"] == '"Still kiwi-4417."'
 
 
 async def test_a_raw_submit_continuing_another_callers_conversation_fails_and_leaks_nothing(
@@ -87,7 +87,7 @@ async def test_a_raw_submit_continuing_another_callers_conversation_fails_and_le
         error = failed.value.error
         assert error.type == "ForeignConversation"
         assert f"task {alices!r} is not a conversation of this follow-up's caller" in error.message
-        assert "4417" not in error.message and "alice" not in error.message
+        assert "kiwi" not in error.message and "alice" not in error.message
         record = await client.get(handle.task_id)
         assert record.status is TaskStatus.FAILED and record.result is None
     assert len(model.requests()) == sent
@@ -107,7 +107,7 @@ async def test_a_sub_agents_follow_up_is_checked_against_its_roots_caller(
     assert answered["content"][0]["text"] == '"Nothing to say."'
     told = model.requests(question)[-1]["last"]
     assert told["role"] == "tool" and "is not a conversation of this" in told["text"]
-    assert "4417" not in told["text"]
+    assert "kiwi" not in told["text"]
 
     async def children_failed() -> None:
         failed = [r for r in await client.list(TaskStatus.FAILED) if r.parent is not None]
@@ -132,7 +132,7 @@ async def test_under_roles_conf_no_door_crosses_callers(
             ended, sent = await _cross_under_roles(running, model, question)
     assert ended["status"] == "failed" and ended["error"]["type"] == "ForeignConversation", ended
     assert "is not a conversation of this follow-up's caller" in ended["error"]["message"]
-    assert "4417" not in json.dumps(ended)
+    assert "kiwi" not in json.dumps(ended)
     assert len(model.requests()) == sent
     assert running.violations(users={"gateway", "worker"}) == []
 
