@@ -23,6 +23,7 @@ from tests.integration.test_roles import (
     roles_server,
 )
 from tether import Client, NatsConfig, TaskRecord, TaskStatus
+from tether.dispatcher.dispatcher import Dispatcher
 from tether.errors import NatsUnavailableError
 from tether.nats.connection import close, connect
 from tether.nats.layout import Layout, stream_configs
@@ -209,3 +210,43 @@ async def test_a_row_another_process_put_back_is_deleted_when_the_task_leaves_it
         await other.records.update("back", moved(TaskStatus.RUNNING))
     await store.records.update("back", moved(TaskStatus.COMPLETED))
     await eventually(lambda: _agrees_with_the_records(client, "back", TaskStatus.COMPLETED))
+
+
+def _moved(status: TaskStatus) -> Callable[[TaskRecord], TaskRecord]:
+    return lambda record: replace(record, status=status)
+
+
+async def test_a_move_stored_after_a_later_move_looked_for_its_row_is_taken_back(
+    client: Client, store: Store
+) -> None:
+    """A worker's move to `running` runs after its record write, so it can be stored
+    after the next worker completed the task and looked for a `running` row to delete:
+    the late row must not stay beside the `completed` one."""
+    await client.submit([{"tool": "nobody-serves-this"}], task_id="late")
+    async with store_through(client.nats.url, client) as slow:
+        slow.records.indexing = False  # its move, held back to run last
+        pending = await slow.records.require("late")
+        running, _ = await slow.records.update("late", _moved(TaskStatus.RUNNING))
+        slow.records.indexing = True
+        await store.records.update("late", _moved(TaskStatus.COMPLETED))
+        await store.records.settled()
+        await slow.records.index(running.record, running.revision, pending.record)
+    await eventually(lambda: _agrees_with_the_records(client, "late", TaskStatus.COMPLETED))
+
+
+async def test_the_dispatcher_repairs_a_row_whose_move_was_lost_with_its_process(
+    client: Client, store: Store, config: NatsConfig
+) -> None:
+    """A worker killed between a record write and its row move leaves the old row: the
+    dispatcher finds and repairs it (here every 0.2 s; every minute by default)."""
+    await client.submit([{"tool": "nobody-serves-this"}], task_id="orphan")
+    store.records.indexing = False  # the move that never ran
+    await store.records.update("orphan", _moved(TaskStatus.COMPLETED))
+    store.records.indexing = True
+    assert (await client.status_counts())["pending"] == 1
+    repairer = Dispatcher(config, index_repair_every=0.2)
+    await repairer.start()
+    try:
+        await eventually(lambda: _agrees_with_the_records(client, "orphan", TaskStatus.COMPLETED))
+    finally:
+        await repairer.stop()

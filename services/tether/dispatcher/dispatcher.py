@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,9 @@ log = logging.getLogger("tether.dispatcher")
 _timer_decoder = msgspec.json.Decoder(Timer)
 
 FETCH_TIMEOUT = 1.0
+INDEX_REPAIR_EVERY = 60.0
+"""Seconds between the dispatcher's checks of the status index against the records; a
+row move lost with its process is repaired within this (plus the time it checks)."""
 
 
 class Dispatcher(Service):
@@ -50,11 +54,13 @@ class Dispatcher(Service):
         layout: Layout | None = None,
         batch: int = 64,
         metrics: Metrics | None = None,
+        index_repair_every: float = INDEX_REPAIR_EVERY,
     ) -> None:
         self.nats = nats or NatsConfig()
         self.metrics = metrics
         self.layout = layout or Layout.for_config(self.nats)
         self.batch = batch
+        self.index_repair_every = index_repair_every
         self._nc: Connection | None = None
         self._store: Store | None = None
         self._stopping = asyncio.Event()
@@ -76,6 +82,7 @@ class Dispatcher(Service):
             asyncio.create_task(self._serve(submissions, lambda d: self._accept(store, d))),
             asyncio.create_task(self._serve(requests, lambda d: self._schedule(store, d))),
             asyncio.create_task(self._serve(timers, lambda d: self._fire(store, d))),
+            asyncio.create_task(self._repair_index(store)),
         ]
         log.info("dispatcher consuming %s", self.layout.names.submit_subjects)
 
@@ -107,6 +114,22 @@ class Dispatcher(Service):
                 await asyncio.sleep(FETCH_TIMEOUT / 4)
                 continue
             await asyncio.gather(*(settle(delivery) for delivery in deliveries))
+
+    async def _repair_index(self, store: Store) -> None:
+        """Repair, now and then, the rows a killed process left: a record write's row
+        move runs after it, so a worker killed between the two leaves the old row."""
+        if not store.records.indexing:
+            return
+        while not (self._stopping.is_set() or self.is_lost):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.index_repair_every)
+                return
+            settled = int((time.time() - self.index_repair_every) * 1_000_000)
+            try:
+                if deleted := await store.records.repair(settled):
+                    log.info("status index: %d rows left by lost moves repaired", deleted)
+            except Exception as exc:
+                log.debug("status index repair failed (tried again later): %s", exc)
 
     async def _schedule(self, store: Store, delivery: Delivery) -> None:
         """A role asked for a timer: store it as a schedule (see `tether.nats.schedules`)."""

@@ -54,6 +54,16 @@ def _revision_of(row: bytes) -> int:
     return int(row) if row.isdigit() else 0
 
 
+def _unfinished_before(subject: str, before_us: int) -> bool:
+    """Whether an index row (`...index.<status>.<created µs>.<id>`) is of an unfinished
+    status and of a task created before `before_us`."""
+    status, stamp = subject.rsplit(".", 3)[1:3]
+    return status in UNFINISHED and stamp.isdigit() and int(stamp) < before_us
+
+
+UNFINISHED = frozenset(s.value for s in TaskStatus if not s.is_terminal)
+
+
 def created_us(record: TaskRecord) -> int:
     """The record's creation time in µs: its index rows sort by it."""
     return int(record.created_at.timestamp() * 1_000_000)
@@ -228,6 +238,8 @@ class Records:
                     if row is not None:
                         moves.append(self._put(record, row, revision))
                     await asyncio.gather(*moves)
+                    if row is not None:
+                        await self._confirm(record, row, revision)
                 return
             except NatsUnavailableError:
                 if loop.time() > deadline:
@@ -259,6 +271,17 @@ class Records:
         self._stored[record.task_id] = (subject, ack.seq)
         if len(self._stored) > STORED_ROWS:
             self._stored.pop(next(iter(self._stored)))
+
+    async def _confirm(self, record: TaskRecord, status: TaskStatus, revision: int) -> None:
+        """Delete the row just stored when the record has moved off it meanwhile: a later
+        write (from another process, or after this one's try was lost) may have looked for
+        the row to delete before ours was stored, and would leave it behind for good."""
+        found = await self.get(record.task_id)
+        if found is not None and (found.revision == revision or found.record.status is status):
+            return
+        stored = self._stored.get(record.task_id)
+        if stored is not None and stored[0] == self._row(record, status.value):
+            await self._js.delete_message(self._names.index_stream, stored[1])
 
     async def _leave(
         self,
@@ -299,11 +322,41 @@ class Records:
         await self._each([s for s in await self.index_rows() if s not in has], self._stale)
         return len(records)
 
-    async def _stale(self, subject: str) -> None:
-        """Delete a row its record does not have, unless the record moved onto it meanwhile."""
+    async def repair(self, settled_before_us: int) -> int:
+        """Bring the index back to the records where a row move was lost (a process killed
+        between a record write and its row move, which runs after it): every task with
+        rows under two statuses, and every unfinished row of a task created before
+        `settled_before_us`, is checked against its record. Returns the rows deleted."""
+        rows = await self.index_rows()
+        by_task: dict[str, list[str]] = {}
+        for subject in rows:
+            by_task.setdefault(subject.rsplit(".", 1)[1], []).append(subject)
+        suspect = [
+            subject
+            for subjects in by_task.values()
+            for subject in subjects
+            if len(subjects) > 1 or _unfinished_before(subject, settled_before_us)
+        ]
+        deleted = [0]
+
+        async def check(subject: str) -> None:
+            deleted[0] += await self._stale(subject, put_back=True)
+
+        await self._each(suspect, check)
+        return deleted[0]
+
+    async def _stale(self, subject: str, put_back: bool = False) -> bool:
+        """Delete a row its record does not have, unless the record moved onto it meanwhile;
+        `put_back`: and store the row the record does have (the same message id: a row
+        that is there is not stored twice). Whether a row was deleted."""
         found = await self.get(subject.rsplit(".", 1)[1])
-        if found is None or self._row(found.record, found.record.status.value) != subject:
-            await self._delete_row(subject, unless_from=found.revision + 1 if found else 2**63)
+        if found is not None and self._row(found.record, found.record.status.value) == subject:
+            return False
+        await self._delete_row(subject, unless_from=found.revision + 1 if found else 2**63)
+        if put_back and found is not None:
+            await self._put(found.record, found.record.status, found.revision)
+            await self._confirm(found.record, found.record.status, found.revision)
+        return True
 
     @staticmethod
     async def _each(items: list[T], call: Callable[[T], Awaitable[object]]) -> None:
