@@ -238,8 +238,7 @@ class Records:
                     if row is not None:
                         moves.append(self._put(record, row, revision))
                     await asyncio.gather(*moves)
-                    if row is not None:
-                        await self._confirm(record, row, revision)
+                    await self._confirm(record, record.status, revision)
                 return
             except NatsUnavailableError:
                 if loop.time() > deadline:
@@ -273,15 +272,14 @@ class Records:
             self._stored.pop(next(iter(self._stored)))
 
     async def _confirm(self, record: TaskRecord, status: TaskStatus, revision: int) -> None:
-        """Delete the row just stored when the record has moved off it meanwhile: a later
-        write (from another process, or after this one's try was lost) may have looked for
-        the row to delete before ours was stored, and would leave it behind for good."""
+        """Delete our row under `status` when the record has moved off it meanwhile: a
+        later write (another process's, or one made while our try's answer was lost)
+        may have looked for the row to delete before ours was stored, and would leave
+        it behind for good. A row a later write put there is kept (`_delete_row`)."""
         found = await self.get(record.task_id)
         if found is not None and (found.revision == revision or found.record.status is status):
             return
-        stored = self._stored.get(record.task_id)
-        if stored is not None and stored[0] == self._row(record, status.value):
-            await self._js.delete_message(self._names.index_stream, stored[1])
+        await self._delete_row(self._row(record, status.value), unless_from=revision + 1)
 
     async def _leave(
         self,
@@ -354,8 +352,7 @@ class Records:
             return False
         await self._delete_row(subject, unless_from=found.revision + 1 if found else 2**63)
         if put_back and found is not None:
-            await self._put(found.record, found.record.status, found.revision)
-            await self._confirm(found.record, found.record.status, found.revision)
+            await self.index(found.record, found.revision)
         return True
 
     @staticmethod
