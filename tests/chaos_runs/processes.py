@@ -16,6 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 _PR_SET_PDEATHSIG = 1
 
+INDEX_REPAIR_EVERY = 10.0
+"""How often the run's dispatcher repairs the status index (60 s by default)."""
+
 
 def die_with_parent() -> Callable[[], None]:
     """A `preexec_fn`: the kernel SIGKILLs the child when this process dies, so a run that
@@ -124,7 +127,8 @@ class Roles:
         return role
 
     def dispatcher(self, label: str = "dispatcher") -> Role:
-        return self._tether(label, "dispatcher")
+        every = str(INDEX_REPAIR_EVERY)
+        return self._tether(label, "dispatcher", "--index-repair-every", every)
 
     def worker(self, app: str, label: str) -> Role:
         return self._tether(label, "worker", app, "--concurrency", str(self.concurrency))

@@ -225,6 +225,10 @@ def dispatcher(
     api: Annotated[bool, typer.Option(help="Also answer the request/reply API.")] = True,
     replicas: ReplicasOption = 1,
     metrics_port: MetricsPortOption = None,
+    index_repair_every: Annotated[
+        float,
+        typer.Option(help="Seconds between checks of the status index against the records."),
+    ] = 60.0,
 ) -> None:
     """Accept submitted tasks, hand off their first steps, answer `tether.api.*`."""
     from tether.api import ApiService
@@ -235,7 +239,8 @@ def dispatcher(
 
     def services() -> list[Service]:
         answering = [ApiService(config, metrics=metrics)] if api else []
-        return [Dispatcher(config, metrics=metrics), *answering]
+        dispatching = Dispatcher(config, metrics=metrics, index_repair_every=index_repair_every)
+        return [dispatching, *answering]
 
     serve(*services(), name=config.name, waiting=Waiting(config.safe_url, services))
 

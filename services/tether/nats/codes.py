@@ -15,6 +15,8 @@ NO_MESSAGE_FOUND = 10037
 MESSAGE_DELETE_FAILED = 10057
 """A message delete that did not happen: on a stream that allows deletes, because the
 message is gone already."""
+SEQUENCE_NOT_FOUND = 10043
+"""`sequence N not found`: a delete of a message that is not there (seen after failovers)."""
 STREAM_NAME_IN_USE = 10058
 MAX_MESSAGES_PER_SUBJECT = 10077
 """A second message on a subject of a stream that keeps one, discarding new ones."""
@@ -23,3 +25,6 @@ ROLLUP_NOT_PERMITTED = 10111
 JETSTREAM_NOT_ENABLED = 10076
 UNAVAILABLE = 503
 """The `code` (an HTTP-like status) of "JetStream is not ready": an outage, not a refusal."""
+
+MESSAGE_GONE = frozenset({NO_MESSAGE_FOUND, MESSAGE_DELETE_FAILED, SEQUENCE_NOT_FOUND})
+"""What a delete of a message that is not there answers."""

@@ -81,7 +81,7 @@ class JetStream:
         done = success_decoder.decode(reply.data)
         if done.error is None:
             return True
-        if done.error.err_code in (codes.NO_MESSAGE_FOUND, codes.MESSAGE_DELETE_FAILED):
+        if done.error.err_code in codes.MESSAGE_GONE:
             return False
         raise done.error.exception()
 

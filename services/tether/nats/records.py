@@ -258,7 +258,7 @@ class Records:
         if found is None:
             return None, None  # removed meanwhile (`tether gc`)
         now = found.record.status
-        if found.revision != revision:  # a later write moves the row on from ours
+        if found.revision > revision:  # a later write moves the row on from ours
             row = row if now is row else None
             left = left if left is not now else None
         return row, left
@@ -277,8 +277,8 @@ class Records:
         may have looked for the row to delete before ours was stored, and would leave
         it behind for good. A row a later write put there is kept (`_delete_row`)."""
         found = await self.get(record.task_id)
-        if found is not None and (found.revision == revision or found.record.status is status):
-            return
+        if found is None or found.revision <= revision or found.record.status is status:
+            return  # (a read older than our write: a new leader may answer before it caught up)
         await self._delete_row(self._row(record, status.value), unless_from=revision + 1)
 
     async def _leave(
