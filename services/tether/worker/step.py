@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -70,6 +70,10 @@ class StepRunner:
     fleet: FleetView | None = None
     """The builds this process knows of: a step that should run on another is sent on."""
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
+    _copies: dict[tuple[str, int, int | None, int], tuple[asyncio.Lock, int]] = field(
+        default_factory=dict
+    )
+    """The step messages being handled here, by step, with how many copies are in hand."""
 
     def __post_init__(self) -> None:
         self.tasks = TaskService(self.store, router=self.fleet)
@@ -162,11 +166,30 @@ class StepRunner:
         running = self._running.setdefault(work.task_id, set())
         running.add(heartbeat)
         try:
-            await self._handle_work(delivery, heartbeat, work)
+            async with self._one_copy_at_a_time(work):
+                await self._handle_work(delivery, heartbeat, work)
         finally:
             running.discard(heartbeat)
             if not running:
                 self._running.pop(work.task_id, None)
+
+    @contextlib.asynccontextmanager
+    async def _one_copy_at_a_time(self, work: WorkMessage) -> AsyncIterator[None]:
+        """Handle a second copy of a step's message (a failover redelivered it, or two
+        survivors handed the step on) only once the first is done here: it then finds the
+        first one's checkpoint, where running beside it, it ran a finished step again."""
+        key = (work.task_id, work.step, work.branch, work.generation)
+        lock, copies = self._copies.get(key) or (asyncio.Lock(), 0)
+        self._copies[key] = (lock, copies + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, copies = self._copies[key]
+            if copies == 1:
+                del self._copies[key]
+            else:
+                self._copies[key] = (lock, copies - 1)
 
     async def _handle_work(
         self, delivery: Delivery, heartbeat: StepHeartbeat, work: WorkMessage, again: bool = True
