@@ -4,11 +4,11 @@ default:
 
 # Run the full suite: unit, integration and the crash tests, one process per core
 test *args:
-    python -m pytest --numprocesses auto {{args}}
+    python -m pytest --numprocesses auto --dist worksteal {{args}}
 
 # Run the suite without the slow crash tests
 test-fast *args:
-    python -m pytest --numprocesses auto -m "not slow" {{args}}
+    python -m pytest --numprocesses auto --dist worksteal -m "not slow" {{args}}
 
 # The real-model suite: agents on llama-server with SmolLM2-135M (installed when missing; the server is built once per machine, ~10 min)
 test-real-model *args:
