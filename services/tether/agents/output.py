@@ -74,7 +74,7 @@ class OutputType:
 
 
 def output_type(spec: Any) -> OutputType:
-    """The `output_type` of `app.agent(...)`, checked when the agent is defined."""
+    """The `output_type` of `Agent(...)`, checked when the agent is defined."""
     if isinstance(spec, dict):
         name = str(spec.get("title") or "answer")
         schema, kind = spec, None

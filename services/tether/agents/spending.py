@@ -228,7 +228,7 @@ def _failure(
             f"client.update_agent({task!r}, token_budget={least})), {retry}"
         )
     if journal.cost_budget is None and ctx.parent is None:
-        how = "raise the agent's cost_budget (app.agent(..., cost_budget=X)), restart its workers"
+        how = "raise the agent's cost_budget (Agent(..., cost_budget=X)), restart its workers"
         return BudgetExceeded(f"{said}; {why}: {how}, {retry}")
     return BudgetExceeded(
         f"{said}; {why}: a tree's budget in dollars set by its run stays as set: start the "

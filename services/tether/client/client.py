@@ -162,7 +162,7 @@ class Client(Reads, Operations, Service):
         deadline: timedelta | None = None,
         strict: bool = False,
     ) -> TaskHandle:
-        """Start agent `agent` (see `App.agent`; its name, or the agent itself) on `input`:
+        """Start agent `agent` (see `Agent`; its name, or the agent itself) on `input`:
         a question, or a list of chat messages. `await handle.wait()` is its final answer
         (given the agent, decoded as its `output_type`); `handle.stream()` its text as the
         model writes it. `instructions` and `model_settings` (`temperature`, ...) hold for

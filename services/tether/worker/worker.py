@@ -90,7 +90,7 @@ class Worker(Service):
             names = ", ".join(repr(app.name) for app in ([apps] if isinstance(apps, App) else apps))
             raise DefinitionError(
                 f"app {names or '(none)'} has no tools: register some with @app.tool() or "
-                "app.agent(...), or name the App that has them"
+                "app.add(Agent(...)), or name the App that has them"
             )
         self.nats = nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)
