@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, ClassVar
 from tether.durations import as_timedelta
 
 if TYPE_CHECKING:
-    from tether.schemas.tasks import ErrorInfo
+    from tether.schemas.records import ErrorInfo
 
 
 class TetherError(Exception):

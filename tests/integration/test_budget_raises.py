@@ -17,7 +17,7 @@ from tether import Agent, App, Client, NatsConfig, OpenAIModel, TaskFailedError,
 from tether.agents import Price
 from tether.agents.budget import Ledger
 from tether.nats.store import Store
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 from tether.testing.llm import ScriptedModel
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}

@@ -25,7 +25,7 @@ from tether.agents.toolbox import toolbox
 from tether.agents.turns import Next, Typed, after_reply, guards, result, turn_step
 from tether.schemas.codec import to_builtins
 from tether.schemas.events import AgentUpdated
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 from tether.tools.results import NextSteps
 
 if TYPE_CHECKING:

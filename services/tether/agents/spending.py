@@ -40,7 +40,8 @@ from tether.agents.errors import Spent as Spent
 from tether.agents.errors import TokenBudgetExceeded as TokenBudgetExceeded
 from tether.errors import TerminalError
 from tether.schemas.codec import to_builtins
-from tether.schemas.tasks import StepSpec, Usage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Usage
 from tether.tools.results import NeedsInput, NextSteps
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import sys
 import traceback
 
 from tether.errors import DefinitionError, TetherError
-from tether.worker.app import App
+from tether.tools.app import App
 
 
 class AppLoadError(TetherError):

@@ -27,7 +27,7 @@ from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.nats.workers import worker_key
-from tether.schemas.tasks import ToolInfo, WorkerBeat
+from tether.schemas.workers import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.tools.app import App
 from tether.tools.spelling import did_you_mean
