@@ -21,7 +21,7 @@ from nats.js.errors import NoKeysError
 from tests.chaos.crashes import survive
 from tests.conftest import raw_connection, start_worker
 from tether import App, NatsConfig, TaskHandle, TaskRecord, TaskStatus, Worker
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 

@@ -36,8 +36,10 @@ if TYPE_CHECKING:
     )
     from tether.local import run, run_sync
     from tether.nats import Layout, NatsConfig, NatsServer
-    from tether.schemas.tasks import RetryOverride, TaskRecord, TaskStatus, TokenChunk, Usage
-    from tether.schemas.tasks import StepSpec as Step
+    from tether.schemas.plans import RetryOverride
+    from tether.schemas.plans import StepSpec as Step
+    from tether.schemas.records import TaskRecord, TaskStatus, Usage
+    from tether.schemas.work import TokenChunk
     from tether.tasks.plans import Parallel
     from tether.tools import (
         App,
@@ -73,7 +75,9 @@ _HOMES = {
     ],
     "tether.local": ["run", "run_sync"],
     "tether.nats": ["Layout", "NatsConfig", "NatsServer"],
-    "tether.schemas.tasks": ["RetryOverride", "TaskRecord", "TaskStatus", "TokenChunk", "Usage"],
+    "tether.schemas.plans": ["RetryOverride"],
+    "tether.schemas.records": ["TaskRecord", "TaskStatus", "Usage"],
+    "tether.schemas.work": ["TokenChunk"],
     "tether.tasks.plans": ["Parallel"],
     "tether.tools": [
         "App",
@@ -87,7 +91,7 @@ _HOMES = {
     "tether.worker": ["Worker"],
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
-_RENAMED = {"Step": ("tether.schemas.tasks", "StepSpec")}
+_RENAMED = {"Step": ("tether.schemas.plans", "StepSpec")}
 
 __all__ = [
     "Agent",

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, ClassVar
 from tether.durations import as_timedelta
 
 if TYPE_CHECKING:
-    from tether.schemas.tasks import ErrorInfo
+    from tether.schemas.records import ErrorInfo
 
 
 class TetherError(Exception):
@@ -226,7 +226,7 @@ class TerminalError(StepError):
 
 
 class GuardrailTripped(TerminalError):
-    """Raised by a guardrail (`app.agent(input_guardrails=..., output_guardrails=...)`):
+    """Raised by a guardrail (`Agent(..., input_guardrails=..., output_guardrails=...)`):
     the agent's task fails with this error and its reason: an expected outcome."""
 
     expected = True

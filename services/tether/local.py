@@ -31,7 +31,8 @@ from tether.local_server import SharedServer
 from tether.nats.connection import NatsConfig
 from tether.schemas.codec import encode
 from tether.schemas.names import Names
-from tether.schemas.tasks import StepSpec, TaskStatus
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskStatus
 from tether.tasks import plans
 from tether.tasks.plans import to_step
 from tether.tools.app import App

@@ -37,7 +37,7 @@ from tether.schemas.events import (
     StepCompleted,
     Submitted,
 )
-from tether.schemas.tasks import DeadLetter
+from tether.schemas.work import DeadLetter
 from tether.worker.attempts import Outcome
 
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 15, 60, 300, 1800)

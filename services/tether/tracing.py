@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from tether.schemas.tasks import TaskRecord, Usage
+from tether.schemas.records import TaskRecord, Usage
 
 log = logging.getLogger("tether.tracing")
 TRACER = trace.get_tracer("tether")

@@ -10,6 +10,7 @@ import msgspec
 
 from tests.apps.tools import BEAT, record
 from tether import (
+    Agent,
     App,
     GuardrailTripped,
     NeedsInput,
@@ -58,32 +59,38 @@ async def shout(ctx: StepContext, text: str) -> str:
     return text.upper()
 
 
-researcher = app.agent(
-    "researcher",
-    model=MODEL,
-    instructions="You research questions with the tools you have.",
-    tools=["web_search", "slow_search", "send_email", "shout"],
-    max_turns=6,
-    retry=QUICK,
+researcher = app.add(
+    Agent(
+        "researcher",
+        model=MODEL,
+        instructions="You research questions with the tools you have.",
+        tools=["web_search", "slow_search", "send_email", "shout"],
+        max_turns=6,
+        retry=QUICK,
+    )
 )
 
 
-hasty = app.agent(
-    "hasty",
-    model=MODEL,
-    tools=["web_search"],
-    approval=["web_search"],  # asks before every search, and not for long
-    approval_timeout=0.5,
-    retry=QUICK,
+hasty = app.add(
+    Agent(
+        "hasty",
+        model=MODEL,
+        tools=["web_search"],
+        approval=["web_search"],  # asks before every search, and not for long
+        approval_timeout=0.5,
+        retry=QUICK,
+    )
 )
 
 
-modern = app.agent(
-    "modern",
-    model=OpenAIModel("scripted", api_key="test", api="responses"),  # OpenAI's newer API
-    instructions="You research with the Responses API.",
-    tools=["web_search"],
-    retry=QUICK,
+modern = app.add(
+    Agent(
+        "modern",
+        model=OpenAIModel("scripted", api_key="test", api="responses"),  # OpenAI's newer API
+        instructions="You research with the Responses API.",
+        tools=["web_search"],
+        retry=QUICK,
+    )
 )
 
 
@@ -94,7 +101,7 @@ async def snooze(ctx: StepContext, data: dict[str, Any]) -> Sleep:
     return Sleep(0.5, output=f"rested {data.get('for')}")
 
 
-sleepy = app.agent("sleepy", model=MODEL, tools=["snooze", "web_search"], retry=QUICK)
+sleepy = app.add(Agent("sleepy", model=MODEL, tools=["snooze", "web_search"], retry=QUICK))
 
 
 class Transfer(msgspec.Struct):
@@ -109,43 +116,51 @@ async def transfer(ctx: StepContext, data: Transfer) -> str:
     return f"sent {data.amount} to {data.to}"
 
 
-payer = app.agent("payer", model=MODEL, tools=["transfer"], retry=QUICK)
+payer = app.add(Agent("payer", model=MODEL, tools=["transfer"], retry=QUICK))
 
 
-billing = app.agent(
-    "billing",
-    model=MODEL,
-    instructions="You handle billing questions.",
-    tools=["web_search"],
-    retry=QUICK,
+billing = app.add(
+    Agent(
+        "billing",
+        model=MODEL,
+        instructions="You handle billing questions.",
+        tools=["web_search"],
+        retry=QUICK,
+    )
 )
 
 
-triage = app.agent(
-    "triage",
-    model=MODEL,
-    instructions="Hand each question to the right agent.",
-    handoffs=["billing"],  # the model may call transfer_to_billing
-    retry=QUICK,
+triage = app.add(
+    Agent(
+        "triage",
+        model=MODEL,
+        instructions="Hand each question to the right agent.",
+        handoffs=["billing"],  # the model may call transfer_to_billing
+        retry=QUICK,
+    )
 )
 
 
-thrifty = app.agent(
-    "thrifty",
-    model=MODEL,
-    tools=["web_search"],
-    on_budget="fail",  # a spent budget fails the task instead of asking
-    retry=QUICK,
+thrifty = app.add(
+    Agent(
+        "thrifty",
+        model=MODEL,
+        tools=["web_search"],
+        on_budget="fail",  # a spent budget fails the task instead of asking
+        retry=QUICK,
+    )
 )
 
 
-hesitant = app.agent(
-    "hesitant",
-    model=MODEL,
-    tools=["web_search", "send_email"],
-    approval_timeout=0.5,  # nobody answers in time: the calls still waiting are denied
-    approval_timeout_denies=True,
-    retry=QUICK,
+hesitant = app.add(
+    Agent(
+        "hesitant",
+        model=MODEL,
+        tools=["web_search", "send_email"],
+        approval_timeout=0.5,  # nobody answers in time: the calls still waiting are denied
+        approval_timeout_denies=True,
+        retry=QUICK,
+    )
 )
 
 
@@ -156,19 +171,23 @@ async def close_account(ctx: StepContext, data: dict[str, Any]) -> str:
     raise TerminalError(f"account {data.get('account')} is frozen: stop the whole run")
 
 
-guarded = app.agent(
-    "guarded",
-    model=MODEL,
-    tools=["web_search", "close_account"],
-    token_budget=10_000,
-    retry=QUICK,
+guarded = app.add(
+    Agent(
+        "guarded",
+        model=MODEL,
+        tools=["web_search", "close_account"],
+        token_budget=10_000,
+        retry=QUICK,
+    )
 )
 
 
-unreachable = app.agent(
-    "unreachable",
-    model=OpenAIModel("nowhere", base_url="http://127.0.0.1:9/v1", api_key="test"),
-    retry=RetryPolicy(max_attempts=2, initial_backoff=60, jitter=0.0),
+unreachable = app.add(
+    Agent(
+        "unreachable",
+        model=OpenAIModel("nowhere", base_url="http://127.0.0.1:9/v1", api_key="test"),
+        retry=RetryPolicy(max_attempts=2, initial_backoff=60, jitter=0.0),
+    )
 )
 
 
@@ -180,49 +199,59 @@ class Report(msgspec.Struct, frozen=True):
     sources: list[str]
 
 
-reporter = app.agent(
-    "reporter",
-    model=MODEL,
-    instructions="Research, then report.",
-    tools=["web_search"],
-    output_type=Report,
-    retry=QUICK,
+reporter = app.add(
+    Agent(
+        "reporter",
+        model=MODEL,
+        instructions="Research, then report.",
+        tools=["web_search"],
+        output_type=Report,
+        retry=QUICK,
+    )
 )
 
 
-terse_reporter = app.agent(
-    "terse_reporter",
-    model=MODEL,
-    output_type=Report,  # its endpoint may refuse json_schema: then a final_answer call
-    retry=QUICK,
+terse_reporter = app.add(
+    Agent(
+        "terse_reporter",
+        model=MODEL,
+        output_type=Report,  # its endpoint may refuse json_schema: then a final_answer call
+        retry=QUICK,
+    )
 )
 
 
-chatty = app.agent(
-    "chatty",
-    model=MODEL,
-    instructions="Talk at length.",
-    tools=["shout"],
-    max_turns=30,
-    retry=QUICK,
+chatty = app.add(
+    Agent(
+        "chatty",
+        model=MODEL,
+        instructions="Talk at length.",
+        tools=["shout"],
+        max_turns=30,
+        retry=QUICK,
+    )
 )
 
 
-analyst = app.agent(
-    "analyst",
-    model=MODEL,
-    instructions="Analyse with the help of a researcher.",
-    tools=["researcher", "guarded"],  # sub-agents: each call runs as a child task
-    retry=QUICK,
+analyst = app.add(
+    Agent(
+        "analyst",
+        model=MODEL,
+        instructions="Analyse with the help of a researcher.",
+        tools=["researcher", "guarded"],  # sub-agents: each call runs as a child task
+        retry=QUICK,
+    )
 )
 
 
-lead = app.agent(
-    "lead",
-    model=MODEL,
-    instructions="Delegate to the analyst.",
-    tools=["analyst"],
-    retry=QUICK,
+lead = app.add(
+    Agent(
+        "lead",
+        model=MODEL,
+        instructions="Delegate to the analyst.",
+        tools=["analyst"],
+        retry=QUICK,
+    )
 )
 
 
@@ -241,21 +270,25 @@ async def polite(ctx: StepContext, answer: str) -> str:
     return "ok"
 
 
-careful = app.agent(
-    "careful",
-    model=MODEL,
-    input_guardrails=[no_secrets],
-    output_guardrails=[polite],
-    retry=QUICK,
+careful = app.add(
+    Agent(
+        "careful",
+        model=MODEL,
+        input_guardrails=[no_secrets],
+        output_guardrails=[polite],
+        retry=QUICK,
+    )
 )
 
 
-forced = app.agent(
-    "forced",
-    model=MODEL,
-    tools=["web_search"],
-    tool_choice="required",  # the first call must use a tool; later ones choose
-    retry=QUICK,
+forced = app.add(
+    Agent(
+        "forced",
+        model=MODEL,
+        tools=["web_search"],
+        tool_choice="required",  # the first call must use a tool; later ones choose
+        retry=QUICK,
+    )
 )
 
 
@@ -267,9 +300,11 @@ async def confirm_refund(ctx: StepContext, data: dict[str, Any]) -> NeedsInput:
     return NeedsInput(prompt=f"Refund {data.get('amount')}?", schema=schema)
 
 
-cashier = app.agent(
-    "cashier",
-    model=MODEL,
-    tools=["confirm_refund", "web_search"],  # a tool that asks a person, and one that runs
-    retry=QUICK,
+cashier = app.add(
+    Agent(
+        "cashier",
+        model=MODEL,
+        tools=["confirm_refund", "web_search"],  # a tool that asks a person, and one that runs
+        retry=QUICK,
+    )
 )

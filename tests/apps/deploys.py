@@ -14,7 +14,7 @@ from typing import Literal, cast
 import msgspec
 
 from tests.apps.tools import record
-from tether import App, OpenAIModel, RetryPolicy, StepContext
+from tether import Agent, App, OpenAIModel, RetryPolicy, StepContext
 from tether.schemas.builds import WhenGone
 
 VERSION = os.environ.get("TETHER_TEST_DEPLOY_VERSION", "v1")
@@ -81,10 +81,12 @@ async def lookup(ctx: StepContext, q: Query) -> str:
     return f"found {q.query}"
 
 
-deployer = app.agent(
-    "deployer",
-    model=OpenAIModel("scripted", api_key="test"),
-    instructions=f"You are build {VERSION}.",
-    tools=["lookup"],
-    retry=RetryPolicy(max_attempts=4, initial_backoff=0.05, max_backoff=0.2, jitter=0.0),
+deployer = app.add(
+    Agent(
+        "deployer",
+        model=OpenAIModel("scripted", api_key="test"),
+        instructions=f"You are build {VERSION}.",
+        tools=["lookup"],
+        retry=RetryPolicy(max_attempts=4, initial_backoff=0.05, max_backoff=0.2, jitter=0.0),
+    )
 )

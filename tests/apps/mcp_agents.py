@@ -10,18 +10,20 @@ import functools
 import os
 
 from tests.apps.agents import MODEL, QUICK
-from tether import App
+from tether import Agent, App
 
 
 def make_app(servers: list[str]) -> App:
     app = App("mcp-agents")
-    app.agent(
-        "clerk",
-        model=MODEL,
-        instructions="You run errands with the tools you have.",
-        mcp_servers=servers,
-        max_turns=6,
-        retry=QUICK,
+    app.add(
+        Agent(
+            "clerk",
+            model=MODEL,
+            instructions="You run errands with the tools you have.",
+            mcp_servers=servers,
+            max_turns=6,
+            retry=QUICK,
+        )
     )
     return app
 

@@ -23,7 +23,7 @@ import msgspec
 import nats
 import openai
 
-from tether import App, Client, NatsConfig, OpenAIModel, StepContext
+from tether import Agent, App, Client, NatsConfig, OpenAIModel, StepContext
 from tether.schemas.names import DEFAULT_NAMES as NAMES
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
@@ -42,11 +42,13 @@ async def echo(ctx: StepContext, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-long_agent = app.agent(
-    "long_agent",
-    model=OpenAIModel("scripted", api_key="bench"),
-    tools=["echo"],
-    max_turns=LONG_TURNS + 1,
+long_agent = app.add(
+    Agent(
+        "long_agent",
+        model=OpenAIModel("scripted", api_key="bench"),
+        tools=["echo"],
+        max_turns=LONG_TURNS + 1,
+    )
 )
 
 

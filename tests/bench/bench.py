@@ -40,7 +40,7 @@ from tether import Client, NatsConfig, NatsServer
 from tether.nats.server import find_nats_server
 from tether.nats.store import Store
 from tether.schemas.names import DEFAULT_NAMES as NAMES
-from tether.schemas.tasks import StepSpec, TaskSubmit
+from tether.schemas.plans import StepSpec, TaskSubmit
 from tether.testing.progress import stored_steps
 
 PLOT = Path(__file__).parent / "performance.png"

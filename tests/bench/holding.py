@@ -28,7 +28,7 @@ from tests.bench.processes import CpuTime, Node
 from tests.bench.server import server_messages
 from tether import NatsServer
 from tether.schemas.names import DEFAULT_NAMES as NAMES
-from tether.schemas.tasks import StepSpec, TaskSubmit
+from tether.schemas.plans import StepSpec, TaskSubmit
 
 HOLDING_TARGETS = {
     "msgs_per_step_s": "target ≤ 0.2",

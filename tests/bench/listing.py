@@ -11,7 +11,7 @@ import msgspec
 
 from tether import Client, NatsConfig, TaskStatus
 from tether.clock import utcnow
-from tether.schemas.tasks import StepSpec, TaskSubmit
+from tether.schemas.plans import StepSpec, TaskSubmit
 from tether.tasks.rules import new_record
 
 WAITING = 10

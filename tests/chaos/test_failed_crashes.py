@@ -18,7 +18,7 @@ from tests.chaos.crashes import crash
 from tests.conftest import APP, ROOT, Raw
 from tether import Client, NatsConfig, Parallel, Step, TaskFailedError, TaskHandle, Worker
 from tether.schemas.events import AnyStatusEvent, Failed
-from tether.schemas.tasks import TaskStatus
+from tether.schemas.records import TaskStatus
 from tether.testing import eventually, wait_until
 
 pytestmark = pytest.mark.slow

@@ -32,7 +32,7 @@ from tether.api import ApiService
 from tether.nats.store import Store
 from tether.schemas.api import ErrorCode, ListReply, ResultReply, SubmitReply
 from tether.schemas.builds import BuildsReply
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 from tether.testing import eventually, wait_until
 
 T = TypeVar("T")

@@ -13,11 +13,11 @@ import msgspec
 import pytest
 
 from tests.e2e.test_cli_ops import tether
-from tether import App, Client, NatsConfig, OpenAIModel, TaskFailedError, TaskStatus, Worker
+from tether import Agent, App, Client, NatsConfig, OpenAIModel, TaskFailedError, TaskStatus, Worker
 from tether.agents import Price
 from tether.agents.budget import Ledger
 from tether.nats.store import Store
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 from tether.testing.llm import ScriptedModel
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
@@ -123,7 +123,7 @@ FRUGAL_MODEL = OpenAIModel("scripted", api_key="test", price=Price(input=1.0, ou
 def _frugal(cost_budget: float) -> App:
     """A build of the app whose agent `frugal` has `cost_budget` dollars by default."""
     app = App("frugal")
-    app.agent("frugal", model=FRUGAL_MODEL, cost_budget=cost_budget, on_budget="fail")
+    app.add(Agent("frugal", model=FRUGAL_MODEL, cost_budget=cost_budget, on_budget="fail"))
     return app
 
 

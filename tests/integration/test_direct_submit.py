@@ -12,7 +12,8 @@ from tests.apps.tools import app, read_executions
 from tether import Client, NatsConfig, TaskExistsError, Worker
 from tether.clock import utcnow
 from tether.nats.store import Store
-from tether.schemas.tasks import StepSpec, TaskStatus, TaskSubmit
+from tether.schemas.plans import StepSpec, TaskSubmit
+from tether.schemas.records import TaskStatus
 from tether.tasks import rules
 
 PLAN = [{"tool": "fast", "input": {"n": 1}}]

@@ -15,7 +15,9 @@ from tether.clock import utcnow
 from tether.nats.store import Store
 from tether.schemas import DeadLetter, Failed, StepRetrying, TaskStatus
 from tether.schemas.names import Names
-from tether.schemas.tasks import StepSpec, TaskRecord, WorkMessage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord
+from tether.schemas.work import WorkMessage
 from tether.testing import eventually
 
 

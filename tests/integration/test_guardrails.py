@@ -1,4 +1,4 @@
-"""Guardrails (`app.agent(input_guardrails=..., output_guardrails=...)`) through the real
+"""Guardrails (`Agent(..., input_guardrails=..., output_guardrails=...)`) through the real
 `openai` client and the scripted model: each check is a step of its own, before the
 first turn and on the final answer; a tripped one fails the task with its reason."""
 

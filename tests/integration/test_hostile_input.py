@@ -58,14 +58,9 @@ from tether.nats.store import Store
 from tether.schemas.api import ErrorCode
 from tether.schemas.codec import encode
 from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
-from tether.schemas.tasks import (
-    Checkpoint,
-    DeadLetter,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    TaskSubmit,
-)
+from tether.schemas.plans import StepSpec, TaskSubmit
+from tether.schemas.records import Checkpoint, TaskRecord, TaskStatus
+from tether.schemas.work import DeadLetter
 from tether.testing import eventually, wait_until
 
 STORED_MARGIN = 16 * 1024

@@ -22,6 +22,7 @@ from tests.apps.tools import app as tools
 from tests.apps.tools import read_branch_executions
 from tests.conftest import Raw
 from tether import (
+    Agent,
     App,
     Client,
     Dispatcher,
@@ -329,7 +330,7 @@ async def test_a_budget_with_a_model_that_reports_no_usage_is_warned_about_once(
 def _limited(max_turns: int) -> App:
     """The same agent, as deployed before and after raising its `max_turns`."""
     app = App(f"limited-{max_turns}")
-    app.agent("limited", model=MODEL, tools=["web_search"], max_turns=max_turns, retry=QUICK)
+    app.add(Agent("limited", model=MODEL, tools=["web_search"], max_turns=max_turns, retry=QUICK))
     return app
 
 

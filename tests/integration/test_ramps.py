@@ -18,13 +18,13 @@ import pytest
 from tests.conftest import APP, start_worker, stop_worker
 from tether import App, Child, Client, NatsConfig, StepContext, TaskFailedError, Worker
 from tether.clock import utcnow
+from tether.deploys.rollout import MOVE_EVERY
+from tether.deploys.routing import ramped
 from tether.errors import TaskConflictError
 from tether.nats.store import Store
 from tether.schemas.builds import Versioning, WhenGone
 from tether.tasks.sweep import Sweeper
 from tether.testing import wait_until
-from tether.worker.rollout import MOVE_EVERY
-from tether.worker.routing import ramped
 
 
 async def _builds_of(client: Client, count: int) -> list[str | None]:

@@ -17,7 +17,7 @@ from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.nats.workers import worker_key
 from tether.schemas.codec import encode
-from tether.schemas.tasks import HeldStep, WorkerBeat
+from tether.schemas.workers import HeldStep, WorkerBeat
 from tether.worker.succession import Succession
 
 

@@ -26,7 +26,7 @@ from tether import (
 from tether.cli.output import format_usage
 from tether.schemas import DeadLetter, TaskStatus
 from tether.schemas.names import Names
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 

@@ -6,7 +6,7 @@ from tests.conftest import Raw
 from tether import Client
 from tether.clock import utcnow
 from tether.nats.store import Store
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 
 
 def _record(task_id: str) -> TaskRecord:

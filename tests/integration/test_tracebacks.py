@@ -14,7 +14,7 @@ import pytest
 from tests.apps.agents import app as agents
 from tests.apps.tools import app as tools
 from tests.e2e.test_cli_ops import tether
-from tether import App, Client, NatsConfig, TaskFailedError, Worker
+from tether import Agent, App, Client, NatsConfig, TaskFailedError, Worker
 from tether.schemas import Failed, StepRetrying
 from tether.testing import eventually
 from tether.ui import Dashboard
@@ -107,7 +107,7 @@ async def test_an_agent_listing_a_tool_no_worker_registered_is_warned_about_at_s
     config: NatsConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = App("typo")
-    app.agent("typist", model="scripted", tools=["web_serach"])
+    app.add(Agent("typist", model="scripted", tools=["web_serach"]))
     caplog.set_level(logging.WARNING, logger="tether.worker")
     async with Worker(app, config):
         pass

@@ -1,4 +1,4 @@
-"""Typed answers (`app.agent(..., output_type=...)`) through the real `openai` client
+"""Typed answers (`Agent(..., output_type=...)`) through the real `openai` client
 against the scripted model in its own process: asked for with a strict `json_schema`,
 checked, told back to the model when wrong, and asked as a final-answer tool call from an
 endpoint that refuses `json_schema`."""

@@ -12,7 +12,10 @@ from tether.agents.models import retry_after
 from tether.agents.schemas import function_tool
 from tether.agents.turns import CallShape, after_approval, after_reply
 from tether.cli.render import StreamedText, format_usage
-from tether.schemas.tasks import StepSpec, TokenChunk, ToolInfo, Usage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Usage
+from tether.schemas.work import TokenChunk
+from tether.schemas.workers import ToolInfo
 
 TOOLS = {"search": CallShape(), "shout": CallShape(wrapped=True), "mail": CallShape(approval=True)}
 

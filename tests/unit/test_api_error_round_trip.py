@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tether.api.errors import error_reply, raised
 from tether.errors import (
     InvalidTaskError,
     NatsUnavailableError,
@@ -15,6 +14,7 @@ from tether.errors import (
     TaskTimeoutError,
     TetherError,
 )
+from tether.schemas.api import error_reply, raised
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether.agents.budget import Ledger, Price, cost, output_cap, price_of, worst_case
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 
 def test_a_call_fits_only_with_the_calls_in_flight_counted_and_a_retry_replaces_its_own() -> None:

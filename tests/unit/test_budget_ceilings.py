@@ -13,7 +13,8 @@ from tether.agents.owners import ForeignConversation, Owner, bound_owner, check_
 from tether.agents.spending import BudgetAboveCeiling, check_ceiling
 from tether.gateway.follow_ups import named_threads
 from tether.schemas.events import AgentUpdated, MessageSent
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord, TaskStatus
 from tether.tasks.steering import steering_refusal
 
 AGENT = Agent("a", OpenAIModel("m"), token_budget=1_000, cost_budget=2.0)

@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 
 from tether import App, StepContext
+from tether.deploys.announcing import refusal
+from tether.deploys.shapes import new_tools, shape_differences
 from tether.schemas.builds import BuildInfo, BuildTool
-from tether.worker.announcing import refusal
-from tether.worker.builds import new_tools, shape_differences
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=5)

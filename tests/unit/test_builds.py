@@ -7,9 +7,9 @@ import msgspec
 import pytest
 
 from tether import App, StepContext
+from tether.deploys.compat import input_changes, output_changes
+from tether.deploys.naming import default_build, validate_build
 from tether.errors import DefinitionError
-from tether.worker.builds import default_build, validate_build
-from tether.worker.compat import input_changes, output_changes
 
 
 class Query(msgspec.Struct):

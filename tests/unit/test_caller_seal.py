@@ -19,7 +19,7 @@ from tether.agents.owners import (
 )
 from tether.gateway.callers import public_key, seal, seal_key
 from tether.gateway.tasks import owner
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 
 TOKENS = {"alice-token-0123456789": "alice", "bob-token-0123456789": "bob"}
 

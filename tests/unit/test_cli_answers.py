@@ -17,8 +17,8 @@ from tether.cli.statuses import told
 from tether.clock import utcnow
 from tether.durations import human
 from tether.schemas.events import Waiting
+from tether.schemas.plans import StepSpec
 from tether.schemas.records import InputRequest, TaskRecord, TaskStatus
-from tether.schemas.tasks import StepSpec
 from tether.tasks.questions import last_question
 
 

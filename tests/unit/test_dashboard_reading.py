@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from tether.schemas.tasks import ErrorInfo, StepSpec, Usage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import ErrorInfo, Usage
 from tether.tasks.questions import Message, question
 from tether.ui import views
 from tether.ui.folds import folded

@@ -15,7 +15,8 @@ from tether.schemas.events import (
     Submitted,
     Waiting,
 )
-from tether.schemas.tasks import ErrorInfo, StepSpec, TaskStatus
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import ErrorInfo, TaskStatus
 from tether.ui import views
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

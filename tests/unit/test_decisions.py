@@ -10,14 +10,9 @@ import msgspec
 import pytest
 
 from tether import RetryableError, RetryPolicy, TerminalError
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    WorkMessage,
-)
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Checkpoint, ErrorInfo, TaskRecord, TaskStatus
+from tether.schemas.work import WorkMessage
 from tether.worker.decisions import (
     Drop,
     Execute,

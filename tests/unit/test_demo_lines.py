@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from tether.demo.retries import again, failure_line, retry_line
 from tether.demo.story import _failed
 from tether.schemas.events import StepRetrying
+from tether.schemas.plans import StepSpec
 from tether.schemas.records import ErrorInfo, TaskRecord, TaskStatus
-from tether.schemas.tasks import StepSpec
 
 REFUSED = ErrorInfo(
     type="APIConnectionError",

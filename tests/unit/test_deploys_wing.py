@@ -1,6 +1,5 @@
 """Deploys in one wing (issue 39): the deploy modules live in `tether.deploys`, which
-depends on no host or author package; a `TaskService` gets its router when it is made;
-the split of `schemas.tasks` keeps every name where it was, for one round."""
+depends on no host or author package; a `TaskService` gets its router when it is made."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 
 from tests.unit.test_structure import imports
-from tether.schemas import tasks as old_schemas
 from tether.schemas.names import DEFAULT_NAMES
 from tether.schemas.records import TaskRecord, TaskStatus
 from tether.schemas.work import WorkMessage
@@ -54,17 +52,6 @@ def test_the_deploys_package_imports_no_host_author_or_agent_package() -> None:
     assert found == []
 
 
-def test_the_moved_modules_stay_importable_from_their_old_paths_for_one_round() -> None:
-    from tether.deploys import compat, naming, routing
-    from tether.worker import builds as old_builds
-    from tether.worker import compat as old_compat
-    from tether.worker import routing as old_routing
-
-    assert old_builds.default_build is naming.default_build
-    assert old_compat.input_changes is compat.input_changes
-    assert old_routing.place is routing.place
-
-
 @dataclass
 class _Store:
     """What `TaskService.publish` uses of the store: its names, and the work it publishes."""
@@ -103,20 +90,3 @@ def test_without_a_router_every_step_goes_to_its_tools_subject() -> None:
     work = WorkMessage(task_id="t1", step=1, tool="search")
     asyncio.run(tasks.publish([work], record=_record()))
     assert store.published == [(work, None)]
-
-
-def test_the_task_flows_keep_their_names_for_one_round() -> None:
-    tasks = TaskService(_Store())  # type: ignore[arg-type]
-    assert tasks.fail == tasks.endings.fail
-    assert tasks.cancel == tasks.endings.cancel
-    assert tasks.send_input == tasks.answers.send_input
-    assert tasks.dead_letter == tasks.dead_letters.keep
-
-
-def test_every_name_of_schemas_tasks_is_still_there_and_the_same() -> None:
-    homes = ["plans", "records", "work", "workers", "runs"]
-    modules = [importlib.import_module(f"tether.schemas.{home}") for home in homes]
-    for name in old_schemas.__all__:
-        where = [m for m in modules if name in vars(m)]
-        assert where, f"{name} has no home"
-        assert getattr(old_schemas, name) is getattr(where[0], name)

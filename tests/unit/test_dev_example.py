@@ -8,7 +8,7 @@ import shlex
 
 import msgspec
 
-from tether import App, StepContext
+from tether import Agent, App, StepContext
 from tether.cli.dev import _example
 
 LOCAL = "nats://127.0.0.1:4222"
@@ -43,7 +43,7 @@ def test_an_app_with_an_agent_is_asked_a_question() -> None:
     async def lookup(ctx: StepContext, data: dict[str, str]) -> str:
         return ""
 
-    app.agent("helper", model="gpt-4o-mini", tools=["lookup"])
+    app.add(Agent("helper", model="gpt-4o-mini", tools=["lookup"]))
 
     assert _example(LOCAL, app.tools) == "tether submit --agent helper 'What can you do?' --wait"
 

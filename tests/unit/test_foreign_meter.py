@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from tether.agents.budget import Ledger, TreeBudget
 from tether.integrations.meter import Meter
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 from tether.tools.context import StepContext
 
 

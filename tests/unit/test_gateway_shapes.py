@@ -18,7 +18,9 @@ from tether.gateway.tasks import (
     tool_result,
 )
 from tether.gateway.tools import input_schema, plan_steps, tool_step
-from tether.schemas.tasks import ErrorInfo, InputRequest, StepSpec, TaskRecord, TaskStatus, ToolInfo
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import ErrorInfo, InputRequest, TaskRecord, TaskStatus
+from tether.schemas.workers import ToolInfo
 
 NOW = datetime(2026, 7, 28, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,8 @@ import pytest
 
 from tether.clock import utcnow
 from tether.nats.recent import RecentRecords, Versioned
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord, TaskStatus
 
 
 def versioned(step: int = 1, status: TaskStatus = TaskStatus.RUNNING) -> Versioned:

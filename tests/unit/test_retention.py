@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord, TaskStatus
 from tether.tasks.retention import BLOB_GRACE, expired, garbage, referenced_blobs
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)

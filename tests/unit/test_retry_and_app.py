@@ -13,10 +13,11 @@ import pytest
 from tether import StepContext
 from tether.errors import DefinitionError
 from tether.schemas.ids import InvalidNameError
-from tether.schemas.tasks import RetryOverride
+from tether.schemas.plans import RetryOverride
+from tether.tools.app import App
+from tether.tools.retry import RetryPolicy
+from tether.tools.tool import Tool
 from tether.worker import Liveness
-from tether.worker.app import App, Tool
-from tether.worker.retry import RetryPolicy
 
 # -- RetryPolicy --------------------------------------------------------------
 

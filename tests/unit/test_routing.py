@@ -1,4 +1,4 @@
-"""Which build runs a step (`tether.worker.routing`): new tasks by the ramp and the
+"""Which build runs a step (`tether.deploys.routing`): new tasks by the ramp and the
 promoted build, moving steps to the newest build that takes their input, pinned steps on
 the build that started their task, and what a pinned step does when that build is gone."""
 
@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
+from tether.deploys.routing import Fleet, Refuse, place, ramped
 from tether.schemas.builds import BuildInfo, Deployment, ToolShape
-from tether.schemas.tasks import WorkMessage
-from tether.worker.routing import Fleet, Refuse, place, ramped
+from tether.schemas.work import WorkMessage
 
 T0 = datetime(2026, 12, 2, tzinfo=UTC)
 OLD = {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tether.schemas.events import StepStarted
-from tether.schemas.tasks import StepRun, TaskStatus, WorkMessage
+from tether.schemas.records import TaskStatus
+from tether.schemas.runs import StepRun
+from tether.schemas.work import WorkMessage
 from tether.worker.runs import Count, count, poisoned, runs_elsewhere, started_by_event
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)

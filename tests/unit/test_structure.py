@@ -11,6 +11,13 @@
   function or under `TYPE_CHECKING`.
 - `tether.worker` imports nothing from `tether.agents`: any import, as above.
 - No module under `tether` is over 400 lines.
+- No shim. A module whose body (past its docstring) is only imports, `__all__` and
+  `if TYPE_CHECKING:` blocks defines nothing: it only re-exports. Only a package's
+  `__init__.py` may be so (it is the package's public API: `tether.tools`,
+  `tether.schemas`, ...), and it re-exports only from modules of its own package; a
+  name that moved is imported from its new home, never through its old one. The root
+  `tether/__init__.py`, the front door, defines its lazy loading and is no such module.
+- No source, docs page or README says it keeps something "for one round".
 """
 
 from __future__ import annotations
@@ -227,3 +234,74 @@ def test_no_module_is_over_400_lines() -> None:
     assert not over, f"modules over {MAX_LINES} lines (split them):\n" + "\n".join(
         f"  {path}: {size} lines" for path, size in sorted(over.items(), key=lambda kv: -kv[1])
     )
+
+
+def _only_imports(tree: ast.Module) -> bool:
+    """Whether the module defines nothing: its body is imports, `__all__` and
+    `if TYPE_CHECKING:` blocks (after its docstring)."""
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    for node in body:
+        names = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        if not (
+            isinstance(node, (ast.Import, ast.ImportFrom))
+            or (isinstance(node, ast.If) and _is_type_checking(node.test))
+            or (names and all(isinstance(n, ast.Name) and n.id == "__all__" for n in names))
+        ):
+            return False
+    return True
+
+
+def _shim(path: Path, tree: ast.Module) -> str | None:
+    """Why the module at `path` is a shim, or None when it is not one."""
+    if not _only_imports(tree):
+        return None
+    if path.name != "__init__.py":
+        return "defines nothing: import its names from their home instead"
+    package = _module_name(path)
+    outside = sorted(
+        {
+            target
+            for node, _ in _statements(tree.body, True)
+            for target in _targets(node, package, True)
+            if target.startswith("tether") and not target.startswith(f"{package}.")
+        }
+    )
+    return f"re-exports {', '.join(outside)}, outside its package" if outside else None
+
+
+def test_the_shim_finder_knows_a_shim_from_a_package_api() -> None:
+    moved = ast.parse(
+        '"""Moved."""\nfrom tether.deploys.rollout import Rollout\n__all__ = ["Rollout"]'
+    )
+    assert _shim(PACKAGE / "worker" / "rollout.py", moved) is not None
+    borrowed = ast.parse("from tether.tools import App\nfrom tether.worker.worker import Worker")
+    assert "tether.tools" in (_shim(PACKAGE / "worker" / "__init__.py", borrowed) or "")
+    own = ast.parse("from tether.worker.worker import Worker\n__all__ = ['Worker']")
+    assert _shim(PACKAGE / "worker" / "__init__.py", own) is None
+    assert _shim(PACKAGE / "worker" / "x.py", ast.parse("import os\nX = 1")) is None
+
+
+def test_no_module_is_a_shim() -> None:
+    found = [
+        f"  {path.relative_to(ROOT)} {why}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (why := _shim(path, ast.parse(path.read_text()))) is not None
+    ]
+    assert not found, "shims (move their callers to the real modules, then delete):\n" + (
+        "\n".join(found)
+    )
+
+
+def test_nothing_is_kept_for_one_round() -> None:
+    """Round 4 kept old names "for one round"; that round is over."""
+    repo = ROOT.parent
+    texts = [*PACKAGE.rglob("*.py"), repo / "README.md", *(repo / "docs").rglob("*.md")]
+    found = [
+        f"  {path.relative_to(repo)}:{number}"
+        for path in sorted(texts)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "for one round" in line.lower()
+    ]
+    assert not found, "kept 'for one round' (remove it and move its callers):\n" + "\n".join(found)

@@ -10,8 +10,9 @@ import pytest
 
 from tether.agents.schemas import function_tool
 from tether.gateway.tools import input_schema, tool_step
-from tether.schemas.tasks import StepSpec, ToolInfo
+from tether.schemas.plans import StepSpec
 from tether.schemas.tool_schema import arguments_schema, inline_root, unwrap
+from tether.schemas.workers import ToolInfo
 
 
 class Query(msgspec.Struct):

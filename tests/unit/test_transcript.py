@@ -14,7 +14,8 @@ from tether.schemas.events import (
     StepRetrying,
     StepStarted,
 )
-from tether.schemas.tasks import TaskStatus, TokenChunk
+from tether.schemas.records import TaskStatus
+from tether.schemas.work import TokenChunk
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 RUNNING = TaskStatus.RUNNING

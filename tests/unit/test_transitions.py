@@ -11,17 +11,10 @@ import pytest
 
 from tether.errors import InvalidTaskError
 from tether.schemas.ids import InvalidNameError
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    InputRequest,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    TaskSubmit,
-    WorkMessage,
-)
-from tether.tasks import plans, rules
+from tether.schemas.plans import StepSpec, TaskSubmit
+from tether.schemas.records import Checkpoint, ErrorInfo, InputRequest, TaskRecord, TaskStatus
+from tether.schemas.work import WorkMessage
+from tether.tasks import child_rules, plans, rules
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=5)
@@ -339,7 +332,7 @@ def test_retry_from_failure_starts_a_new_generation_at_the_failed_step() -> None
 def test_a_retried_step_whose_child_failed_runs_again_instead_of_waiting_for_it() -> None:
     """The failed child's run is over: a retry that kept `awaiting` left the step's worker
     waiting for a child that will never end again (the task hung for good)."""
-    from tether.schemas.tasks import WorkMessage
+    from tether.schemas.work import WorkMessage
     from tether.worker.decisions import Execute, decide
 
     awaiting = _record(status=TaskStatus.RUNNING, current_step=1, awaiting="t-s1", wake_at=T0)
@@ -526,6 +519,6 @@ def test_task_id_of_an_undecodable_submission(data: bytes, expected: str | None)
 
 def test_a_child_that_ended_first_is_still_listed_once_by_its_parent() -> None:
     parent = _record()
-    listed = rules.list_child(parent, "kid", T0 + timedelta(seconds=1))
+    listed = child_rules.list_child(parent, "kid", T0 + timedelta(seconds=1))
     assert listed is not None and listed.children == ["kid"]
-    assert rules.list_child(listed, "kid", T0) is None  # listed already: no write
+    assert child_rules.list_child(listed, "kid", T0) is None  # listed already: no write

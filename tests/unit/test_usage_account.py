@@ -10,7 +10,8 @@ from tether.cli.output import format_usage
 from tether.clock import utcnow
 from tether.demo.story import calls_account
 from tether.errors import GuardrailTripped, TerminalError
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, Usage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord, TaskStatus, Usage
 from tether.tasks.usage import with_spent
 from tether.worker.expected import is_expected
 

@@ -24,17 +24,9 @@ from tether.schemas.events import (
     Submitted,
     Waiting,
 )
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    InputRequest,
-    RetryOverride,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    TaskSubmit,
-    WorkMessage,
-)
+from tether.schemas.plans import RetryOverride, StepSpec, TaskSubmit
+from tether.schemas.records import Checkpoint, ErrorInfo, InputRequest, TaskRecord, TaskStatus
+from tether.schemas.work import WorkMessage
 
 # Verbatim from DESIGN.md, "The public JSON shapes".
 DESIGN_SUBMIT = (

@@ -49,7 +49,7 @@ from tether.agents.turns import (
 from tether.errors import TerminalError
 from tether.schemas.builds import Versioning
 from tether.schemas.ids import validate_tool_name
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 from tether.tools.context import StepContext
 from tether.tools.results import Child, NeedsInput, NextSteps
 from tether.tools.retry import RetryPolicy

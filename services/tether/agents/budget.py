@@ -20,7 +20,7 @@ import msgspec
 
 from tether.agents.errors import BudgetExceeded as BudgetExceeded
 from tether.errors import RevisionConflictError, TerminalError
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 if TYPE_CHECKING:
     from tether.tools.context import StepContext

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from tether.errors import NatsUnavailableError, RevisionConflictError
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 if TYPE_CHECKING:
     from tether.tools.context import StepContext

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

@@ -38,7 +38,8 @@ from typing import Any
 import msgspec
 
 from tether.errors import TerminalError
-from tether.schemas.tasks import StepSpec, Usage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Usage
 
 
 class McpCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

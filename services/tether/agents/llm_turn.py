@@ -25,7 +25,7 @@ from tether.agents.toolbox import toolbox
 from tether.agents.turns import Next, Typed, after_reply, guards, result, turn_step
 from tether.schemas.codec import to_builtins
 from tether.schemas.events import AgentUpdated
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 from tether.tools.results import NextSteps
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _check_limits(agent: Agent, journal: Journal) -> None:
     if journal.turns >= agent.max_turns:
         raise MaxTurnsExceeded(
             f"agent {agent.name!r} did not answer within {agent.max_turns} turns: raise "
-            "max_turns (app.agent(..., max_turns=N)), restart its workers, then retry "
+            "max_turns (Agent(..., max_turns=N)), restart its workers, then retry "
             "the task ('tether dlq retry ID'): its turns so far are kept, none is sent again"
         )
 

@@ -32,7 +32,7 @@ from tether.agents.errors import RateLimited as RateLimited
 from tether.agents.errors import StructuredOutputsRefused as StructuredOutputsRefused
 from tether.agents.truncation import limit_advice, sent_options
 from tether.errors import RetryableError, TerminalError
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 OnDelta = Callable[[str], Awaitable[None]]
 OnWait = Callable[[str], Awaitable[None]]

@@ -18,8 +18,8 @@ import msgspec
 
 from tether.agents.errors import InvalidOutput as InvalidOutput
 from tether.agents.errors import WrongAnswer as WrongAnswer
-from tether.agents.schemas import inline_root
 from tether.schemas import types
+from tether.schemas.tool_schema import inline_root
 
 FINAL_ANSWER_TOOL = "final_answer"
 DEFAULT_OUTPUT_RETRIES = 2
@@ -74,7 +74,7 @@ class OutputType:
 
 
 def output_type(spec: Any) -> OutputType:
-    """The `output_type` of `app.agent(...)`, checked when the agent is defined."""
+    """The `output_type` of `Agent(...)`, checked when the agent is defined."""
     if isinstance(spec, dict):
         name = str(spec.get("title") or "answer")
         schema, kind = spec, None

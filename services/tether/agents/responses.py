@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tether.errors import RetryableError
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 _REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 """An incomplete response's reason, as a chat call's finish_reason."""

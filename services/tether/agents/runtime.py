@@ -22,7 +22,8 @@ from tether.agents.conversation import AgentStep, Entry, as_step, rebuild
 from tether.agents.models import OpenAIModel
 from tether.agents.owners import Owner, bound_owner, check_same_caller
 from tether.errors import TerminalError
-from tether.schemas.tasks import Checkpoint, TaskRecord, TaskStatus, ToolInfo
+from tether.schemas.records import Checkpoint, TaskRecord, TaskStatus
+from tether.schemas.workers import ToolInfo
 from tether.tools.context import StepContext
 
 if TYPE_CHECKING:

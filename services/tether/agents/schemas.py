@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.schemas.tasks import ToolInfo
 from tether.schemas.tool_schema import arguments_schema
-from tether.schemas.tool_schema import inline_root as inline_root  # moved; kept for one round
+from tether.schemas.workers import ToolInfo
 
 
 def function_tool(info: ToolInfo) -> tuple[dict[str, Any], bool]:

@@ -40,7 +40,8 @@ from tether.agents.errors import Spent as Spent
 from tether.agents.errors import TokenBudgetExceeded as TokenBudgetExceeded
 from tether.errors import TerminalError
 from tether.schemas.codec import to_builtins
-from tether.schemas.tasks import StepSpec, Usage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Usage
 from tether.tools.results import NeedsInput, NextSteps
 
 if TYPE_CHECKING:
@@ -228,7 +229,7 @@ def _failure(
             f"client.update_agent({task!r}, token_budget={least})), {retry}"
         )
     if journal.cost_budget is None and ctx.parent is None:
-        how = "raise the agent's cost_budget (app.agent(..., cost_budget=X)), restart its workers"
+        how = "raise the agent's cost_budget (Agent(..., cost_budget=X)), restart its workers"
         return BudgetExceeded(f"{said}; {why}: {how}, {retry}")
     return BudgetExceeded(
         f"{said}; {why}: a tree's budget in dollars set by its run stays as set: start the "

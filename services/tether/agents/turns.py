@@ -21,7 +21,7 @@ from tether.agents.output import (
     correction,
 )
 from tether.schemas.codec import to_builtins
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 from tether.schemas.tool_schema import unwrap
 from tether.tools.results import NextSteps
 

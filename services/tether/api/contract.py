@@ -23,20 +23,11 @@ from tether.schemas.builds import BuildInfo, BuildTool, Deployment
 from tether.schemas.events import AnyStatusEvent
 from tether.schemas.failures import FailureType
 from tether.schemas.names import DEFAULT_NAMES, Names
-from tether.schemas.tasks import (
-    Checkpoint,
-    DeadLetter,
-    Heartbeat,
-    HeldStep,
-    StepRun,
-    TaskRecord,
-    TaskSubmit,
-    Timer,
-    TokenChunk,
-    ToolInfo,
-    WorkerBeat,
-    WorkMessage,
-)
+from tether.schemas.plans import TaskSubmit
+from tether.schemas.records import Checkpoint, TaskRecord
+from tether.schemas.runs import StepRun
+from tether.schemas.work import DeadLetter, Timer, TokenChunk, WorkMessage
+from tether.schemas.workers import Heartbeat, HeldStep, ToolInfo, WorkerBeat
 
 OUT = Path(__file__).resolve().parents[3] / "schemas"
 """The repository's schemas/ folder: the any-language contract, beside its protocol page."""

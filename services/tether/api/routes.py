@@ -47,7 +47,7 @@ from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
 from tether.schemas.codec import encode
 from tether.schemas.ids import validate_task_id
 from tether.schemas.names import Names
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 
 QUEUE = "tether-api"
 MAX_WORKERS = 64

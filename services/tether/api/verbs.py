@@ -22,7 +22,7 @@ from tether.schemas.api import (
     UpdateAgentRequest,
 )
 from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
     from tether.nats.connection import NatsConfig
     from tether.nats.server import NatsServer
-    from tether.worker import App
-    from tether.worker.app import Tool
+    from tether.tools import App
+    from tether.tools.tool import Tool
 
 DEMO_APP = "tether.demo.research:app"
 DEV_PORT = 4222

@@ -25,7 +25,8 @@ from tether.cli.running import (
 
 if TYPE_CHECKING:
     from tether.client import Client
-    from tether.schemas.tasks import DeadLetter, TaskStatus
+    from tether.schemas.records import TaskStatus
+    from tether.schemas.work import DeadLetter
 
 
 async def _dlq_ls(nats: str, prefix: str, limit: int, as_json: bool) -> ExitCode:

@@ -35,7 +35,9 @@ from tether.schemas.events import (
     Submitted,
     Waiting,
 )
-from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus, TokenChunk
+from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.work import TokenChunk
+from tether.schemas.workers import Heartbeat
 
 MAX_LANES = 8
 """Branches past this share the last lane's indent, so wide groups stay on screen."""

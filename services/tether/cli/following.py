@@ -13,7 +13,9 @@ from tether.cli.transcript import Transcript
 from tether.client import Client, TaskHandle
 from tether.errors import NatsUnavailableError
 from tether.schemas.events import AnyStatusEvent
-from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus, TokenChunk
+from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.work import TokenChunk
+from tether.schemas.workers import Heartbeat
 
 HEARTBEAT_POLL = 0.3
 """Seconds between reads of the heartbeat bucket while watching a terminal."""

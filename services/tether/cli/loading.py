@@ -8,7 +8,7 @@ import sys
 import traceback
 
 from tether.errors import DefinitionError, TetherError
-from tether.worker.app import App
+from tether.tools.app import App
 
 
 class AppLoadError(TetherError):
@@ -52,6 +52,6 @@ def load_apps(specs: list[str]) -> list[App]:
     if not any(app.tools for app in apps):
         raise AppLoadError(
             f"{', '.join(specs)}: no tools to serve: register some with @app.tool() or "
-            "app.agent(...), or name the App that has them"
+            "app.add(Agent(...)), or name the App that has them"
         )
     return apps

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tether.schemas.codec import encode
-from tether.schemas.tasks import ErrorInfo, TaskStatus, Usage
+from tether.schemas.records import ErrorInfo, TaskStatus, Usage
 
 STATUS_STYLES = {
     TaskStatus.PENDING: "dim",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether.cli.running import ExitCode, outcome
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 
 
 def told(record: TaskRecord) -> ExitCode:

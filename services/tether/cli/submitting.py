@@ -18,7 +18,7 @@ from tether.cli.following import follow
 from tether.cli.running import ExitCode, connected
 from tether.errors import UnservedToolWarning
 from tether.schemas.api import SubmitReply, SubmitRequest
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 
 
 def parse_step(arg: str) -> StepSpec:

@@ -17,7 +17,9 @@ from tether.cli.output import (
 )
 from tether.schemas.codec import encode
 from tether.schemas.events import AnyStatusEvent
-from tether.schemas.tasks import DeadLetter, Heartbeat, TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.work import DeadLetter
+from tether.schemas.workers import Heartbeat
 from tether.tasks.plans import current_tool
 from tether.tasks.stalls import NO_DISPATCHER, Stall
 

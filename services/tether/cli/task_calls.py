@@ -14,7 +14,7 @@ from tether.client import Client
 from tether.errors import TaskCancelledError, TaskFailedError, TaskNotFoundError
 from tether.schemas.api import ListReply
 from tether.schemas.codec import to_builtins
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 from tether.tasks.questions import last_question
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tether.schemas.events import AnyStatusEvent, StepCompleted, StepStarted
-from tether.schemas.tasks import TokenChunk
+from tether.schemas.work import TokenChunk
 
 Key = tuple[int, int | None]
 """A step, and its branch in a parallel step."""

@@ -16,7 +16,8 @@ from tether.nats.requests import allowed
 from tether.nats.store import Store
 from tether.schemas.builds import BuildsReply, BuildsRequest, DeployRequest
 from tether.schemas.events import AgentUpdated, MessageSent
-from tether.schemas.tasks import TaskRecord, TaskSubmit
+from tether.schemas.plans import TaskSubmit
+from tether.schemas.records import TaskRecord
 from tether.tasks.known_tools import KnownTools, waiting_note
 from tether.tasks.service import TaskService
 

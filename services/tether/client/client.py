@@ -14,7 +14,6 @@ from tether.client.actions import LocalActions
 from tether.client.handle import TaskHandle
 from tether.client.operations import Operations
 from tether.client.reads import Reads
-from tether.client.reads import position_of as position_of  # moved there; kept for one round
 from tether.client.remote import RemoteActions
 from tether.errors import (
     InvalidTaskError,
@@ -26,7 +25,8 @@ from tether.nats.layout import Layout
 from tether.nats.opening import close_store, open_store
 from tether.nats.store import Store
 from tether.schemas.codec import encode
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TaskSubmit
+from tether.schemas.plans import StepSpec, TaskSubmit
+from tether.schemas.records import TaskRecord, TaskStatus
 from tether.service import Service
 from tether.tasks import plans
 from tether.tasks.known_tools import KnownTools
@@ -162,7 +162,7 @@ class Client(Reads, Operations, Service):
         deadline: timedelta | None = None,
         strict: bool = False,
     ) -> TaskHandle:
-        """Start agent `agent` (see `App.agent`; its name, or the agent itself) on `input`:
+        """Start agent `agent` (see `Agent`; its name, or the agent itself) on `input`:
         a question, or a list of chat messages. `await handle.wait()` is its final answer
         (given the agent, decoded as its `output_type`); `handle.stream()` its text as the
         model writes it. `instructions` and `model_settings` (`temperature`, ...) hold for

@@ -25,7 +25,9 @@ from tether.nats.store import Store
 from tether.nats.tokens import token_chunks
 from tether.schemas import types
 from tether.schemas.events import AnyStatusEvent, ends_feed
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus, TokenChunk
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.work import TokenChunk
 from tether.tasks.forks import full_plan
 from tether.tasks.service import TaskService
 
@@ -155,7 +157,7 @@ class TaskHandle:
             yield msgspec.structs.replace(chunk, stream_seq=sequence)
 
     async def cancel(self) -> TaskRecord:
-        return await TaskService(self._store).cancel(self.task_id)
+        return await TaskService(self._store).endings.cancel(self.task_id)
 
     async def send_input(self, data: Any) -> None:
-        await TaskService(self._store).send_input(self.task_id, data)
+        await TaskService(self._store).answers.send_input(self.task_id, data)

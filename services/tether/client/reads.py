@@ -18,15 +18,10 @@ from tether.nats.store import Store
 from tether.nats.tokens import last_text_sequence
 from tether.schemas.events import AnyStatusEvent, StepRetrying
 from tether.schemas.ids import InvalidNameError, validate_task_id
-from tether.schemas.tasks import (
-    DeadLetter,
-    Heartbeat,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    ToolInfo,
-    WorkerBeat,
-)
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.work import DeadLetter
+from tether.schemas.workers import Heartbeat, ToolInfo, WorkerBeat
 from tether.tasks import listing, stalls
 from tether.tasks.forks import full_plan
 from tether.tasks.stalls import Stall

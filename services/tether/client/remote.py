@@ -26,7 +26,8 @@ from tether.schemas.api import (
 )
 from tether.schemas.builds import BuildsReply, DeployRequest
 from tether.schemas.codec import encode
-from tether.schemas.tasks import TaskRecord, TaskSubmit
+from tether.schemas.plans import TaskSubmit
+from tether.schemas.records import TaskRecord
 
 ACTION_TIMEOUT = 30.0
 """Seconds an action waits for the API's answer."""

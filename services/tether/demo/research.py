@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from tether import App, OpenAIModel, StepContext, TerminalError
+from tether import Agent, App, OpenAIModel, StepContext, TerminalError
 
 CORPUS = Path(__file__).parent / "corpus"
 _WORD = re.compile(r"[a-z0-9]+")
@@ -129,18 +129,20 @@ def _write(path: Path, text: str) -> Path:
     return path.resolve()
 
 
-researcher = app.agent(
-    "researcher",
-    model=OpenAIModel(
-        os.environ.get("TETHER_DEMO_MODEL", "gpt-4o-mini"),
-        base_url=os.environ.get("TETHER_DEMO_BASE_URL") or None,
-        base_url_from=os.environ.get("TETHER_DEMO_BASE_URL_FROM"),
-    ),
-    instructions=(
-        "You answer questions about running AI agents in production. Search the corpus "
-        "(several searches at once when the question has several sides), then answer in "
-        "one paragraph that names your sources."
-    ),
-    tools=["search"],
-    max_turns=8,
+researcher = app.add(
+    Agent(
+        "researcher",
+        model=OpenAIModel(
+            os.environ.get("TETHER_DEMO_MODEL", "gpt-4o-mini"),
+            base_url=os.environ.get("TETHER_DEMO_BASE_URL") or None,
+            base_url_from=os.environ.get("TETHER_DEMO_BASE_URL_FROM"),
+        ),
+        instructions=(
+            "You answer questions about running AI agents in production. Search the corpus "
+            "(several searches at once when the question has several sides), then answer in "
+            "one paragraph that names your sources."
+        ),
+        tools=["search"],
+        max_turns=8,
+    )
 )

@@ -35,7 +35,8 @@ from tether.schemas.events import (
     StepRetrying,
     StepStarted,
 )
-from tether.schemas.tasks import Heartbeat, Usage
+from tether.schemas.records import Usage
+from tether.schemas.workers import Heartbeat
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 

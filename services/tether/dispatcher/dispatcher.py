@@ -25,7 +25,9 @@ from tether.nats.store import Store
 from tether.schemas.codec import NESTED, submit_decoder
 from tether.schemas.failures import FailureType
 from tether.schemas.names import SUBMIT_DEAD_LETTER, Names
-from tether.schemas.tasks import ErrorInfo, TaskRecord, TaskStatus, TaskSubmit, Timer
+from tether.schemas.plans import TaskSubmit
+from tether.schemas.records import ErrorInfo, TaskRecord, TaskStatus
+from tether.schemas.work import Timer
 from tether.service import Service
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools, waiting_note
@@ -156,7 +158,7 @@ class Dispatcher(Service):
             log.warning("undecodable timer on %s dropped: %s", delivery.subject, exc)
             await delivery.give_up()
             return
-        await self._tasks.expire(timer)
+        await self._tasks.answers.expire(timer)
         await delivery.done()
 
     async def _accept(self, store: Store, delivery: Delivery) -> None:
@@ -203,7 +205,7 @@ class Dispatcher(Service):
         always a dead letter."""
         error = ErrorInfo(type=FailureType.INVALID_TASK, message=reason)
         task_id = task_id_of(delivery.data)
-        await self._tasks.dead_letter(
+        await self._tasks.dead_letters.keep(
             tool=SUBMIT_DEAD_LETTER,
             subject=delivery.subject,
             data=delivery.data,
@@ -256,4 +258,4 @@ async def _record_rejection(tasks: TaskService, task_id: str, error: ErrorInfo, 
         if existing is None or existing.record.submit_seq != seq:
             return  # never fail someone else's task (nor a removed one's held-back id)
         created = existing
-    await tasks.fail(task_id, error, current=created)
+    await tasks.endings.fail(task_id, error, current=created)

@@ -27,7 +27,8 @@ from tether.gateway.inputs import AnswerError, answer, input_key
 from tether.gateway.tasks import Whereabouts, owner
 from tether.gateway.tools import RUN_PLAN, plan_steps, tool_step
 from tether.schemas.ids import InvalidNameError, validate_task_id
-from tether.schemas.tasks import StepSpec, TaskRecord, TaskStatus
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import TaskRecord, TaskStatus
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from tether.gateway.tasks import (
     tool_result,
 )
 from tether.gateway.tools import RUN_PLAN, mcp_tool, run_plan_tool
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 
 Context = ServerRequestContext[Any, Any]
 

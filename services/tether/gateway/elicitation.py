@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from tether.gateway.backend import TaskBackend
 from tether.gateway.inputs import elicitation_params, input_key
 from tether.gateway.protocol import related_task_meta, supports_form_elicitation
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from tether.schemas.tasks import StepSpec, ToolInfo
+from tether.schemas.plans import StepSpec
+from tether.schemas.workers import ToolInfo
 
 
 def named_threads(steps: list[StepSpec]) -> Iterator[tuple[str, str]]:

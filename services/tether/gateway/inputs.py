@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from tether.errors import TetherError
-from tether.schemas.tasks import InputRequest, TaskRecord
+from tether.schemas.records import InputRequest, TaskRecord
 
 ANSWER_FIELD = "answer"
 _PRIMITIVE_TYPES = frozenset({"string", "number", "integer", "boolean"})

@@ -13,7 +13,7 @@ from typing import Any
 from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 
-from tether.client.client import position_of
+from tether.client.reads import position_of
 from tether.gateway import errors
 from tether.gateway.backend import TaskBackend
 from tether.gateway.callers import caller_of
@@ -36,7 +36,7 @@ from tether.gateway.tasks import (
     tool_error,
     tool_result,
 )
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 
 Context = ServerRequestContext[Any, Any]
 PAGE_SIZE = 100

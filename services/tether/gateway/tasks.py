@@ -15,7 +15,8 @@ import msgspec
 from tether.agents.owners import MCP_METADATA_KEY, bound_owner
 from tether.gateway.callers import public_key, sealed_by_hmac
 from tether.gateway.inputs import input_requests
-from tether.schemas.tasks import Heartbeat, TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.workers import Heartbeat
 from tether.tasks.stalls import Stall
 
 _STATUS = {

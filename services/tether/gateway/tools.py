@@ -14,8 +14,9 @@ import mcp_types as types
 import msgspec
 
 from tether.errors import InvalidTaskError
-from tether.schemas.tasks import StepSpec, ToolInfo
+from tether.schemas.plans import StepSpec
 from tether.schemas.tool_schema import WRAPPED_FIELD, arguments_schema, unwrap
+from tether.schemas.workers import ToolInfo
 from tether.tasks.conformance import mismatch
 from tether.tasks.plans import to_step, validate_steps
 

@@ -19,7 +19,7 @@ import msgspec
 
 from tether.errors import DefinitionError, TerminalError
 from tether.integrations.journal import Journal, WaitForInput
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 from tether.tools.context import StepContext
 from tether.tools.frameworks import framework_of
 from tether.tools.results import NeedsInput, NextSteps

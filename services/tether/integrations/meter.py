@@ -22,7 +22,7 @@ from tether.agents.budget import (
     price_of,
     tree_root,
 )
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 if TYPE_CHECKING:
     from tether.integrations.adapters import RunInput

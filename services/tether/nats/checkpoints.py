@@ -8,7 +8,7 @@ from tether.nats.failures import translating
 from tether.nats.kv import Bucket
 from tether.schemas.codec import checkpoint_decoder, encode
 from tether.schemas.names import Names
-from tether.schemas.tasks import Checkpoint
+from tether.schemas.records import Checkpoint
 
 
 @translating

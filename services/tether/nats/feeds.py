@@ -22,7 +22,8 @@ from tether.nats.replay import Replay
 from tether.nats.store import Store
 from tether.schemas.codec import event_decoder, record_decoder
 from tether.schemas.events import AnyStatusEvent
-from tether.schemas.tasks import DeadLetter, TaskRecord
+from tether.schemas.records import TaskRecord
+from tether.schemas.work import DeadLetter
 
 _dead_letter_decoder = msgspec.json.Decoder(DeadLetter)
 

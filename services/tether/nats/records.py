@@ -27,8 +27,7 @@ from tether.nats.jetstream import JetStream
 from tether.nats.kv import Bucket, Entry, Removed
 from tether.nats.recent import RecentRecords, Versioned
 from tether.schemas.codec import encode, record_decoder
-from tether.schemas.records import TaskStatus
-from tether.schemas.tasks import TaskRecord
+from tether.schemas.records import TaskRecord, TaskStatus
 
 INDEX_TRIES_FOR = timedelta(seconds=30)
 """How long a row move is tried again while NATS does not answer (a cluster's failover

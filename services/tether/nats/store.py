@@ -60,7 +60,8 @@ from tether.schemas.events import (
     Submitted,
 )
 from tether.schemas.names import Names, build_of_token
-from tether.schemas.tasks import DeadLetter, TaskSubmit, Timer, TokenChunk, WorkMessage
+from tether.schemas.plans import TaskSubmit
+from tether.schemas.work import DeadLetter, Timer, TokenChunk, WorkMessage
 
 _PROGRESS_EVENTS = (Submitted, StepStarted, StepCompleted, StepRetrying)
 

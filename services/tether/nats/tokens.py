@@ -17,7 +17,7 @@ from tether.errors import NatsUnavailableError
 from tether.nats.failures import translated
 from tether.nats.replay import Replay
 from tether.nats.store import Store
-from tether.schemas.tasks import TokenChunk
+from tether.schemas.work import TokenChunk
 
 _chunk_decoder = msgspec.json.Decoder(TokenChunk)
 IDLE_CHECK = 0.5

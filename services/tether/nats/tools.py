@@ -10,7 +10,7 @@ from tether.nats.failures import translating
 from tether.nats.kv import Bucket
 from tether.schemas.codec import encode
 from tether.schemas.names import Names
-from tether.schemas.tasks import ToolInfo
+from tether.schemas.workers import ToolInfo
 
 _tool_decoder = msgspec.json.Decoder(ToolInfo)
 

@@ -23,7 +23,8 @@ from tether.nats.kv import Bucket, Entry
 from tether.schemas.builds import BuildInfo, BuildTool, Deployment
 from tether.schemas.codec import encode
 from tether.schemas.names import Names
-from tether.schemas.tasks import Heartbeat, StepRun, WorkerBeat
+from tether.schemas.runs import StepRun
+from tether.schemas.workers import Heartbeat, WorkerBeat
 
 log = logging.getLogger("tether.nats")
 LIVE_FOR = timedelta(seconds=30)

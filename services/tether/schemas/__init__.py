@@ -30,22 +30,17 @@ from tether.schemas.events import (
 )
 from tether.schemas.ids import InvalidNameError, validate_task_id, validate_tool_name
 from tether.schemas.names import DEFAULT_NAMES, Names
-from tether.schemas.tasks import (
+from tether.schemas.plans import RetryOverride, StepSpec, TaskSubmit
+from tether.schemas.records import (
     Checkpoint,
-    DeadLetter,
     ErrorInfo,
-    Heartbeat,
     InputRequest,
-    RetryOverride,
-    StepSpec,
     TaskRecord,
     TaskStatus,
-    TaskSubmit,
-    TokenChunk,
-    ToolInfo,
     Usage,
-    WorkMessage,
 )
+from tether.schemas.work import DeadLetter, TokenChunk, WorkMessage
+from tether.schemas.workers import Heartbeat, ToolInfo
 
 __all__ = [
     "DEFAULT_NAMES",

@@ -20,7 +20,8 @@ from tether.errors import (
     TetherError,
 )
 from tether.schemas.ids import InvalidNameError
-from tether.schemas.tasks import DurationMs, ErrorInfo, Plan, TaskId, TaskRecord, TaskStatus
+from tether.schemas.plans import DurationMs, Plan, TaskId
+from tether.schemas.records import ErrorInfo, TaskRecord, TaskStatus
 
 MAX_RESULT_WAIT_MS = 24 * 3600 * 1000
 MAX_LIST = 1000

@@ -7,7 +7,9 @@ from typing import Any, TypeVar
 import msgspec
 
 from tether.schemas.events import AnyStatusEvent
-from tether.schemas.tasks import Checkpoint, TaskRecord, TaskSubmit, WorkMessage
+from tether.schemas.plans import TaskSubmit
+from tether.schemas.records import Checkpoint, TaskRecord
+from tether.schemas.work import WorkMessage
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from tether.schemas.tasks import ErrorInfo, InputRequest, TaskStatus, Usage
+from tether.schemas.records import ErrorInfo, InputRequest, TaskStatus, Usage
 
 
 class StatusEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):

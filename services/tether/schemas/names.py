@@ -118,7 +118,7 @@ class Names(msgspec.Struct, frozen=True):
     def work_subject(self, tool: str, build: str | None = None) -> str:
         """`<prefix>.work.<tool>`, which any worker of the tool takes, or
         `<prefix>.work.<tool>.<build>`, which only workers of that build take (a step
-        routed to its build: see `tether.worker.routing`)."""
+        routed to its build: see `tether.deploys.routing`)."""
         base = f"{self.prefix}.work.{tool}"
         return base if build is None else f"{base}.{build_token(build)}"
 
@@ -355,7 +355,7 @@ class Names(msgspec.Struct, frozen=True):
 
 def build_token(build: str) -> str:
     """A build's name as one subject token, a consumer name's part and a key's: its dots
-    (`v1.2`) as `=`, which a build's name cannot hold (`tether.worker.builds`)."""
+    (`v1.2`) as `=`, which a build's name cannot hold (`tether.deploys.naming`)."""
     return build.replace(".", "=")
 
 

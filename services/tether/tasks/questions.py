@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.schemas.blobs import is_ref
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 
 AGENT_KEYS = frozenset(
     {"input", "after", "token_budget", "cost_budget", "instructions", "settings"}

@@ -17,12 +17,6 @@ from tether.schemas.failures import FailureType
 from tether.schemas.plans import StepSpec, TaskSubmit
 from tether.schemas.records import Checkpoint, ErrorInfo, InputRequest, TaskRecord, TaskStatus
 from tether.schemas.work import Timer, WorkMessage
-
-# Moved to `branch_rules` and `child_rules`; kept here for one round (`worker.decisions`,
-# `worker.execution` and tests/unit/test_transitions.py call them as `rules.<name>`).
-from tether.tasks.branch_rules import branch_counted as branch_counted
-from tether.tasks.branch_rules import branch_error as branch_error
-from tether.tasks.child_rules import list_child as list_child
 from tether.tasks.usage import add_usage
 
 

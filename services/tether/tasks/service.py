@@ -67,15 +67,6 @@ class TaskService:
         self.endings = Endings(self)
         self.answers = Answers(self)
         self.dead_letters = DeadLetters(store)
-        # Kept here for one round: the callers outside `tasks` (the worker, the
-        # dispatcher, the client) name them so; new code calls the part.
-        self.fail = self.endings.fail
-        self.say_failed = self.endings.say_failed
-        self.cancel = self.endings.cancel
-        self.wait_for_input = self.answers.wait_for_input
-        self.expire = self.answers.expire
-        self.send_input = self.answers.send_input
-        self.dead_letter = self.dead_letters.keep
 
     # -- starting a task -----------------------------------------------------------------
     async def start(

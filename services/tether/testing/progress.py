@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether.nats.store import Store
-from tether.schemas.tasks import TaskStatus
+from tether.schemas.records import TaskStatus
 
 
 async def stored_steps(store: Store, task_ids: list[str] | None = None) -> set[tuple[str, int]]:

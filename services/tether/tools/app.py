@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 from tether.durations import as_timedelta
 from tether.schemas.builds import Versioning, WhenGone
 from tether.tools.frameworks import is_foreign_agent
 from tether.tools.retry import RetryPolicy
 from tether.tools.spelling import misspelled_calls
-from tether.tools.tool import Tool, ToolFunction, make_tool
-
-if TYPE_CHECKING:
-    from tether.agents.agent import Agent
-    from tether.agents.models import OpenAIModel
+from tether.tools.tool import Tool, make_tool
 
 log = logging.getLogger("tether.tools")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -170,64 +166,3 @@ class App:
                 close,
                 name,
             )
-
-    def agent(
-        self,
-        name: str,
-        *,
-        model: str | OpenAIModel,
-        instructions: str = "",
-        tools: Sequence[str | ToolFunction] = (),
-        max_turns: int = 20,
-        token_budget: int | None = None,
-        cost_budget: float | None = None,
-        on_budget: Literal["ask", "fail"] = "ask",
-        budget_timeout: timedelta | float | None = None,
-        approval: Sequence[str | ToolFunction] = (),
-        approval_timeout: timedelta | float | None = None,
-        approval_timeout_denies: bool = False,
-        output_type: Any = None,
-        output_retries: int = 2,
-        input_guardrails: Sequence[str | ToolFunction] = (),
-        output_guardrails: Sequence[str | ToolFunction] = (),
-        tool_choice: str | dict[str, Any] | None = None,
-        reset_tool_choice: bool = True,
-        mcp_servers: Sequence[str] = (),
-        handoffs: Sequence[str] = (),
-        description: str | None = None,
-        retry: RetryPolicy | None = None,
-        versioning: Versioning | None = None,
-    ) -> Agent:
-        """Register an agent (`app.add(Agent(name, model=..., ...))`, which this does).
-
-        Kept for one round: the options are `Agent`'s, documented there.
-        """
-        from tether.agents.agent import Agent as Defined  # the shim's one way in; see Agent
-
-        return self.add(
-            Defined(
-                name,
-                model=model,
-                instructions=instructions,
-                tools=tuple(tools),
-                max_turns=max_turns,
-                token_budget=token_budget,
-                cost_budget=cost_budget,
-                on_budget=on_budget,
-                budget_timeout=budget_timeout,
-                approval=tuple(approval),
-                approval_timeout=approval_timeout,
-                approval_timeout_denies=approval_timeout_denies,
-                output_type=output_type,
-                output_retries=output_retries,
-                input_guardrails=tuple(input_guardrails),
-                output_guardrails=tuple(output_guardrails),
-                tool_choice=tool_choice,
-                reset_tool_choice=reset_tool_choice,
-                mcp_servers=tuple(mcp_servers),
-                handoffs=tuple(handoffs),
-                description=description,
-                retry=retry,
-                versioning=versioning,
-            )
-        )

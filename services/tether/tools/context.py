@@ -16,7 +16,8 @@ from tether.nats.tokens import TokenWriter
 from tether.schemas.codec import encode
 from tether.schemas.events import Steering
 from tether.schemas.ids import validate_tool_name
-from tether.schemas.tasks import Checkpoint, Heartbeat, ParentStep, TaskRecord, ToolInfo, Usage
+from tether.schemas.records import Checkpoint, ParentStep, TaskRecord, Usage
+from tether.schemas.workers import Heartbeat, ToolInfo
 
 T = TypeVar("T")
 

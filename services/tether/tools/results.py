@@ -11,7 +11,8 @@ import msgspec
 from tether.clock import utcnow
 from tether.durations import as_timedelta
 from tether.schemas import types
-from tether.schemas.tasks import InputRequest, StepSpec
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import InputRequest
 from tether.tasks.plans import to_step
 
 

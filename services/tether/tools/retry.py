@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from tether.durations import as_seconds, as_timedelta
-from tether.schemas.tasks import RetryOverride
+from tether.schemas.plans import RetryOverride
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from tether.client import Client
 from tether.clock import utcnow
 from tether.errors import BlobNotFoundError, NotAllowedError, TaskConflictError, TetherError
 from tether.schemas.blobs import is_ref
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 from tether.tasks.questions import question
 from tether.tasks.stalls import NO_DISPATCHER
 from tether.ui import views

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.schemas.tasks import ErrorInfo
+from tether.schemas.records import ErrorInfo
 from tether.ui.views import Attempt, plural
 
 FAILED = ("retrying", "failed")

@@ -19,7 +19,8 @@ from tether.schemas.events import (
     Submitted,
     Waiting,
 )
-from tether.schemas.tasks import ErrorInfo, StepSpec, TaskRecord, TaskStatus, Usage
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import ErrorInfo, TaskRecord, TaskStatus, Usage
 from tether.tasks.listing import counts as counts  # the pages name it from here
 from tether.tasks.plans import current_tool as current_tool  # the pages name it from here
 

@@ -1,20 +1,7 @@
 """The worker host: serves an app's tools, one message and one attempt at a time, with
-custody, succession and liveness. What a tool author imports lives in `tether.tools`
-(re-exported here for one round)."""
+custody, succession and liveness. What a tool author imports lives in `tether.tools`."""
 
-from tether.tools import App, Child, NeedsInput, NextSteps, RetryPolicy, Sleep, StepContext, Tool
 from tether.worker.liveness import Liveness
 from tether.worker.worker import Worker
 
-__all__ = [
-    "App",
-    "Child",
-    "Liveness",
-    "NeedsInput",
-    "NextSteps",
-    "RetryPolicy",
-    "Sleep",
-    "StepContext",
-    "Tool",
-    "Worker",
-]
+__all__ = ["Liveness", "Worker"]

@@ -14,7 +14,8 @@ from enum import Enum
 from typing import Protocol
 
 from tether import tracing
-from tether.schemas.tasks import ErrorInfo, TaskRecord, Usage, WorkMessage
+from tether.schemas.records import ErrorInfo, TaskRecord, Usage
+from tether.schemas.work import WorkMessage
 from tether.worker.decisions import Failure, GiveUp, Retry
 
 log = logging.getLogger("tether.worker")

@@ -21,7 +21,7 @@ from tether.nats import headers
 from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.schemas.codec import encode
-from tether.schemas.tasks import HeldStep
+from tether.schemas.workers import HeldStep
 
 log = logging.getLogger("tether.worker")
 

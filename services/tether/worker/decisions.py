@@ -16,15 +16,10 @@ from datetime import datetime, timedelta
 
 from tether.durations import as_timedelta
 from tether.errors import RetryableError, TerminalError
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    WorkMessage,
-)
-from tether.tasks import rules
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Checkpoint, ErrorInfo, TaskRecord, TaskStatus
+from tether.schemas.work import WorkMessage
+from tether.tasks import branch_rules, rules
 from tether.tools.retry import RetryPolicy
 from tether.worker import runs
 
@@ -143,7 +138,7 @@ def _when_stale(
         return ReplayFailure()
     branch = work.branch
     if branch is not None and checkpoint is not None and work.generation == record.generation:
-        if rules.branch_counted(record, work.step, branch):
+        if branch_rules.branch_counted(record, work.step, branch):
             return SayBranchDone(checkpoint)
     return Drop()
 

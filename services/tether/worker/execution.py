@@ -26,16 +26,10 @@ from tether.nats.recent import Versioned
 from tether.nats.store import Store
 from tether.schemas.events import StepRetrying, StepStarted
 from tether.schemas.ids import InvalidNameError
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    StepSpec,
-    TaskRecord,
-    TaskStatus,
-    Usage,
-    WorkMessage,
-)
-from tether.tasks import rules
+from tether.schemas.plans import StepSpec
+from tether.schemas.records import Checkpoint, ErrorInfo, TaskRecord, TaskStatus, Usage
+from tether.schemas.work import WorkMessage
+from tether.tasks import branch_rules, rules
 from tether.tasks.service import TaskService
 from tether.tools.context import StepContext
 from tether.tools.results import Child, NeedsInput, NextSteps, Sleep, woken
@@ -297,7 +291,9 @@ class Execution:
             )
             return Outcome.COMPLETED
         if isinstance(result, NeedsInput):
-            await self.tasks.wait_for_input(found, work.step, result.request(utcnow()), attempt)
+            await self.tasks.answers.wait_for_input(
+                found, work.step, result.request(utcnow()), attempt
+            )
             return Outcome.WAITING
         if isinstance(result, Child):
             await self._start_child(found, work, result)
@@ -363,7 +359,7 @@ class Execution:
                 and found.record.spec(work.step).collect_errors
                 and not failure.stops_task
             ):
-                output = rules.branch_error(error)
+                output = branch_rules.branch_error(error)
                 checkpoint = Checkpoint(output=output, attempt=attempt, time=utcnow(), usage=usage)
                 await self.tasks.branches.record(
                     found, work.step, work.branch, checkpoint, attempt=attempt
@@ -372,7 +368,7 @@ class Execution:
                 return Outcome.FAILED
             case GiveUp(error):
                 if not expected:
-                    await self.tasks.dead_letter(
+                    await self.tasks.dead_letters.keep(
                         tool=tool.name,
                         subject=delivery.subject,
                         data=delivery.data,
@@ -382,7 +378,7 @@ class Execution:
                         branch=work.branch,
                         attempt=attempt,
                     )
-                await self.tasks.fail(
+                await self.tasks.endings.fail(
                     work.task_id,
                     error,
                     step=work.step,

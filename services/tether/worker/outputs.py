@@ -11,7 +11,7 @@ from tether.durations import as_timedelta
 from tether.errors import InvalidTaskError, MessageTooLargeError
 from tether.schemas import types
 from tether.schemas.codec import encode
-from tether.schemas.tasks import Checkpoint, ErrorInfo, Usage
+from tether.schemas.records import Checkpoint, ErrorInfo, Usage
 from tether.tasks.plans import validate_steps
 from tether.tools.results import NextSteps, Sleep
 

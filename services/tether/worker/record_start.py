@@ -7,7 +7,7 @@ import asyncio
 from tether.clock import utcnow
 from tether.nats.recent import Versioned
 from tether.nats.store import Store
-from tether.schemas.tasks import WorkMessage
+from tether.schemas.work import WorkMessage
 from tether.tasks import rules
 
 START_DELAY = 0.1

@@ -22,7 +22,8 @@ from tether.errors import RevisionConflictError
 from tether.nats.delivery import Delivery
 from tether.nats.feeds import last_event
 from tether.nats.store import Store
-from tether.schemas.tasks import StepRun, WorkMessage
+from tether.schemas.runs import StepRun
+from tether.schemas.work import WorkMessage
 from tether.worker import decisions, runs
 from tether.worker.heartbeats import StepHeartbeat
 

@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tether.schemas.events import AnyStatusEvent, StepStarted
-from tether.schemas.tasks import ErrorInfo, StepRun, WorkMessage
+from tether.schemas.records import ErrorInfo
+from tether.schemas.runs import StepRun
+from tether.schemas.work import WorkMessage
 
 ALONE_AFTER = 2
 """Deaths of any kind after which a step runs alone in its process."""

@@ -30,11 +30,8 @@ from tether.nats.store import Store
 from tether.schemas.codec import NESTED, work_decoder
 from tether.schemas.ids import InvalidNameError, validate_task_id
 from tether.schemas.names import build_token
-from tether.schemas.tasks import (
-    Checkpoint,
-    ErrorInfo,
-    WorkMessage,
-)
+from tether.schemas.records import Checkpoint, ErrorInfo
+from tether.schemas.work import WorkMessage
 from tether.tasks import rules
 from tether.tasks.service import TaskService
 from tether.tools.tool import Tool
@@ -231,7 +228,7 @@ class StepRunner:
                 await delivery.done()
             case decisions.ReplayFailure():
                 assert found is not None
-                await self.tasks.say_failed(found.record)
+                await self.tasks.endings.say_failed(found.record)
                 await delivery.done()
             case decisions.Drop() if found is not None and found.record.parent is not None:
                 await self.tasks.children.resume_parent(found.record)  # again: harmless
@@ -295,7 +292,7 @@ class StepRunner:
 
     async def _reject(self, delivery: Delivery, reason: str, work: WorkMessage | None) -> None:
         error = ErrorInfo(type="InvalidMessage", message=reason)
-        await self.tasks.dead_letter(
+        await self.tasks.dead_letters.keep(
             tool=self._tool_of(delivery),
             subject=delivery.subject,
             data=delivery.data,
@@ -310,7 +307,9 @@ class StepRunner:
             # the step the task waits on cannot run: say so (a stray message about another
             # step or run of the task is only dead-lettered)
             if found is not None and rules.runs_step(found.record, work.step, work.generation):
-                await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
+                await self.tasks.endings.fail(
+                    work.task_id, error, step=work.step, branch=work.branch
+                )
         await delivery.give_up()
 
     def _tool_of(self, delivery: Delivery) -> str:
@@ -345,7 +344,7 @@ class StepRunner:
     ) -> None:
         if isinstance(placed, Refuse):
             error = ErrorInfo(type="BuildGone", message=placed.reason)
-            await self.tasks.fail(work.task_id, error, step=work.step, branch=work.branch)
+            await self.tasks.endings.fail(work.task_id, error, step=work.step, branch=work.branch)
         else:
             # One id per message sent on (a redelivery of this one sends the same id):
             # the step's own id, where it goes, and the sequence of the message it was.

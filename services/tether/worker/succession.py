@@ -33,7 +33,7 @@ from tether.nats.failures import disturbances
 from tether.nats.store import Store
 from tether.nats.workers import is_worker_key
 from tether.schemas.codec import encode
-from tether.schemas.tasks import HeldStep, WorkerBeat
+from tether.schemas.workers import HeldStep, WorkerBeat
 from tether.worker.custody import publish_again
 from tether.worker.heartbeats import StepHeartbeat
 from tether.worker.liveness import Liveness

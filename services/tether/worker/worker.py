@@ -27,7 +27,7 @@ from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
 from tether.nats.store import Store
 from tether.nats.workers import worker_key
-from tether.schemas.tasks import ToolInfo, WorkerBeat
+from tether.schemas.workers import ToolInfo, WorkerBeat
 from tether.service import Service
 from tether.tools.app import App
 from tether.tools.spelling import did_you_mean
@@ -90,7 +90,7 @@ class Worker(Service):
             names = ", ".join(repr(app.name) for app in ([apps] if isinstance(apps, App) else apps))
             raise DefinitionError(
                 f"app {names or '(none)'} has no tools: register some with @app.tool() or "
-                "app.agent(...), or name the App that has them"
+                "app.add(Agent(...)), or name the App that has them"
             )
         self.nats = nats or NatsConfig()
         self.layout = layout or Layout.for_config(self.nats)

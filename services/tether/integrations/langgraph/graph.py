@@ -41,7 +41,7 @@ from tether.integrations.langgraph.graph_input import GraphInput, Resume, Waited
 from tether.integrations.langgraph.graph_meter import Spending
 from tether.integrations.langgraph.graph_saver import Savers, check_checkpointer
 from tether.integrations.meter import Meter
-from tether.schemas.tasks import StepSpec
+from tether.schemas.plans import StepSpec
 from tether.tools.results import NeedsInput, NextSteps
 from tether.tools.tool import Tool
 

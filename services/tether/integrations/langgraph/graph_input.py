@@ -20,7 +20,7 @@ from tether.agents.agent import agent_input_schema
 from tether.agents.budget import tree_root
 from tether.agents.owners import Owner, bound_owner, check_same_caller
 from tether.errors import TerminalError
-from tether.schemas.tasks import TaskRecord, TaskStatus
+from tether.schemas.records import TaskRecord, TaskStatus
 
 if TYPE_CHECKING:
     from tether.tools.context import StepContext

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 if TYPE_CHECKING:
     from tether.tools.context import StepContext

@@ -30,7 +30,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
 from tether.integrations.meter import CHARS_PER_TOKEN, Meter
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult

@@ -13,7 +13,7 @@ from pydantic_core import to_jsonable_python
 
 from tether.integrations.openai_agents import _scope
 from tether.integrations.openai_agents._model import DurableModel
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 T = TypeVar("T", bound=FunctionTool)
 IDEMPOTENT = "_tether_idempotent"

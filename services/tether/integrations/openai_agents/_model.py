@@ -31,7 +31,7 @@ from pydantic import TypeAdapter
 
 from tether.integrations.openai_agents import _scope
 from tether.integrations.openai_agents._scope import Scope
-from tether.schemas.tasks import Usage as TaskUsage
+from tether.schemas.records import Usage as TaskUsage
 
 RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 

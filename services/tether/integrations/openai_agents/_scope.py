@@ -13,7 +13,7 @@ import msgspec
 from tether.integrations.adapters import RunInput
 from tether.integrations.journal import Journal
 from tether.integrations.meter import Meter
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 from tether.tools.context import StepContext
 
 

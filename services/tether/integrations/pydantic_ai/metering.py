@@ -13,7 +13,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models.wrapper import WrapperModel
 
 from tether.integrations.pydantic_ai.running import current
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage

@@ -1,3 +1,0 @@
-"""Moved to `tether.tools.retry`; kept for one round."""
-
-from tether.tools.retry import RetryPolicy as RetryPolicy
