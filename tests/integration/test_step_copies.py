@@ -11,7 +11,7 @@ from tests.apps.tools import app, read_executions
 from tests.conftest import MakeWorker
 from tether import Client
 from tether.nats.store import Store
-from tether.schemas.tasks import WorkMessage
+from tether.schemas.work import WorkMessage
 from tether.testing import eventually
 
 
