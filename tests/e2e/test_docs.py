@@ -150,6 +150,13 @@ def test_the_readme_links_every_docs_page() -> None:
     assert set(CHECKS) <= {page.name for page in PAGES}, CHECKS
 
 
+def test_the_docs_index_maps_every_page() -> None:
+    index = (DOCS / "README.md").read_text()
+    for page in PAGES:
+        if page.name != "README.md":
+            assert f"]({page.name})" in index, f"docs/README.md does not map {page.name}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
 def test_every_unrun_block_says_why(page: Path) -> None:
     text = page.read_text()
