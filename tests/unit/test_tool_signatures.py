@@ -105,6 +105,21 @@ async def test_one_scalar_parameter_without_ctx_is_a_field() -> None:
     assert await _run(tool, {"text": "hi"}) == "HI"
 
 
+async def test_one_scalar_parameter_takes_a_previous_steps_output_as_it_is() -> None:
+    """In a plan, `def summary(notes: str)` after a step that returns a string gets
+    that string (b3b5931: `InvalidInput: Expected object, got str`)."""
+
+    def summary(notes: str) -> str:
+        return notes[:5]
+
+    tool = _tool(summary)
+
+    assert await _run(tool, "a long note") == "a lon"
+    assert await _run(tool, {"notes": "fields too"}) == "field"
+    with pytest.raises(msgspec.ValidationError, match="notes"):
+        tool.convert_input({"text": "no such field"})
+
+
 async def test_the_context_is_passed_only_when_the_tool_wants_it() -> None:
     seen: list[Any] = []
 

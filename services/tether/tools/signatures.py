@@ -51,6 +51,11 @@ class Signature:
     def takes_input(self) -> bool:
         return bool(self.parameters)
 
+    @property
+    def lone_field(self) -> bool:
+        """One parameter, taken as the one field of an object input."""
+        return self.spread and len(self.parameters) == 1
+
     def arguments(self, given: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
         """The function's arguments for the worker's `(ctx)` or `(ctx, data)`."""
         args: list[Any] = [given[0]] if self.wants_ctx else []

@@ -61,6 +61,10 @@ class Tool:
     clients, whose connections would otherwise be left to the garbage collector)."""
     returns: Any = Any
     """The annotated return type (its schema is compared between builds)."""
+    lone_field: str | None = None
+    """The one parameter of a function that takes it as a field (`def f(notes: str)`):
+    a step input that is not an object (the previous step's output, in a plan) is taken
+    as its value, as a person reading the function expects."""
     versioning: Versioning | None = None
     """`moving` or `pinned` (see `tether.schemas.builds`); None: the app's."""
     when_gone: WhenGone = "move"
@@ -79,6 +83,8 @@ class Tool:
         raises msgspec.ValidationError naming the field, whichever library checked it."""
         if self.input_type is Any:
             return data
+        if self.lone_field is not None and not isinstance(data, dict | None):
+            data = {self.lone_field: data}
         return types.convert(data, self.input_type)
 
 
@@ -151,6 +157,7 @@ def make_tool(
         function=_caller(fn, signature, types.holds_model(returns)),
         input_type=signature.input_type,
         returns=returns,
+        lone_field=signature.parameters[0] if signature.lone_field else None,
         takes_input=signature.takes_input,
         description=description if description is not None else signature.description,
         retry=retry or RetryPolicy(),
