@@ -14,6 +14,10 @@ test-fast *args:
 test-real-model *args:
     python -m tests.real_model.install && TETHER_REQUIRE_REAL_MODEL=1 python -m pytest tests/real_model {{args}}
 
+# The journal's unit names (tests/integration/test_journal_names.py) on the oldest framework versions the extras allow (tests/oldest-frameworks.txt), in a venv of its own: .venv-oldest
+compat-oldest *args:
+    python3 -m venv .venv-oldest && .venv-oldest/bin/pip install -q -e '.[dev]' -c tests/oldest-frameworks.txt && .venv-oldest/bin/python -m pytest tests/integration/test_journal_names.py {{args}}
+
 # Lint and type-check
 lint:
     ruff check services tests && mypy

@@ -3,6 +3,7 @@ same for every bucket, with one read path (a direct get where the bucket allows 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from math import ceil
 from typing import NamedTuple
@@ -122,6 +123,25 @@ class Bucket:
         stream = self._js.names.kv_stream(self.name)
         subjects = await self._js.subjects(stream, self._prefix + match)
         return [subject[len(self._prefix) :] for subject in subjects]
+
+    async def scan(self, match: str = ">") -> dict[str, bytes]:
+        """The latest value of every key that `match` (a subject pattern), deleted keys
+        left out: a batch of keys per request where the bucket answers direct gets, else
+        the key list then a read per key."""
+        if not self.direct:
+            names = await self.keys(match)
+            entries = await asyncio.gather(*(self.get(key) for key in names))
+            return {k: e.value for k, e in zip(names, entries, strict=True) if e is not None}
+        stream = self._js.names.kv_stream(self.name)
+        found: dict[str, bytes] = {}
+        for msg in await self._js.direct_messages(stream, self._prefix + match):
+            said = msg.headers or {}
+            key = said[headers.SUBJECT][len(self._prefix) :]
+            if said.get(headers.KV_OPERATION) in _DELETED:
+                found.pop(key, None)  # a page that came after its key was deleted
+            else:
+                found[key] = msg.data
+        return found
 
     async def watch(self, key: str, inactive: float) -> KeyValue.KeyWatcher:
         """Updates of one key: the current value first, then a None marker, then changes;

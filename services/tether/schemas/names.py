@@ -337,6 +337,11 @@ class Names(msgspec.Struct, frozen=True):
         return f"$JS.API.STREAM.INFO.{stream}"
 
     @staticmethod
+    def direct_batch_subject(stream: str) -> str:
+        """Batched direct gets of `stream` (the request's body names the filter)."""
+        return f"$JS.API.DIRECT.GET.{stream}"
+
+    @staticmethod
     def message_get_subject(stream: str) -> str:
         return f"$JS.API.STREAM.MSG.GET.{stream}"
 

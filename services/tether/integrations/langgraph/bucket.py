@@ -138,6 +138,10 @@ class SaverBucket:
         """The values of `keys`, read concurrently, in their order."""
         return list(await asyncio.gather(*(self.get(key) for key in keys)))
 
+    async def scan(self, match: str) -> dict[str, bytes]:
+        """The values of every key that `match` (a subject filter), read in batches."""
+        return await self.kv.scan(match)
+
     async def revision(self, key: str) -> tuple[bytes, int] | None:
         entry = await self.kv.get(key)
         return (entry.value, entry.revision) if entry is not None else None

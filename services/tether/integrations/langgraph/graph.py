@@ -14,7 +14,8 @@ are kept). An `interrupt()` ends the step with two more: one that asks (the task
 `waiting`, holding no worker; the interrupt's value is the prompt) and one that resumes
 the thread with `Command(resume=answer)`. The models' tokens reach the task's stream as
 they are written, each node's start and end its progress, and each chat model call is
-reserved against the task's budget and counted on it (`graph_meter`).
+reserved against the task's budget, capped at what is left and counted on it
+(`graph_meter`, `graph_caps`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from pydantic_core import to_jsonable_python
 from tether.agents.models import retry_after
 from tether.errors import DefinitionError, RetryableError, TerminalError
 from tether.integrations.adapters import RETRY, RunInput
+from tether.integrations.langgraph import graph_caps, graph_input, graph_live
 from tether.integrations.langgraph import graph_flow as flow
-from tether.integrations.langgraph import graph_input, graph_live
 from tether.integrations.langgraph.graph_input import GraphInput, Resume, Waited
 from tether.integrations.langgraph.graph_meter import Spending
 from tether.integrations.langgraph.graph_saver import Savers, check_checkpointer
@@ -233,6 +234,7 @@ def as_tool(graph: Any, *, name: str | None = None) -> Tool:
         )
     tool_name = name or graph.name
     check_checkpointer(graph, tool_name)
+    graph_caps.install()
     if graph.interrupt_before_nodes or graph.interrupt_after_nodes:
         raise DefinitionError(
             f"graph {tool_name!r} was compiled with interrupt_before/interrupt_after: call "

@@ -3,12 +3,10 @@
 before it is sent (a spent budget stops it there), then settles at the usage the model
 reported (`usage_metadata`) or releases its hold when it failed.
 
-What a callback cannot do is change the request, so the cap a reservation grants is
-not sent as `max_tokens` (Tether's own agents and the other adapters send it): a call
-may answer past what is left, by at most the `max_tokens` its model is bound with.
-A model that reports no usage (langchain-openai on another `base_url` streams none
-unless `stream_usage=True`) is counted at an estimate from the text, 3 characters a
-token, so a budget still ends.
+A callback cannot change the request: the cap a reservation grants (`cap`) is sent as
+the call's `max_tokens`, and a streamed call asks for its usage, by `graph_caps`. A
+model that still reports no usage is counted at an estimate from the text, 3
+characters a token, so a budget still ends.
 
 Callbacks run in the thread LangChain gives them: an executor thread for async calls
 (`run_inline` is off), the node's own thread for sync ones; either waits for the
@@ -23,7 +21,7 @@ import asyncio
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -36,6 +34,8 @@ if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
 
     from tether.agents.budget import TreeBudget
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -54,6 +54,8 @@ class _Call:
     meter: CallMeter
     sent_chars: int
     model: str
+    cap: int | None = None
+    """The most its answer may hold (None: no budget, or no hold taken)."""
 
 
 class Spending(BaseCallbackHandler):
@@ -88,11 +90,17 @@ class Spending(BaseCallbackHandler):
         asked = params.get("max_tokens") or params.get("max_completion_tokens")
         sent = sum(len(str(m.content)) for batch in messages for m in batch)
         meter = CallMeter(self._meter.ctx, self._tree, key=self._key(found))
+        call = _Call(meter, sent, model)
         with self._lock:
-            self._calls[run_id] = _Call(meter, sent, model)
-        self._wait(
-            meter.reserve(model, sent, asked if isinstance(asked, int) else None), before=True
-        )
+            self._calls[run_id] = call
+        reserved = meter.reserve(model, sent, asked if isinstance(asked, int) else None)
+        call.cap = self._wait(reserved, before=True)
+
+    def cap(self, run_id: UUID) -> int | None:
+        """The `max_tokens` the call `run_id` may send (None: no budget applies)."""
+        with self._lock:
+            call = self._calls.get(run_id)
+        return None if call is None else call.cap
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **rest: Any) -> None:
         with self._lock:
@@ -124,19 +132,20 @@ class Spending(BaseCallbackHandler):
             n = self._per_task[node_task] = self._per_task.get(node_task, 0) + 1
         return f"{self._meter.ctx.idempotency_key}.{node_task}.{n}"
 
-    def _wait(self, work: Coroutine[Any, Any, Any], before: bool = False) -> None:
-        """Run `work` on the worker's loop and wait for it. On that loop itself nothing
-        can wait: a hold (`before` the call) is skipped, a count runs later."""
+    def _wait(self, work: Coroutine[Any, Any, T], before: bool = False) -> T | None:
+        """`work`'s result, run on the worker's loop. On that loop itself nothing can
+        wait: a hold (`before` the call) is skipped, a count runs later (None)."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is not self._loop:
-            asyncio.run_coroutine_threadsafe(work, self._loop).result()
-        elif before:
+            return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        if before:
             work.close()
         else:
             self._late.append(self._loop.create_task(work))
+        return None
 
     async def settled(self) -> None:
         """Wait for what could not be waited for at once (before the step reports)."""

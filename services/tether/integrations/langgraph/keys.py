@@ -7,9 +7,12 @@ mistaken for another kind. Every id in a key is one token escaped by `escape`.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_ALL_SAFE = re.compile("[A-Za-z0-9_-]+")
+_ASCII_ESCAPES = {code: f"={code:02X}" for code in range(128) if chr(code) not in _SAFE}
 EMPTY = "="
 """The token of an empty id (the root namespace `""`): `=` is otherwise always
 followed by two hex digits, so it stands for nothing else."""
@@ -28,8 +31,10 @@ def escape(text: str) -> str:
     `child:1` -> `child=3A1`; `1.0` -> `1=2E0`."""
     if not text:
         return EMPTY
-    if all(ch in _SAFE for ch in text):
+    if _ALL_SAFE.fullmatch(text):
         return text
+    if text.isascii():  # versions (`<n>.<random>`): a listing escapes thousands
+        return text.translate(_ASCII_ESCAPES)
     return "".join(ch if ch in _SAFE else _escaped(ch) for ch in text)
 
 
@@ -101,13 +106,18 @@ def values(thread_id: str) -> str:
 def write(thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
     """`<thread>.w.<ns>.<checkpoint_id>.<task_id>.<idx>`: a pending write (idx < 0 for
     the special channels: error, interrupt, resume, scheduled)."""
-    at = f"{escape(thread_id)}.{WRITE}.{escape(ns)}.{escape(checkpoint_id)}"
-    return f"{at}.{escape(task_id)}.{idx}"
+    return f"{checkpoint_writes(thread_id, ns, checkpoint_id)}.{escape(task_id)}.{idx}"
+
+
+def checkpoint_writes(thread_id: str, ns: str, checkpoint_id: str) -> str:
+    """`<thread>.w.<ns>.<checkpoint_id>`: what the keys of a checkpoint's pending writes
+    begin with."""
+    return f"{escape(thread_id)}.{WRITE}.{escape(ns)}.{escape(checkpoint_id)}"
 
 
 def writes_of(thread_id: str, ns: str, checkpoint_id: str) -> str:
     """The filter of one checkpoint's pending writes."""
-    return f"{escape(thread_id)}.{WRITE}.{escape(ns)}.{escape(checkpoint_id)}.*.*"
+    return f"{checkpoint_writes(thread_id, ns, checkpoint_id)}.*.*"
 
 
 def writes(thread_id: str) -> str:

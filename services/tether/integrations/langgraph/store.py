@@ -24,6 +24,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import keys
 from .bucket import SaverBucket
+from .reads import LiveReads, Reads, Scanned
 from .records import (
     EMPTY,
     KNOWN_FIELDS,
@@ -45,7 +46,8 @@ from .records import (
 )
 
 BATCH = 16
-"""Checkpoints a listing reads at once."""
+"""Checkpoints a listing reads at once. One that wants more reads their keys first, all
+in one scan of the thread (or of every thread), a batch of keys per request."""
 _ADVANCE_TRIES = 20
 _MISSING = object()
 
@@ -68,12 +70,20 @@ def config_of(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 
 class CheckpointStore:
     """One saver's checkpoints in its bucket, values through `serde`; values over
-    `inline_limit` bytes are blobs."""
+    `inline_limit` bytes are blobs; stored checkpoints are read through `reads` (the
+    bucket's keys one by one, unless given)."""
 
-    def __init__(self, bucket: SaverBucket, serde: SerializerProtocol, inline_limit: int) -> None:
+    def __init__(
+        self,
+        bucket: SaverBucket,
+        serde: SerializerProtocol,
+        inline_limit: int,
+        reads: Reads | None = None,
+    ) -> None:
         self.bucket = bucket
         self.serde = serde
         self.inline_limit = inline_limit
+        self.reads = reads or LiveReads(bucket)
 
     # -- values ----------------------------------------------------------------
     async def dump(self, thread_id: str, value: Any) -> Typed:
@@ -94,10 +104,21 @@ class CheckpointStore:
 
     async def load(self, typed: Typed) -> Any:
         if typed.blob is not None:
-            data = unframe(await self.bucket.load_blob(typed.blob))
+            data = unframe(await self.reads.load_blob(typed.blob))
         else:
             data = typed.data or b""
         return self.serde.loads_typed((typed.type, data))
+
+    async def load_all(self, typed: Sequence[Typed]) -> list[Any]:
+        """`load` of each, the blobs at once (no task for an inline value: a listing
+        loads thousands)."""
+        blobs = [t for t in typed if t.blob is not None]
+        read = await asyncio.gather(*map(self.load, blobs)) if blobs else []
+        loaded = {id(t): value for t, value in zip(blobs, read, strict=True)}
+        return [
+            loaded[id(t)] if t.blob is not None else self.serde.loads_typed((t.type, t.data or b""))
+            for t in typed
+        ]
 
     # -- writing ---------------------------------------------------------------
     async def put(
@@ -210,7 +231,7 @@ class CheckpointStore:
         return None if record is None else await self.tuple_of(record)
 
     async def record(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRecord | None:
-        raw = await self.bucket.get(keys.checkpoint(thread_id, ns, checkpoint_id))
+        [raw] = await self.reads.get_many([keys.checkpoint(thread_id, ns, checkpoint_id)])
         return None if raw is None else checkpoint_decoder.decode(raw)
 
     async def _latest(self, thread_id: str, ns: str) -> CheckpointRecord | None:
@@ -253,21 +274,21 @@ class CheckpointStore:
             keys.value(thread_id, ns, channel, version)
             for channel, version in record.channel_versions.items()
         ]
-        found = [value_decoder.decode(raw) for raw in await self.bucket.get_many(wanted) if raw]
+        found = [value_decoder.decode(raw) for raw in await self.reads.get_many(wanted) if raw]
         stored = [item for item in found if item.value.type != EMPTY]
-        loaded = await asyncio.gather(*(self.load(item.value) for item in stored))
+        loaded = await self.load_all([item.value for item in stored])
         return {item.channel: value for item, value in zip(stored, loaded, strict=True)}
 
     async def _writes(self, record: CheckpointRecord) -> list[tuple[str, str, Any]]:
         """The checkpoint's pending writes in `writes_sort_key` order, as LangGraph
         applies them."""
-        pattern = keys.writes_of(record.thread_id, record.checkpoint_ns, record.checkpoint_id)
-        raws = await self.bucket.get_many(await self.bucket.keys(pattern))
+        place = (record.thread_id, record.checkpoint_ns, record.checkpoint_id)
+        raws = await self.reads.get_many(await self.reads.writes_of(*place))
         found = sorted(
             (write_decoder.decode(raw) for raw in raws if raw),
             key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx),
         )
-        loaded = await asyncio.gather(*(self.load(w.value) for w in found))
+        loaded = await self.load_all([w.value for w in found])
         return [(w.task_id, w.channel, value) for w, value in zip(found, loaded, strict=True)]
 
     async def search(
@@ -276,18 +297,23 @@ class CheckpointStore:
         filter: Mapping[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Checkpoints newest first, read a batch at a time."""
+    ) -> AsyncIterator[list[CheckpointTuple]]:
+        """Checkpoints newest first, a batch at a time."""
         places = await self.places(config, before)
+        wanted = len(places) if filter or limit is None else min(limit, len(places))
+        store = self
+        if wanted > BATCH:
+            thread_id = (config or {}).get("configurable", {}).get("thread_id")
+            scanned = await Scanned.of(self.bucket, None if thread_id is None else str(thread_id))
+            store = CheckpointStore(self.bucket, self.serde, self.inline_limit, scanned)
         left = limit
         while places and (left is None or left > 0):
             size = BATCH if filter or left is None else min(BATCH, left)
             batch, places = places[:size], places[size:]
-            raws = await self.bucket.get_many([keys.checkpoint(*p) for p in batch])
+            raws = await store.reads.get_many([keys.checkpoint(*p) for p in batch])
             records = [checkpoint_decoder.decode(raw) for raw in raws if raw is not None]
             chosen = [r for r in records if _matches(r.metadata, filter)][:left]
-            for found in await asyncio.gather(*(self.tuple_of(r) for r in chosen)):
-                yield found
+            yield list(await asyncio.gather(*(store.tuple_of(r) for r in chosen)))
             left = None if left is None else left - len(chosen)
 
     async def places(
