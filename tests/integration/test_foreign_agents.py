@@ -96,3 +96,29 @@ async def test_a_token_budget_stops_the_run_before_the_call_that_would_cross_it(
     assert sent["max_tokens"] is not None and sent["max_tokens"] <= 520
     assert ran(executions, tag) == 1  # the tool between the two calls did run
     assert (await spent(handle)).total_tokens == 500
+
+
+@pytest.mark.parametrize("agent", ["oai_helper", "pai_helper", "pai_chat"])
+async def test_a_conversation_given_as_input_reaches_the_model_whole(
+    client: Client, worker: None, model: ScriptedModel, agent: str
+) -> None:
+    """A conversation in, the same conversation to the model (after the instructions):
+    the earlier messages as the run's history, a tool call and its result included, not
+    dropped for the last user message."""
+    question = model.conversation({"content": "-"}, {"content": "-"}, {"content": "Tuesday."})
+    call = {"id": "call_7", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    conversation = [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "Monday"},
+        {"role": "assistant", "content": "The delivery is on Monday."},
+        {"role": "user", "content": "Sorry, which day again?"},
+    ]
+    handle = await client.submit_agent(agent, conversation)
+
+    assert await handle.wait(timeout=30) == "Tuesday."
+    [sent] = model.requests(question)
+    assert sent["turn"] == 2  # both assistant messages reached it
+    assert sent["messages"] == 5 + (sent["system"] is not None)
+    assert sent["tool_results"] == ["call_7"] and sent["tool_texts"] == ["Monday"]
+    assert sent["last"] == {"role": "user", "text": "Sorry, which day again?"}

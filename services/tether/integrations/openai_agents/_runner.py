@@ -15,6 +15,7 @@ from tether.integrations.journal import Journal, WaitForInput
 from tether.integrations.meter import Meter
 from tether.integrations.openai_agents import _scope
 from tether.integrations.openai_agents._clone import durable
+from tether.integrations.openai_agents._input import input_items
 from tether.integrations.openai_agents._model import DurableModel, DurableProvider
 from tether.integrations.openai_agents._scope import Scope
 from tether.tools.context import StepContext
@@ -108,7 +109,7 @@ async def run_step(
     meter = await Meter.open(ctx, step)
     agent = copy if step.instructions is None else copy.clone(instructions=step.instructions)
     config = run_config(None, step.settings)
-    return await run_waiting(agent, step.input or "", Scope(ctx, journal, meter), config)
+    return await run_waiting(agent, input_items(step.input), Scope(ctx, journal, meter), config)
 
 
 _journals: weakref.WeakKeyDictionary[StepContext, Scope] = weakref.WeakKeyDictionary()
