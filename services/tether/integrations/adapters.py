@@ -89,6 +89,9 @@ class ForeignRun:
             return await self.run(ctx, step, journal)
         except WaitForInput as wait:
             return self._ask(step, journal, wait)
+        except BaseException:
+            await journal.failed()
+            raise
 
     def _ask(self, step: RunInput, journal: Journal, wait: WaitForInput) -> NextSteps:
         asking = msgspec.to_builtins(Ask(prompt=wait.prompt, schema=wait.schema))

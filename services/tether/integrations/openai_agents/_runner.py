@@ -11,7 +11,7 @@ import agents
 from agents import Agent, Model, ModelSettings, RunConfig, RunResult, RunResultStreaming
 
 from tether.integrations.adapters import RunInput
-from tether.integrations.journal import Journal, WaitForInput
+from tether.integrations.journal import Journal
 from tether.integrations.meter import Meter
 from tether.integrations.openai_agents import _scope
 from tether.integrations.openai_agents._clone import durable
@@ -79,11 +79,6 @@ async def run_waiting(
                     state.reject(item, rejection_message=reason)
             result = await agents.Runner.run(agent, state, run_config=config, **kwargs)
         return result
-    except WaitForInput:
-        raise
-    except BaseException:
-        await _scope.failed(scope)
-        raise
     finally:
         _scope.current.reset(token)
 
@@ -152,7 +147,8 @@ class Runner:
                 durable(starting_agent), input, run_config=config, **kwargs
             )
         except BaseException:
-            await _scope.failed(scope)
+            assert scope.journal is not None  # a step's own
+            await scope.journal.failed()
             raise
         finally:
             _scope.current.reset(token)
