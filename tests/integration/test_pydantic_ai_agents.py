@@ -163,3 +163,18 @@ async def test_a_failed_attempt_is_retried_and_each_call_counted_once(
     assert executions.read_text().count("add") == 1  # the retry read it back
     counted = await spent(handle)
     assert (counted.requests, counted.input_tokens, counted.output_tokens) == (2, 100, 9)
+
+
+async def test_a_server_without_the_responses_api_is_said_with_how_to_call_chat(
+    client: Client, pai_worker: Worker, model: ScriptedModel
+) -> None:
+    """`openai:` models call `/v1/responses`; a server that has only Chat Completions
+    answers 404 there, and the error says what to name the model instead."""
+    missing = {"content": "never", "faults": [{"status": 404, "message": "no such route"}]}
+    question = model.conversation(missing)
+    handle = await client.submit_agent("pai_helper", question)
+
+    with pytest.raises(TaskFailedError, match="'openai-chat:gpt-4o-mini'"):
+        await handle.wait(timeout=30)
+    [sent] = model.requests(question)
+    assert sent["api"] == "responses"

@@ -54,3 +54,9 @@ def test_a_model_it_cannot_reach_is_named_with_where_its_url_was_set(
     assert "from the agent's model" in away("http://elsewhere/v1/responses")
     monkeypatch.delenv("OPENAI_BASE_URL")
     assert "the default: set OPENAI_BASE_URL" in away("https://api.openai.com/v1/responses")
+
+
+def test_a_404_to_the_responses_api_says_how_to_call_chat_completions() -> None:
+    said = str(step_error("helper", _status(404)))
+
+    assert 'set_default_openai_api("chat_completions")' in said

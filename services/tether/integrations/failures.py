@@ -1,6 +1,7 @@
-"""A foreign agent's model it cannot reach, said as Tether's own agents say it (pure):
-which URL, where that URL came from, and that the step runs again (the frameworks'
-`openai` clients raise a bare "Connection error.", and a traceback of their frames)."""
+"""A foreign agent's model errors, said as Tether's own agents say them (pure): a model
+it cannot reach names its URL and where that URL came from (the frameworks' `openai`
+clients raise a bare "Connection error.", and a traceback of their frames), and a 404
+to the Responses API says that the server speaks only Chat Completions."""
 
 from __future__ import annotations
 
@@ -33,12 +34,8 @@ def unreachable(agent: str, error: BaseException) -> RetryableError | None:
 
 def connection_error(error: BaseException) -> openai.APIConnectionError | None:
     """The `openai` client's connection error in `error`'s chain (a framework wraps it)."""
-    seen: BaseException | None = error
-    for _ in range(8):  # a chain, not a cycle
-        if seen is None or isinstance(seen, openai.APIConnectionError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    found = in_chain(error, openai.APIConnectionError)
+    return found if isinstance(found, openai.APIConnectionError) else None
 
 
 def endpoint(called: str) -> tuple[str, str]:
@@ -50,3 +47,22 @@ def endpoint(called: str) -> tuple[str, str]:
     if base.rstrip("/") == DEFAULT_BASE_URL:
         return base, "the default: set OPENAI_BASE_URL, or give the model's provider a base_url"
     return base, "the agent's model (its provider's or client's base_url)"
+
+
+def no_responses_api(error: BaseException) -> bool:
+    """Whether `error` is a 404 to a Responses API call: the server speaks only Chat
+    Completions (llama.cpp, vLLM, most local servers), which the framework can call."""
+    found = in_chain(error, openai.APIStatusError)
+    if not isinstance(found, openai.APIStatusError):
+        return False
+    return found.status_code == 404 and found.request.url.path.endswith("/responses")
+
+
+def in_chain(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first `kind` in `error`'s chain of causes (a framework wraps the client's)."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain, not a cycle
+        if seen is None or isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None

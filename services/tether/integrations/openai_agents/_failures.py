@@ -15,7 +15,7 @@ from agents.exceptions import (
 )
 
 from tether.errors import GuardrailTripped, StepError, TerminalError
-from tether.integrations.failures import unreachable
+from tether.integrations.failures import no_responses_api, unreachable
 
 PASSING = frozenset({408, 409, 429})
 """HTTP statuses below 500 that pass: timeouts, conflicts, rate limits."""
@@ -35,8 +35,15 @@ def step_error(agent: str, error: Exception) -> StepError | None:
     if isinstance(error, openai.APIStatusError):
         if error.status_code >= 500 or error.status_code in PASSING:
             return None
+        hint = ""
+        if no_responses_api(error):
+            hint = (
+                ". The server has no Responses API, the SDK's default: call "
+                'agents.set_default_openai_api("chat_completions") where the app is defined'
+            )
         return TerminalError(
-            f"agent {agent!r}: the model refused the request ({error.status_code}): {error.message}"
+            f"agent {agent!r}: the model refused the request ({error.status_code}): "
+            f"{error.message}{hint}"
         )
     if isinstance(error, openai.OpenAIError) and not isinstance(error, openai.APIError):
         return TerminalError(  # the client could not be made: no key, a bad option

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded, UserError
 
 from tether.errors import RetryableError, StepError, TerminalError
-from tether.integrations.failures import unreachable
+from tether.integrations.failures import no_responses_api, unreachable
 
 PASSING = frozenset({408, 409, 429})
 """HTTP statuses below 500 that pass: timeouts, conflicts, rate limits."""
@@ -27,6 +27,15 @@ def step_error(agent: str, error: Exception) -> StepError | None:
             return RetryableError(str(error), retry_after=error.retry_after)
         return TerminalError(
             f"agent {agent!r}: the model {error.model_name!r} refused the request "
-            f"({error.status_code}): {error.body}"
+            f"({error.status_code}): {error.body}{_hint(error)}"
         )
     return None
+
+
+def _hint(error: ModelHTTPError) -> str:
+    if not no_responses_api(error):
+        return ""
+    return (
+        f". The server has no Responses API, which 'openai:' models call: name the model "
+        f"'openai-chat:{error.model_name}' to call its Chat Completions"
+    )
