@@ -59,3 +59,16 @@ async def slow_chore(batch: str, name: str, of: int) -> str:
     await gate(f"{batch}-{name}")
     record(f"chore {batch} {name} ended")
     return f"{name} done"
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    record(f"get_weather {city}")
+    return f"sunny in {city}"
+
+
+async def slow_lookup(key: str) -> str:
+    """Look a key up (slowly: it waits at the gate named by the key)."""
+    record(f"slow_lookup {key}")
+    await gate(key)
+    return f"{key} = 42"

@@ -8,7 +8,8 @@ from __future__ import annotations
 from agents import Agent, function_tool, handoff, set_default_openai_api, set_default_openai_key
 from pydantic import BaseModel
 
-from tests.apps.foreign import chore, gate, record, slow_chore
+from tests.apps import foreign
+from tests.apps.foreign import chore, record, slow_chore
 from tether import App, StepContext
 from tether.integrations.openai_agents import Runner, idempotent
 
@@ -16,21 +17,8 @@ set_default_openai_api("chat_completions")  # what the scripted model serves, an
 set_default_openai_key("test", use_for_tracing=False)
 
 app = App("openai_agents")
-
-
-@function_tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    record(f"get_weather {city}")
-    return f"sunny in {city}"
-
-
-@function_tool
-async def slow_lookup(key: str) -> str:
-    """Look a key up (slowly)."""
-    record(f"slow_lookup {key}")
-    await gate(key)
-    return f"{key} = 42"
+get_weather = function_tool(foreign.get_weather)
+slow_lookup = function_tool(foreign.slow_lookup)
 
 
 @function_tool(needs_approval=True)

@@ -26,6 +26,7 @@ from tether import Client, NatsConfig
 from tether.testing.llm import ScriptedModel
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sdk_client")]
+RESPONSES = "tests.apps.openai_responses:app"
 
 
 @pytest.fixture
@@ -126,3 +127,44 @@ async def test_a_tool_that_runs_the_sdk_itself_is_durable_through_the_drop_in_ru
     assert turns(model, text) == {0: 1, 1: 1, 2: 1}
     assert ran(executions, f"get_weather {key}") == 1
     assert ran(executions, f"slow_lookup {key}") == 2
+
+
+@pytest.fixture
+async def on_responses(
+    config: NatsConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Crashes:
+    """Worker processes of an app on the SDK's default API (apps of their own: the API
+    is a per-process default)."""
+    return await Crashes(config, RESPONSES, tmp_path, monkeypatch).register()
+
+
+async def test_an_agent_on_the_responses_api_killed_mid_tool_sends_no_finished_call_again(
+    on_responses: Crashes, client: Client, model: ScriptedModel, executions: Path
+) -> None:
+    """The SDK's default API (`/v1/responses`): a new worker process finishes the run
+    from the journal, each response read back as it was stored."""
+    crashes = on_responses
+    key, gates = f"k{uuid.uuid4().hex[:6]}", crashes.gates()
+    question = model.conversation(
+        {"content": "Checking.", **call("get_weather", city=key)},
+        call("slow_lookup", key=key),
+        {"content": "42."},
+    )
+    handle = await crashes.killed_when(
+        lambda: client.submit_agent("oai_responses", question), at_gate(gates, key)
+    )
+    open_gate(gates, key)
+    restarted = start_worker(crashes.config, RESPONSES, log=crashes.folder / "new.log")
+    try:
+        assert await handle.wait(timeout=60) == "42."
+    finally:
+        stop_worker(restarted)
+
+    sent = model.requests(question)
+    assert {r["api"] for r in sent} == {"responses"}
+    assert turns(model, question) == {0: 1, 1: 1, 2: 1}  # no model call sent twice
+    assert sent[1]["tool_texts"] == [f"sunny in {key}"]
+    assert sent[2]["tool_texts"] == [f"sunny in {key}", f"{key} = 42"]
+    assert ran(executions, f"get_weather {key}") == 1
+    assert ran(executions, f"slow_lookup {key}") == 2
+    assert (await spent(handle)).requests == 3

@@ -78,3 +78,28 @@ async def test_a_worker_killed_while_the_task_waits_for_approval_loses_nothing(
     assert await crashes.survive(handle) == "3, and old is gone."
     assert turns(model, question) == {0: 1, 1: 1, 2: 1}
     assert executed(executions) == {"add": 1, "delete_rows": 1}
+
+
+async def test_an_agent_on_the_responses_api_killed_mid_tool_sends_no_finished_call_again(
+    crashes: Crashes, client: Client, model: ScriptedModel, executions: Path
+) -> None:
+    """`openai:` models call the Responses API (`/v1/responses`): the same journal."""
+    city, gates = f"c{uuid.uuid4().hex[:6]}", crashes.gates()
+    question = model.conversation(
+        {"content": "Adding first.", **call("add", a=2, b=3), "usage": usage(50, 5)},
+        {**call("slow_lookup", city=city), "usage": usage(70, 6)},
+        {"content": f"{city}: sunny, and 5.", "usage": usage(90, 7)},
+    )
+    handle = await crashes.killed_when(
+        lambda: client.submit_agent("pai_helper", question), at_gate(gates, city)
+    )
+    open_gate(gates, city)
+
+    assert await crashes.survive(handle) == f"{city}: sunny, and 5."
+    sent = model.requests(question)
+    assert {r["api"] for r in sent} == {"responses"}
+    assert turns(model, question) == {0: 1, 1: 1, 2: 1}  # no model call sent twice
+    assert sent[2]["tool_texts"] == ["5", f"{city}: sunny"]
+    assert executed(executions) == {"add": 1, "slow_lookup": 2}
+    counted = await spent(handle)
+    assert (counted.requests, counted.input_tokens, counted.output_tokens) == (3, 210, 18)

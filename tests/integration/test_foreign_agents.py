@@ -14,8 +14,18 @@ from typing import Any
 import pytest
 
 from tests.conftest import start_worker, stop_worker
+from tests.e2e.test_cli_ops import tether
 from tests.foreign_agents import OPENAI_AGENTS, PYDANTIC_AGENTS, call, ran, spent, usage
-from tether import Client, NatsConfig, TaskCancelledError, TaskFailedError, TaskStatus
+from tests.servers import free_port
+from tether import (
+    Client,
+    NatsConfig,
+    TaskCancelledError,
+    TaskFailedError,
+    TaskHandle,
+    TaskStatus,
+)
+from tether.schemas import StepRetrying
 from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 
@@ -96,3 +106,83 @@ async def test_a_token_budget_stops_the_run_before_the_call_that_would_cross_it(
     assert sent["max_tokens"] is not None and sent["max_tokens"] <= 520
     assert ran(executions, tag) == 1  # the tool between the two calls did run
     assert (await spent(handle)).total_tokens == 500
+
+
+@pytest.mark.parametrize("agent", ["oai_helper", "pai_helper", "pai_chat"])
+async def test_a_conversation_given_as_input_reaches_the_model_whole(
+    client: Client, worker: None, model: ScriptedModel, agent: str
+) -> None:
+    """A conversation in, the same conversation to the model (after the instructions):
+    the earlier messages as the run's history, a tool call and its result included, not
+    dropped for the last user message."""
+    question = model.conversation({"content": "-"}, {"content": "-"}, {"content": "Tuesday."})
+    call = {"id": "call_7", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    conversation = [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "Monday"},
+        {"role": "assistant", "content": "The delivery is on Monday."},
+        {"role": "user", "content": "Sorry, which day again?"},
+    ]
+    handle = await client.submit_agent(agent, conversation)
+
+    assert await handle.wait(timeout=30) == "Tuesday."
+    [sent] = model.requests(question)
+    assert sent["turn"] == 2  # both assistant messages reached it
+    assert sent["messages"] == 5 + (sent["system"] is not None)
+    assert sent["tool_results"] == ["call_7"] and sent["tool_texts"] == ["Monday"]
+    assert sent["last"] == {"role": "user", "text": "Sorry, which day again?"}
+
+
+@pytest.mark.usefixtures("sdk_client")
+@pytest.mark.parametrize(
+    ("agent", "app"), [("oai_helper", OPENAI_AGENTS), ("pai_chat", PYDANTIC_AGENTS)]
+)
+async def test_a_model_url_with_nothing_listening_is_named_at_once_in_a_line_per_retry(
+    config: NatsConfig,
+    client: Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    agent: str,
+    app: str,
+) -> None:
+    """As for Tether's own agents: the first retry says which URL could not be reached
+    and where it was set, and the worker logs each retry in one line, no traceback."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    log = tmp_path / "worker.log"
+    process = start_worker(config, app, log=log)
+    try:
+        await wait_until(lambda: _registered(client, agent), timeout=60, message="the agent")
+        handle = await client.submit_agent(agent, "anyone there?")
+        async with asyncio.timeout(60):
+            retried = [e async for e in _retries(handle, 2)]
+        status = await tether(config, "status", handle.task_id)
+        await client.cancel(handle.task_id)
+    finally:
+        stop_worker(process)
+
+    said = retried[0].error.message if retried[0].error is not None else ""
+    assert said.startswith(f"could not connect to {url}: ")
+    assert "the URL is from OPENAI_BASE_URL" in said and repr(agent) in said
+    assert f"could not connect to {url}" in status.out
+    lines = log.read_text().splitlines()
+    logged = [line for line in lines if handle.task_id in line]
+    assert len(logged) >= 2 and all("retrying in" in line for line in logged)
+    assert not [line for line in lines if "Traceback" in line], lines
+    assert len(lines) <= 5 + 3 * len(logged), lines  # a line per retry, its client's two
+
+
+async def _registered(client: Client, agent: str) -> bool:
+    return await client.tool(agent) is not None
+
+
+async def _retries(handle: TaskHandle, times: int) -> AsyncIterator[StepRetrying]:
+    """The task's first `times` retries, as they come."""
+    count = 0
+    async for event in handle.events():
+        if isinstance(event, StepRetrying):
+            yield event
+            count += 1
+            if count == times:
+                return

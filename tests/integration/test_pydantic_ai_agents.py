@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.foreign_agents import call, spent, usage, waiting
+from tests.foreign_agents import call, spent, turns, usage, waiting
 from tether import Client, TaskFailedError, TaskStatus, Worker
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
@@ -144,3 +144,37 @@ async def test_a_request_the_provider_refuses_fails_the_task_at_once(
     with pytest.raises(TaskFailedError, match="refused the request"):
         await handle.wait(timeout=30)
     assert len(model.requests(question)) == 1  # not retried: a second attempt would pass
+
+
+async def test_a_failed_attempt_is_retried_and_each_call_counted_once(
+    client: Client, pai_worker: Worker, model: ScriptedModel, executions: Path
+) -> None:
+    """The failed attempt's usage was counted with its failure: the retry that reads its
+    model call back does not count it again."""
+    broken = [{"status": 500}] * 3  # past the openai client's own two retries
+    question = model.conversation(
+        {**call("add", a=1, b=2), "usage": usage(40, 5)},
+        {"content": "It is 3.", "usage": usage(60, 4), "faults": broken},
+    )
+    handle = await client.submit_agent("pai_chat", question)
+
+    assert await handle.wait(timeout=60) == "It is 3."
+    assert turns(model, question) == {0: 1, 1: 4}  # the first call was not sent again
+    assert executions.read_text().count("add") == 1  # the retry read it back
+    counted = await spent(handle)
+    assert (counted.requests, counted.input_tokens, counted.output_tokens) == (2, 100, 9)
+
+
+async def test_a_server_without_the_responses_api_is_said_with_how_to_call_chat(
+    client: Client, pai_worker: Worker, model: ScriptedModel
+) -> None:
+    """`openai:` models call `/v1/responses`; a server that has only Chat Completions
+    answers 404 there, and the error says what to name the model instead."""
+    missing = {"content": "never", "faults": [{"status": 404, "message": "no such route"}]}
+    question = model.conversation(missing)
+    handle = await client.submit_agent("pai_helper", question)
+
+    with pytest.raises(TaskFailedError, match="'openai-chat:gpt-4o-mini'"):
+        await handle.wait(timeout=30)
+    [sent] = model.requests(question)
+    assert sent["api"] == "responses"

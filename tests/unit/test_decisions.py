@@ -119,7 +119,8 @@ CLASSIFIED = [
     ("terminal", TerminalError("no"), False, False, None,
      Failure(ErrorInfo(type="TerminalError", message="no"), False, stops_task=True)),
     ("retryable with a delay", RetryableError("busy", retry_after=7), False, False, None,
-     Failure(ErrorInfo(type="RetryableError", message="busy"), True, timedelta(seconds=7))),
+     Failure(ErrorInfo(type="RetryableError", message="busy"), True, timedelta(seconds=7),
+             explained=True)),
     ("any other error", KeyError("k"), False, False, None,
      Failure(ErrorInfo(type="KeyError", message="'k'"), True)),
 ]  # fmt: skip

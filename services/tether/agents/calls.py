@@ -7,6 +7,9 @@ later attempt that finds the mark still open knows an earlier one died inside it
 and counts that call as `unfinished` (tokens unknown). A call cut off in this process
 (the task cancelled, the step timed out) closes its mark and is counted by the caller
 (`cut_off`). A create, a read and a swap per call: small next to a call's seconds.
+Foreign agents' calls (`integrations.meter`) keep a mark each, named after their
+journal unit, and close it only when the call fails in the process: one that finished
+is journaled, so no later attempt asks.
 """
 
 from __future__ import annotations
@@ -35,15 +38,15 @@ def cut_off(model: str) -> Usage:
     return Usage(requests=1, unfinished=1, model=model)
 
 
-def _key(ctx: StepContext) -> str:
-    return ctx._store.names.once_key(ctx.task_id, ctx.step, CALL_MEMO, ctx.branch)
+def _key(ctx: StepContext, memo: str) -> str:
+    return ctx._store.names.once_key(ctx.task_id, ctx.step, memo, ctx.branch)
 
 
-async def begin(ctx: StepContext, model: str) -> Usage | None:
-    """Mark this attempt's call in flight; the usage of a call an earlier attempt left
-    open (its worker died in it), or None."""
+async def begin(ctx: StepContext, model: str, memo: str = CALL_MEMO) -> Usage | None:
+    """Mark this attempt's call in flight (in the step's memo `memo`); the usage of a
+    call an earlier attempt left open there (its worker died in it), or None."""
     checkpoints = ctx._store.checkpoints  # the agent runtime is Tether's own
-    key, mine = _key(ctx), msgspec.json.encode(CallMark(attempt=ctx.attempt))
+    key, mine = _key(ctx, memo), msgspec.json.encode(CallMark(attempt=ctx.attempt))
     if await checkpoints.create_memo(key, mine) is mine:
         return None  # the step's first call: nothing was cut off before it
     found = await checkpoints.entry(key)
@@ -55,12 +58,12 @@ async def begin(ctx: StepContext, model: str) -> Usage | None:
     return cut_off(model) if left.open and left.attempt != ctx.attempt else None
 
 
-async def end(ctx: StepContext) -> None:
+async def end(ctx: StepContext, memo: str = CALL_MEMO) -> None:
     """Close this attempt's mark: the call ended here, counted by whoever saw it end. A
     mark left open (NATS away) counts the call once more, as cut off."""
     checkpoints = ctx._store.checkpoints
     closed = msgspec.json.encode(CallMark(attempt=ctx.attempt, open=False))
     with contextlib.suppress(RevisionConflictError, NatsUnavailableError):
-        found = await checkpoints.entry(_key(ctx))
+        found = await checkpoints.entry(_key(ctx, memo))
         if found is not None:
-            await checkpoints.swap(_key(ctx), closed, found[1])
+            await checkpoints.swap(_key(ctx, memo), closed, found[1])

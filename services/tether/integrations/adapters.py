@@ -56,15 +56,6 @@ class RunInput(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ask: Ask | None = None
     resume: Resume | None = None
 
-    @property
-    def text(self) -> str:
-        """The question as text (the last user message of a list)."""
-        if isinstance(self.input, str) or self.input is None:
-            return self.input or ""
-        users = [m for m in self.input if m.get("role", "user") == "user"]
-        content = users[-1].get("content", "") if users else ""
-        return content if isinstance(content, str) else str(content)
-
 
 RunAgent = Callable[[StepContext, RunInput, Journal], Awaitable[Any]]
 """Runs the framework's agent once with `RunInput`, its calls through the `Journal`."""
@@ -98,6 +89,9 @@ class ForeignRun:
             return await self.run(ctx, step, journal)
         except WaitForInput as wait:
             return self._ask(step, journal, wait)
+        except BaseException:
+            await journal.failed()
+            raise
 
     def _ask(self, step: RunInput, journal: Journal, wait: WaitForInput) -> NextSteps:
         asking = msgspec.to_builtins(Ask(prompt=wait.prompt, schema=wait.schema))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tether.errors import TerminalError
+from tether.integrations.attempts import Recount
 from tether.schemas.codec import encode
 
 if TYPE_CHECKING:
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 UNIT_PREFIX = "u"
 """Units are `u000001`, ...; waits for a person keep their answer in their unit too."""
+CALL_MARK = "_call."
+"""`_call.u000001`, ...: the mark of the model call a unit makes while it is in flight
+(`Meter.reserve`); `_` starts no name a tool may give `ctx.once`."""
 
 
 class Unit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -86,6 +90,16 @@ class Journal:
         """Units read back from the journal in this attempt (not run again)."""
         self.ran = 0
         """Units run in this attempt."""
+        self.recount = Recount(ctx)
+        """What earlier attempts of the step said and spent that no report carried."""
+
+    def call_mark(self) -> str:
+        """The mark of the model call the last model unit makes (see `Meter.reserve`)."""
+        return CALL_MARK + place(self._turn)
+
+    async def failed(self) -> None:
+        """This attempt ends by an error: keep what the worker counts with it."""
+        await self.recount.failed(str(self._ctx.attempt))
 
     def _key(self, name: str) -> str:
         ctx = self._ctx

@@ -3,16 +3,19 @@
 the most it may answer before it is sent, and that most goes to the model as its
 `max_tokens`, so a call cannot spend past the budget; it then settles at what it spent.
 Calls may overlap (the tool calls of one response run at once, each maybe a sub-agent):
-each settles the hold it took.
+each settles the hold it took. A call that is a unit of the run's journal is marked in
+flight while it runs (`agents.calls`), so that one a dead attempt sent and never saw
+end counts as a request, cut off (tokens unknown), as Tether's own agents' calls do.
 """
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tether.agents import answer_caps
+from tether.agents import answer_caps, calls
 from tether.agents.budget import (
     DEFAULT_OUTPUT_CAP,
     BudgetExceeded,
@@ -31,9 +34,19 @@ if TYPE_CHECKING:
 CHARS_PER_TOKEN = 3
 """How generously a call's input is estimated from its JSON (as `budget.worst_case`)."""
 
-_holding: ContextVar[tuple[int, str] | None] = ContextVar("tether_meter_holding", default=None)
-"""The meter (its id) and ledger key of the hold this asyncio task's call in flight took
-(each overlapping call runs in a task of its own)."""
+
+@dataclass(frozen=True)
+class _Holding:
+    """The call in flight in this asyncio task (each overlapping call runs in a task of
+    its own): its meter (by id), the ledger key of its hold, its mark, its model."""
+
+    meter: int
+    key: str
+    mark: str | None
+    model: str
+
+
+_holding: ContextVar[_Holding | None] = ContextVar("tether_meter_holding", default=None)
 
 
 @dataclass
@@ -54,13 +67,22 @@ class Meter:
             await tree.open(run.token_budget, run.cost_budget)
         return cls(ctx, tree)
 
-    async def reserve(self, model: str, sent_chars: int, asked: int | None) -> int | None:
+    async def reserve(
+        self, model: str, sent_chars: int, asked: int | None, mark: str | None = None
+    ) -> int | None:
         """Hold call's input (`sent_chars` of JSON) and the most it may answer (`asked`,
         else `DEFAULT_OUTPUT_CAP`); the `max_tokens` to send (None: no budget). Raises
-        BudgetExceeded when not even a short answer fits."""
+        BudgetExceeded when not even a short answer fits. `mark`: the call's own name in
+        the step (its journal unit's), under which it is marked in flight."""
         self.calls += 1
         key = self._key()  # before any wait: an overlapping call counts one more
-        _holding.set((id(self), key))
+        _holding.set(_Holding(id(self), key, mark, model))
+        cap = await self._hold(key, model, sent_chars, asked)
+        if mark is not None and (left := await calls.begin(self.ctx, model, mark)) is not None:
+            self.ctx.add_usage(left)  # a dead attempt sent this call and never saw it end
+        return cap
+
+    async def _hold(self, key: str, model: str, sent_chars: int, asked: int | None) -> int | None:
         if self.tree is None or (found := await self.tree.read()) is None:
             return None
         price = price_of(model)
@@ -103,16 +125,28 @@ class Meter:
             await self.tree.change(lambda ledger: ledger.settle(key, tokens, usd))
         return usage
 
-    async def release(self) -> None:
-        """The call failed before it spent anything we know of."""
+    async def release(self, error: BaseException | None = None) -> None:
+        """The call ended by `error` before it said what it spent: nothing known, unless
+        it was cut off in flight (the step cancelled or timed out): then a request, its
+        tokens unknown. Either way its mark is closed: this attempt saw it end."""
+        held = self._holding()
+        if isinstance(error, asyncio.CancelledError) and held is not None:
+            self.ctx.add_usage(calls.cut_off(held.model))
+        if held is not None and held.mark is not None:
+            await calls.end(self.ctx, held.mark)
         if self.tree is not None and self.tree.held:
             key = self._held()
             await self.tree.change(lambda ledger: ledger.release(key))
 
+    def _holding(self) -> _Holding | None:
+        """This task's call on this meter."""
+        held = _holding.get()
+        return held if held is not None and held.meter == id(self) else None
+
     def _held(self) -> str:
         """The key of the hold this task's call took on this meter, else the meter's own."""
-        held = _holding.get()
-        return held[1] if held is not None and held[0] == id(self) else self._key()
+        held = self._holding()
+        return held.key if held is not None else self._key()
 
     def _key(self) -> str:
         return f"{self.ctx.idempotency_key}.c{self.calls}"

@@ -106,10 +106,13 @@ def log_failure(
     error: ErrorInfo,
     decided: Retry | GiveUp,
     expected: bool = False,
+    explained: bool = False,
 ) -> None:
     """Each failed attempt in the worker's log with its traceback: WARNING while it is
     retried, ERROR when the step gives up; an expected outcome (`worker.expected`, a
-    guardrail's refusal) is one INFO line, without one."""
+    guardrail's refusal) is one INFO line without one, and a retry of an error that
+    `explained` itself (a RetryableError: a model it cannot reach, a rate limit) one
+    WARNING line, its traceback kept on the task (`tether status`)."""
     where = f"step {work.step}" + (f"[{work.branch}]" if work.branch is not None else "")
     what = f"task {work.task_id} {where} {work.tool}, attempt {attempt}: {error.type}: "
     what += error.message
@@ -118,6 +121,9 @@ def log_failure(
         return
     if isinstance(decided, Retry):
         what += f"; retrying in {decided.delay.total_seconds():.1f}s"
+        if explained:
+            log.warning("%s", what)
+            return
         level = logging.WARNING
     else:
         what += "; giving up"

@@ -199,6 +199,9 @@ class Failure:
     stops_task: bool = False
     """The tool raised TerminalError: the task fails, even in a group that collects its
     branches' errors (an agent's tool calls), where other errors become results."""
+    explained: bool = False
+    """The tool raised RetryableError: its message says what passes (a rate limit, a
+    model it cannot reach), so a retry of it is logged as one line, without its frames."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,7 @@ def classify(
     if isinstance(exc, TerminalError):
         return Failure(error_info(exc), retryable=False, stops_task=True)
     if isinstance(exc, RetryableError):
-        return Failure(error_info(exc), retryable=True, retry_after=exc.retry_after)
+        return Failure(error_info(exc), retryable=True, retry_after=exc.retry_after, explained=True)
     return Failure(error_info(exc), retryable=True)
 
 

@@ -342,7 +342,7 @@ class Execution:
         task either way."""
         attempt = delivery.attempt
         decided = decisions.outcome(failure, policy, counted.charged, self.rng)
-        log_failure(work, attempt, failure.error, decided, expected)
+        log_failure(work, attempt, failure.error, decided, expected, failure.explained)
         match decided:
             case Retry(delay):
                 retry_in_ms = int(delay.total_seconds() * 1000)

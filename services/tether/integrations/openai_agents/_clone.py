@@ -85,8 +85,8 @@ def _tool(tool: Any) -> Any:
             }
 
         payload = await scope.journal.unit(f"tool.{tool.name}", body, call=context.tool_call_id)
-        if not ran:
-            await _scope.replayed_usage(scope, payload)
+        if not ran:  # a sub-agent an attempt that died ran: counted once
+            await scope.journal.recount.unit(payload, _scope.replayed_usage(payload), ())
         return payload["output"]
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)

@@ -73,15 +73,12 @@ class DurableModel(Model):
                 "usage": _task_usage(response.usage, self.name),
             }
 
-        payload = await scope.journal.unit(f"model.{self.name}", body, turn=True)
+        journal = scope.journal
+        payload = await journal.unit(f"model.{self.name}", body, turn=True)
         response = RESPONSE.validate_python(payload["response"])
-        if not ran:
-            await _scope.replayed_usage(scope, payload)
-            if (
-                payload.get("step") == scope.ctx.step
-                and payload.get("attempt", 0) < scope.ctx.attempt
-            ):
-                await _restream(scope, response)
+        if not ran:  # an earlier attempt's, maybe one that died: said and counted once
+            usage = _scope.replayed_usage(payload)
+            await journal.recount.unit(payload, usage, _texts(response))
         return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -95,15 +92,16 @@ class DurableModel(Model):
         settings = call.settings
         sent = len(json.dumps([call.system, call.input], default=str))
         meter = await scope.metered()
-        cap = await meter.reserve(self.name, sent, settings.max_tokens)
+        mark = None if scope.journal is None else scope.journal.call_mark()  # a unit's call
+        cap = await meter.reserve(self.name, sent, settings.max_tokens, mark)
         if cap is not None:
             settings = dataclasses.replace(settings, max_tokens=cap)
         if settings.include_usage is None:  # the SDK asks only api.openai.com by default
             settings = dataclasses.replace(settings, include_usage=True)
         try:
             response = await self._stream(scope, call.kwargs(settings))
-        except BaseException:
-            await meter.release()
+        except BaseException as error:
+            await meter.release(error)
             raise
         usage = msgspec.convert(_task_usage(response.usage, self.name), TaskUsage)
         counted = await meter.settle(usage)
@@ -131,13 +129,15 @@ class DurableModel(Model):
         )
 
 
-async def _restream(scope: Scope, response: ModelResponse) -> None:
-    """Send again the text of a response an earlier attempt of this step streamed:
-    followers drop a dead attempt's chunks, so the winning attempt sends it."""
-    for item in response.output:
-        for part in getattr(item, "content", None) or []:
-            if getattr(part, "type", None) == "output_text" and part.text:
-                await scope.ctx.stream(part.text)
+def _texts(response: ModelResponse) -> list[str]:
+    """The text of a response, to stream again when the attempt that streamed it died
+    (see `Recount.unit`)."""
+    return [
+        part.text
+        for item in response.output
+        for part in getattr(item, "content", None) or []
+        if getattr(part, "type", None) == "output_text" and part.text
+    ]
 
 
 @dataclasses.dataclass

@@ -11,10 +11,11 @@ import agents
 from agents import Agent, Model, ModelSettings, RunConfig, RunResult, RunResultStreaming
 
 from tether.integrations.adapters import RunInput
-from tether.integrations.journal import Journal, WaitForInput
+from tether.integrations.journal import Journal
 from tether.integrations.meter import Meter
 from tether.integrations.openai_agents import _scope
 from tether.integrations.openai_agents._clone import durable
+from tether.integrations.openai_agents._input import input_items
 from tether.integrations.openai_agents._model import DurableModel, DurableProvider
 from tether.integrations.openai_agents._scope import Scope
 from tether.tools.context import StepContext
@@ -78,11 +79,6 @@ async def run_waiting(
                     state.reject(item, rejection_message=reason)
             result = await agents.Runner.run(agent, state, run_config=config, **kwargs)
         return result
-    except WaitForInput:
-        raise
-    except BaseException:
-        await _scope.failed(scope)
-        raise
     finally:
         _scope.current.reset(token)
 
@@ -108,7 +104,7 @@ async def run_step(
     meter = await Meter.open(ctx, step)
     agent = copy if step.instructions is None else copy.clone(instructions=step.instructions)
     config = run_config(None, step.settings)
-    return await run_waiting(agent, step.input or "", Scope(ctx, journal, meter), config)
+    return await run_waiting(agent, input_items(step.input), Scope(ctx, journal, meter), config)
 
 
 _journals: weakref.WeakKeyDictionary[StepContext, Scope] = weakref.WeakKeyDictionary()
@@ -151,7 +147,8 @@ class Runner:
                 durable(starting_agent), input, run_config=config, **kwargs
             )
         except BaseException:
-            await _scope.failed(scope)
+            assert scope.journal is not None  # a step's own
+            await scope.journal.failed()
             raise
         finally:
             _scope.current.reset(token)

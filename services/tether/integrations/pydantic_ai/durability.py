@@ -7,8 +7,8 @@ runs each as one `Journal.unit`: a tool call keyed by its call id, so the calls 
 response run at once (their events told in call order once all are done, so the units in
 sequence come in the same order on a replay), everything else in encounter order. A
 model unit also keeps which step and attempt ran it, so a later attempt of the same step
-that reads it back counts its usage on the task and streams its text again: the attempt
-that ran it died before it could report, and followers drop a dead attempt's chunks.
+that reads it back streams its text again and counts its usage unless that attempt's
+failure was counted with it (the kit's `attempts.Recount`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tool_manager import _parallel_execution_mode_ctx_var as _execution_mode
 
-from tether.integrations.pydantic_ai.events import relay, restream
+from tether.integrations.pydantic_ai.events import relay, texts
 from tether.integrations.pydantic_ai.metering import MeteredModel, usage_of
 from tether.integrations.pydantic_ai.running import Running, current, running_now
 
@@ -106,11 +106,10 @@ async def _model_unit(running: Running, name: str, body: Callable[[], Awaitable[
 
     stored = await running.journal.unit(name, call, turn=True)
     record_durable_unit(executed=bool(ran))
-    died = stored.get("step") == ctx.step and stored.get("attempt", ctx.attempt) < ctx.attempt
-    if not ran and died:  # its attempt died: neither its usage nor its text counted
-        ctx.add_usage(usage_of(stored["response"]))
-        await restream(ctx, stored["response"])
-    return stored["response"]
+    response = stored["response"]
+    if not ran:  # an earlier attempt's, maybe one that died: said and counted once
+        await running.journal.recount.unit(stored, usage_of(response), texts(response))
+    return response
 
 
 @dataclass(init=False)

@@ -2,7 +2,7 @@
 the task's token stream as it is written (inside the model's unit, so a replayed unit
 streams nothing), and each tool call and result as the step's progress (each in a unit
 of its own, so a follower sees it once). A response read back from an attempt that died
-is streamed again, once, by the attempt that finishes the run."""
+is streamed again, once, by the attempt that finishes the run (`texts`)."""
 
 from __future__ import annotations
 
@@ -49,12 +49,11 @@ async def publish(ctx: StepContext, event: AgentStreamEvent) -> None:
         await ctx.progress(message=message)
 
 
-async def restream(ctx: StepContext, response: Any) -> None:
-    """Send again the text of a journaled response (JSON) that an attempt which died
-    streamed: followers drop a dead attempt's chunks, so the winning one sends it."""
-    for part in response.get("parts", []) if isinstance(response, dict) else []:
-        if part.get("part_kind") == "text" and part.get("content"):
-            await ctx.stream(part["content"])
+def texts(response: Any) -> list[str]:
+    """The text parts of a journaled response (JSON), to stream again when the attempt
+    that streamed them died (see `Recount.unit`)."""
+    parts = response.get("parts", []) if isinstance(response, dict) else []
+    return [p["content"] for p in parts if p.get("part_kind") == "text" and p.get("content")]
 
 
 def relay(then: EventStreamHandler[Any] | None) -> EventStreamHandler[Any]:

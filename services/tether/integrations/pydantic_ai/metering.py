@@ -1,7 +1,8 @@
 """A Pydantic AI model call, bounded by the task tree's budget and counted on the task
 (I/O): the model that sends a request inside a unit reserves the call's worst case
 first, sends the cap it got as the request's `max_tokens`, and settles at what the
-provider reported (or releases the hold when the call failed)."""
+provider reported (or releases the hold when the call failed); while it is in flight it
+is marked under its unit's place, so a call a dead attempt sent still counts."""
 
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ class MeteredModel(WrapperModel):
     ) -> ModelSettings | None:
         sent = len(ModelMessagesTypeAdapter.dump_json(messages))
         asked = (settings or {}).get("max_tokens")
-        cap = await current().meter.reserve(self.model_name, sent, asked)
+        running = current()
+        mark = running.journal.call_mark()
+        cap = await running.meter.reserve(self.model_name, sent, asked, mark)
         if cap is None:
             return settings
         capped: dict[str, Any] = {**(settings or {}), "max_tokens": cap}
@@ -71,8 +74,8 @@ class MeteredModel(WrapperModel):
         settings = await self._capped(messages, model_settings)
         try:
             response = await self.wrapped.request(messages, settings, model_request_parameters)
-        except BaseException:
-            await meter.release()
+        except BaseException as error:
+            await meter.release(error)
             raise
         await meter.settle(_usage(response.usage, response.model_name or self.model_name))
         return response
@@ -92,8 +95,8 @@ class MeteredModel(WrapperModel):
                 messages, settings, model_request_parameters, run_context
             ) as stream:
                 yield stream
-        except BaseException:
-            await meter.release()
+        except BaseException as error:
+            await meter.release(error)
             raise
         response = stream.get()
         await meter.settle(_usage(response.usage, response.model_name or self.model_name))

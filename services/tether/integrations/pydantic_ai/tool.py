@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
@@ -28,9 +28,13 @@ from tether.integrations.pydantic_ai.approvals import (
 )
 from tether.integrations.pydantic_ai.durability import TetherDurability
 from tether.integrations.pydantic_ai.failures import step_error
+from tether.integrations.pydantic_ai.history import prompt_and_history
 from tether.integrations.pydantic_ai.running import Running, enter
 from tether.tools.context import StepContext
 from tether.tools.tool import Tool
+
+if TYPE_CHECKING:
+    from pydantic_ai.settings import ModelSettings
 
 Deps = Callable[[StepContext], Any | Awaitable[Any]]
 """Builds a run's `deps` from its step (sync or async)."""
@@ -106,13 +110,15 @@ class PydanticRun:
         deps = None if self.deps is None else self.deps(ctx)
         if isinstance(deps, Awaitable):
             deps = await deps
+        prompt, history = prompt_and_history(step.input)
         leave = enter(Running(ctx, journal, await Meter.open(ctx, step)))
         try:
             with replay_scope(), external_event_scope(TetherWaiter()):
                 result = await self.agent.run(
-                    step.text,
+                    prompt,
+                    message_history=history,
                     instructions=step.instructions,
-                    model_settings=step.settings,  # type: ignore[arg-type]
+                    model_settings=cast("ModelSettings | None", step.settings),
                     deps=deps,
                     usage_limits=self.usage_limits,
                     capabilities=await self._capabilities(),

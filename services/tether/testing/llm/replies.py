@@ -176,7 +176,7 @@ def error_type(status: int) -> str:
 # -- the Responses API (`/v1/responses`) ----------------------------------------------------
 def chat_messages(instructions: str | None, items: Any) -> list[dict[str, Any]]:
     """A Responses request's input as chat messages (what the script and the log read):
-    consecutive function calls make one assistant message."""
+    a response's text and the function calls after it make one assistant message."""
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
@@ -188,8 +188,8 @@ def chat_messages(instructions: str | None, items: Any) -> list[dict[str, Any]]:
             call = {"id": item.get("call_id"), "type": "function"}
             call["function"] = {"name": item.get("name"), "arguments": item.get("arguments")}
             last = messages[-1] if messages else {}
-            if last.get("role") == "assistant" and "tool_calls" in last:
-                last["tool_calls"].append(call)
+            if last.get("role") == "assistant":
+                last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
