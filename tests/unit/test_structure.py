@@ -305,3 +305,16 @@ def test_nothing_is_kept_for_one_round() -> None:
         if "for one round" in line.lower()
     ]
     assert not found, "kept 'for one round' (remove it and move its callers):\n" + "\n".join(found)
+
+
+def test_every_tether_module_imported_exists() -> None:
+    """mypy ignores missing imports (for the optional frameworks), so a module that was
+    moved or removed and still imported somewhere would fail only when run."""
+    missing = [
+        f"{found.path}:{found.line} imports {found.target}"
+        for found in imports()
+        if found.target.startswith("tether.")
+        and not (PACKAGE.parent / found.target.replace(".", "/")).is_dir()
+        and not (PACKAGE.parent / (found.target.replace(".", "/") + ".py")).is_file()
+    ]
+    assert not missing, "\n".join(missing)

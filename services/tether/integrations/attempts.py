@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tether.schemas.tasks import Usage
+from tether.schemas.records import Usage
 
 if TYPE_CHECKING:
     from tether.tools.context import StepContext
