@@ -67,6 +67,8 @@ hex digits of the id's sha256."""
 JOURNALS: dict[str, list[tuple[str, str | None]]] = {
     # Pydantic AI's own operation names (its `JournalOperationNamer`), by the agent's name
     "pai_compat": [
+        ("0.once._call.u000001", None),
+        ("0.once._call.u000004", None),
         ("0.once.u000001", "pai_compat__model.request_stream"),
         (f"0.once.{CALL}", "pai_compat__function_toolset__<agent>.call_tool:add"),
         ("0.once.u000002", "pai_compat__event_stream_handler"),
@@ -75,6 +77,8 @@ JOURNALS: dict[str, list[tuple[str, str | None]]] = {
     ],
     # the Agents SDK adapter's: `model.<model name>`, `tool.<tool name>`
     "sdk_compat": [
+        ("0.once._call.u000001", None),
+        ("0.once._call.u000002", None),
         ("0.once.u000001", "model.scripted"),
         (f"0.once.{CALL}", "tool.add"),
         ("0.once.u000002", "model.scripted"),
@@ -84,8 +88,12 @@ JOURNALS: dict[str, list[tuple[str, str | None]]] = {
     "lg_react": [("0.once.graph-start", None)],
 }
 APPROVED: dict[str, list[tuple[str, str | None]]] = {
-    # the run that asked (step 0), the person's answer kept as its wait unit (u000004)
+    # the run that asked (step 0), the person's answer kept as its wait unit (u000004);
+    # `_call.<unit>` marks a model call in flight (counted as a request if cut off), under
+    # the step that sent it
     "pai_compat": [
+        ("0.once._call.u000001", None),
+        ("2.once._call.u000007", None),
         ("0.once.u000001", "pai_compat__model.request_stream"),
         ("0.once.u000002", "pai_compat__event_stream_handler"),
         ("0.once.u000003", "pai_compat__event_stream_handler"),
@@ -96,6 +104,8 @@ APPROVED: dict[str, list[tuple[str, str | None]]] = {
         ("0.once.u000007", "pai_compat__model.request_stream"),
     ],
     "sdk_compat": [
+        ("0.once._call.u000001", None),
+        ("2.once._call.u000003", None),
         ("0.once.u000001", "model.scripted"),
         ("0.once.u000002", "approval.remove"),
         (f"0.once.{CALL}", "tool.remove"),
