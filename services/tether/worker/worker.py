@@ -156,15 +156,15 @@ class Worker(Service):
             fleet=self._rollout.fleet,
         )
         await store.remember_records(runner.stop_task)
+        held, stored = runner.held, lambda: self._beat_stored
+        self._succession = Succession(store, key, self.liveness, held, stored)
+        await self._succession.serve()  # answering (see `Succession`) before it beats
         consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
         if self.metrics is not None:
             self.metrics.attach(store)
         self._started_at = utcnow()
-        held, stored = runner.held, lambda: self._beat_stored
-        self._succession = Succession(store, key, self.liveness, held, stored)
-        await self._succession.serve()  # answering, then beating, before it holds anything:
         with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
-            # a step held by a worker that never beat would be handed on by no one
+            # Alive before it holds: a step held by a worker that never beat is handed on by none
             await self._announce(store)
         for tool in self.tools.values():
             # One set of slots per tool, for the steps any build may run and those
