@@ -202,6 +202,56 @@ async def test_a_running_agent_is_told_something_from_its_page(
     assert await browser.count("#steer") == 0  # a finished agent reads nothing more
 
 
+async def test_an_agent_is_asked_from_the_tools_page_with_a_prompt_not_json(
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    ui: str,
+    browser: Browser,
+    model: ScriptedModel,
+) -> None:
+    await make_worker([tools, agents])
+    question = f"question {uuid.uuid4().hex[:8]}"
+    model.load({"conversations": [{"match": question, "turns": [{"content": "Asked and done."}]}]})
+
+    await browser.open(f"{ui}/tools")
+    await browser.click('[data-tool="researcher"] a.run')
+    await browser.type("#prompt", question)
+    await browser.click("#start")
+    await browser.has_text("#note", "started researcher")
+    assert await client.handle(_shown_task(browser)).wait(timeout=20) == "Asked and done."
+    first = next(r for r in model.requests() if r["conversation"] == question)
+    assert first["last"] == {"role": "user", "text": question}
+
+
+async def test_a_tool_runs_from_its_input_fields_and_bad_json_is_said_on_the_form(
+    client: Client,
+    dispatcher: object,
+    make_worker: MakeWorker,
+    ui: str,
+    browser: Browser,
+) -> None:
+    await make_worker([tools, agents])
+    await browser.open(f"{ui}/tools/web_search/run")  # input {"query": str}: one field
+    await browser.type('input[name="field.query"]', "durable agents")
+    await browser.click("#start")
+    await browser.has_text("#note", "started web_search")
+    result = await client.handle(_shown_task(browser)).wait(timeout=20)
+    assert result == ["durable agents: result 1", "durable agents: result 2"]
+
+    before = await client.status_counts()
+    await browser.open(f"{ui}/tools/fast/run")  # any input: a JSON box
+    await browser.type('textarea[name="json"]', "{not json")
+    await browser.click("#start")
+    await browser.has_text("#error", "not JSON")
+    assert await client.status_counts() == before  # nothing was started
+
+
+def _shown_task(browser: Browser) -> str:
+    """The id of the task whose page the browser shows."""
+    return browser.url.split("/tasks/")[1].split("?")[0]
+
+
 def _script(question: str, answer: str) -> dict[str, Any]:
     searches = {
         "tool_calls": [

@@ -483,7 +483,12 @@ async def test_the_dashboard_role_shows_tasks_and_cancels_one(running: RolesServ
                 builds = await http.get("/builds")
                 cancel = f"/tasks/{slow.task_id}/cancel"
                 cancelled = await http.post(cancel, data={"csrf": ui.csrf})
+                form = {"csrf": ui.csrf, "json": '{"query": "started here"}'}
+                started = await http.post("/tools/search/run", data=form, timeout=30)
         record = await slow.wait_until_done(timeout=20)
+        assert started.status_code == 303, started.text
+        run = client.handle(started.headers["location"].split("/tasks/")[1].split("?")[0])
+        assert "started here" in str(await run.wait(timeout=20))
     assert listed.status_code == 200 and done.task_id in listed.text
     assert page.status_code == 200 and "agents run for hours" in page.text
     assert tools.status_code == 200 and "search" in tools.text

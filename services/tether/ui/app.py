@@ -23,7 +23,9 @@ from tether.client import Client
 from tether.clock import utcnow
 from tether.errors import BlobNotFoundError, NotAllowedError, TaskConflictError, TetherError
 from tether.schemas.blobs import is_ref
+from tether.schemas.plans import StepSpec
 from tether.schemas.records import TaskRecord, TaskStatus
+from tether.schemas.workers import ToolInfo
 from tether.tasks.questions import question
 from tether.tasks.stalls import NO_DISPATCHER
 from tether.ui import views
@@ -64,6 +66,8 @@ def build_app(
         Route("/tasks/{task_id}/{verb:str}", pages.action, methods=["POST"]),
         Route("/dlq", pages.dlq),
         Route("/tools", pages.tools),
+        Route("/tools/{tool}/run", pages.run_form),
+        Route("/tools/{tool}/run", pages.run, methods=["POST"]),
         Route("/builds", pages.builds),
         Route("/blobs/{ref}", pages.blob),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -167,13 +171,20 @@ class Pages:
         feed = until_closed(self._closing, changes(self._client))
         return EventSourceResponse(feed, ping=15)
 
-    async def action(self, request: Request) -> Response:
-        task_id, verb = request.path_params["task_id"], request.path_params["verb"]
+    async def _form(self, request: Request) -> dict[str, str] | Response:
+        """A posted form's fields, or the refusal of one that did not come from here."""
         form = {key: str(value) for key, value in (await request.form()).items()}
         if not secrets.compare_digest(form.pop(CSRF_FIELD, ""), self._csrf):
             return PlainTextResponse(
                 "refused: the form did not come from this dashboard (reload the page)", 403
             )
+        return form
+
+    async def action(self, request: Request) -> Response:
+        task_id, verb = request.path_params["task_id"], request.path_params["verb"]
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
         try:
             note, where = await _act(self._client, task_id, verb, form)
         except (views.FormError, TetherError, ValueError) as exc:
@@ -208,6 +219,35 @@ class Pages:
         ]
         return self._page(request, "tools.html", rows=rows, workers=workers)
 
+    async def run_form(self, request: Request) -> Response:
+        """A form that starts a task of one tool or agent: a prompt for an agent, the
+        tool's input fields (or a JSON box) for a tool."""
+        info = await self._client.tool(request.path_params["tool"])
+        if info is None:
+            return self._missing(request, f"no tool {request.path_params['tool']!r}")
+        return self._page(request, "run.html", **_run_context(info))
+
+    async def run(self, request: Request) -> Response:
+        info = await self._client.tool(request.path_params["tool"])
+        if info is None:
+            return self._missing(request, f"no tool {request.path_params['tool']!r}")
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        try:
+            handle = await self._client.submit(
+                [StepSpec(tool=info.name, input=_run_input(info, form))]
+            )
+        except (views.FormError, TetherError, ValueError) as exc:
+            context = {**_run_context(info), "form": form}  # what was typed stays
+            return self._page(request, "run.html", 400, error=str(exc), **context)
+        if await self._client.find(handle.task_id) is None:  # submit waits for it a while
+            error = f"submitted as {handle.task_id}, but no dispatcher has recorded it yet: "
+            error += NO_DISPATCHER
+            return self._page(request, "run.html", 202, error=error, **_run_context(info))
+        note = f"started {info.name}"
+        return RedirectResponse(f"/tasks/{handle.task_id}?" + urlencode({"note": note}), 303)
+
     async def builds(self, request: Request) -> Response:
         listed = await self._client.builds()
         rows = list(reversed(listed.builds))  # newest first
@@ -220,6 +260,30 @@ class Pages:
         except BlobNotFoundError:
             return self._missing(request, f"no blob {ref!r} (removed by `tether gc`?)")
         return Response(data, media_type="application/json")
+
+
+def _run_context(info: ToolInfo) -> dict[str, Any]:
+    fields = None if info.agent else views.form_fields(info.input_schema)
+    return {"info": info, "fields": fields, "form": {}}
+
+
+def _run_input(info: ToolInfo, form: dict[str, str]) -> Any:
+    """A new task's input from the run form: an agent's `{"input": prompt}` (its budget
+    too, when given), else the tool's input as its fields or JSON box make it."""
+    if not info.agent:
+        return views.answer_from_form(info.input_schema, form)
+    prompt = form.get("prompt", "").strip()
+    if not prompt:
+        raise views.FormError("write what the agent should do")
+    start: dict[str, Any] = {"input": prompt}
+    budget = form.get("token_budget", "").strip()
+    if budget:
+        if not budget.isdecimal() or int(budget) == 0:
+            raise views.FormError(
+                f"the token budget must be a whole number above 0, not {budget!r}"
+            )
+        start["token_budget"] = int(budget)
+    return start
 
 
 async def _filtered(

@@ -190,9 +190,22 @@ class FormError(ValueError):
     """A form's fields do not make an answer its schema takes."""
 
 
+def _resolved(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A schema whose root is a `$ref` into its own `$defs` (msgspec's way for a Struct)
+    as the definition it names."""
+    ref = schema.get("$ref")
+    prefix = "#/$defs/"
+    if isinstance(ref, str) and ref.startswith(prefix):
+        found = (schema.get("$defs") or {}).get(ref[len(prefix) :])
+        if isinstance(found, Mapping):
+            return found
+    return schema
+
+
 def answer_from_form(schema: Mapping[str, Any], form: Mapping[str, str]) -> Any:
     """The answer an input form makes: its `json` field when given, else one field per
     property of an object schema, converted to the property's type."""
+    schema = _resolved(schema)
     if form.get("json", "").strip():
         try:
             return json.loads(form["json"])
@@ -230,6 +243,7 @@ def _converted(name: str, kind: Any, raw: str) -> Any:
 
 def form_fields(schema: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The fields of a form for `schema`, or None when only a JSON box can say it."""
+    schema = _resolved(schema)
     if schema.get("type") != "object" or not schema.get("properties"):
         return None
     required = set(schema.get("required", []))
