@@ -20,6 +20,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+from tests.apps.mcp_server import McpServer
 from tether import App, Client, Dispatcher, Layout, NatsConfig, Worker
 from tether.api import ApiService
 from tether.nats.connection import close, connect
@@ -255,6 +256,15 @@ async def sdk_client() -> AsyncIterator[None]:
     if provider._http_client is not None:
         await provider._http_client.aclose()
         provider._http_client = None
+
+
+@pytest.fixture(scope="module")
+def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpServer]:
+    """The test MCP server (tests/apps/mcp_server.py), its own process, at
+    $TETHER_TEST_MCP_SERVERS for the module (so workers started as subprocesses find it)."""
+    with McpServer(tmp_path_factory.mktemp("mcp")) as running, pytest.MonkeyPatch.context() as env:
+        env.setenv("TETHER_TEST_MCP_SERVERS", running.url)
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,13 @@
 
 Each call, as it starts, appends `{"tool": name, "arguments": {...}}` as one JSON line to
 the log (one `write` on an O_APPEND descriptor: a line is whole or absent, even when the
-server is killed). While `<log>.hold` exists the call then waits, so a test can hold a
-call in flight, kill its caller and let it go.
+server is killed). While `<log>.hold` (or `<log>.hold.<tool>`, for that tool's calls)
+exists the call then waits, so a test can hold a call in flight, kill its caller and let
+it go.
 
-In tests: `with McpServer(tmp_path) as server:` gives `server.url`, `server.calls()` and
-`server.hold()`.
+In tests: `with McpServer(tmp_path) as server:` (or the `mcp_server` fixture) gives
+`server.url`, `server.calls()`, `server.count(tool, **arguments)` and `server.hold()` (or
+`server.hold("charge")`).
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ HOLD_POLL = 0.02
 """Seconds between looks at the hold file while a call is held."""
 
 
-def hold_file(log: Path) -> Path:
-    return log.with_name(log.name + ".hold")
+def hold_file(log: Path, tool: str | None = None) -> Path:
+    return log.with_name(log.name + ".hold" + ("" if tool is None else f".{tool}"))
 
 
 def build(log: Path) -> MCPServer:
@@ -62,7 +64,8 @@ def build(log: Path) -> MCPServer:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
-        while held.exists():  # noqa: ASYNC110 - another process's file: nothing to wait on but it
+        mine = hold_file(log, tool)
+        while held.exists() or mine.exists():  # noqa: ASYNC110 - another process's file
             await anyio.sleep(HOLD_POLL)
 
     # structured_output=False: plain text results, no `outputSchema` (a `-> str` tool
@@ -158,10 +161,15 @@ class McpServer:
             return []
         return [json.loads(line) for line in text.splitlines() if line]
 
+    def count(self, tool: str, **arguments: Any) -> int:
+        """How many calls of `tool` with these `arguments` started so far."""
+        return sum(1 for c in self.calls() if c == {"tool": tool, "arguments": arguments})
+
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
-        """Calls that start inside the block wait (after they are logged) until it ends."""
-        held = hold_file(self.log)
+    def hold(self, tool: str | None = None) -> Iterator[None]:
+        """Calls (of `tool`, else all) that start inside the block wait (after they are
+        logged) until it ends."""
+        held = hold_file(self.log, tool)
         held.touch()
         try:
             yield

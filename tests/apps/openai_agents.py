@@ -5,7 +5,18 @@ tests/apps/foreign.py)."""
 
 from __future__ import annotations
 
-from agents import Agent, function_tool, handoff, set_default_openai_api, set_default_openai_key
+from typing import Any
+
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    function_tool,
+    handoff,
+    input_guardrail,
+    output_guardrail,
+    set_default_openai_api,
+    set_default_openai_key,
+)
 from pydantic import BaseModel
 
 from tests.apps import foreign
@@ -102,3 +113,41 @@ async def summarize_streamed(ctx: StepContext, text: str) -> str:
     kinds = [event.type async for event in result.stream_events()]
     assert "raw_response_event" in kinds
     return str(result.final_output)
+
+
+@input_guardrail
+def screened(context: Any, agent: Any, data: Any) -> GuardrailFunctionOutput:
+    """Screens the input (records each run: a guardrail may call a model); trips on
+    "forbidden"."""
+    record(f"screened {data}")
+    return GuardrailFunctionOutput(
+        output_info={"seen": str(data)}, tripwire_triggered="forbidden" in str(data)
+    )
+
+
+@output_guardrail
+def polite(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+    """Checks the answer (records each run)."""
+    record(f"polite {output}")
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+
+guarded = app.add(
+    Agent(
+        name="oai_guarded",
+        instructions="Look keys up.",
+        tools=[slow_lookup],
+        input_guardrails=[screened],
+        output_guardrails=[polite],
+        model="scripted",
+    )
+)
+
+
+@app.tool
+async def guarded_twice(ctx: StepContext, text: str) -> str:
+    """Two guarded runs through the drop-in `Runner` in one step: the first one's
+    guardrails have run when the second one's tool is in flight."""
+    first = await Runner.run(guarded, text, ctx=ctx)
+    second = await Runner.run(guarded, f"{text} again", ctx=ctx)
+    return f"{first.final_output} / {second.final_output}"

@@ -129,6 +129,39 @@ async def test_a_tool_that_runs_the_sdk_itself_is_durable_through_the_drop_in_ru
     assert ran(executions, f"slow_lookup {key}") == 2
 
 
+async def test_guardrails_that_ran_before_the_kill_do_not_run_again(
+    crashes: Crashes, client: Client, model: ScriptedModel, executions: Path
+) -> None:
+    """Two guarded runs in one step (the drop-in `Runner`): the worker dies in the second
+    run's tool, after the first run's input and output guardrails and the second's input
+    guardrail ran; none of them runs again (a guardrail may call a model)."""
+    key, gates = f"k{uuid.uuid4().hex[:6]}", crashes.gates()
+    text = f"text {key}"
+    again = [call("slow_lookup", key=key), {"content": "Two."}]
+    model.load(
+        {
+            "conversations": [
+                {"match": f"{text} again", "turns": again},
+                {"match": text, "turns": [{"content": "One."}]},
+            ]
+        }
+    )
+    handle = await crashes.killed_when(
+        lambda: client.submit([{"tool": "guarded_twice", "input": text}]), at_gate(gates, key)
+    )
+    open_gate(gates, key)
+
+    assert await crashes.survive(handle) == "One. / Two."
+    lines = [line.rsplit(" ", 1)[0] for line in executions.read_text().splitlines()]
+    checks = [line for line in lines if line.startswith(("screened ", "polite "))]
+    assert sorted(checks) == sorted(
+        [f"screened {text}", "polite One.", f"screened {text} again", "polite Two."]
+    )
+    assert turns(model, text) == {0: 1}
+    assert turns(model, f"{text} again") == {0: 1, 1: 1}
+    assert ran(executions, f"slow_lookup {key}") == 2  # in flight: runs again
+
+
 @pytest.fixture
 async def on_responses(
     config: NatsConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -4,8 +4,9 @@ by its key and checked by its name, so a framework upgrade (or a change of ours)
 renames a unit, or keys it otherwise, fails every task running across the upgrade with
 `JournalDiverged` (or runs its calls again): it must fail here first. As pydantic-ai's
 `tests/test_durable_exec_compat.py` pins its engines' names, each adapter runs a small
-agent on the scripted model (one tool call, then an answer; a call a person approves),
-and the test asserts the exact keys and names its journal holds. `just compat-oldest`
+agent on the scripted model (one tool call, then an answer; a call a person approves; a
+call of an MCP server's tool, with the SDK's guardrails), and the test asserts the exact
+keys and names its journal holds. `just compat-oldest`
 runs this file against the oldest framework versions the extras allow.
 
 A change here is a change of the journal's format: tasks started before it cannot
@@ -20,11 +21,21 @@ from typing import Any
 
 import pytest
 from agents import Agent as SdkAgent
-from agents import function_tool, set_default_openai_api, set_default_openai_key
+from agents import (
+    GuardrailFunctionOutput,
+    function_tool,
+    input_guardrail,
+    output_guardrail,
+    set_default_openai_api,
+    set_default_openai_key,
+)
+from agents.mcp import MCPServerStreamableHttp
 from nats.js.errors import NoKeysError
 from pydantic_ai import Agent as PaiAgent
+from pydantic_ai.mcp import MCPToolset
 
 from tests.apps.langgraph_agents import lg_react
+from tests.apps.mcp_server import McpServer
 from tests.conftest import MakeWorker, raw_connection
 from tests.foreign_agents import waiting
 from tether import App, Client, NatsConfig
@@ -33,6 +44,7 @@ from tether.integrations.langgraph.graph import as_tool
 from tether.integrations.langgraph.graph_saver import bucket_of
 from tether.testing.llm import ScriptedModel
 
+pytestmark = pytest.mark.usefixtures("sdk_client")  # SDK agents run in this process
 set_default_openai_api("chat_completions")  # what the scripted model serves
 set_default_openai_key("test", use_for_tracing=False)
 os.environ.setdefault("OPENAI_API_KEY", "test")
@@ -59,10 +71,26 @@ sdk_compat = SdkAgent(
 )
 
 
+@input_guardrail
+def screen(context: Any, agent: Any, data: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+
+@output_guardrail
+def check(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+
 CALL = "u000001-667848c66fab3625"
 """The key of the tool call `call_0_0` (the scripted model's id for the first call of
 its first turn) that the model call in unit 1 asked for: its place, then the first 16
 hex digits of the id's sha256."""
+MCP_CALL = "u000002-667848c66fab3625"
+"""The same call asked for by the model call in unit 2 (after the toolset's listing)."""
+GUARDED_IN = "b000001-9de895fb58f16a80"
+GUARDED_OUT = "b000001-119746d370808d19"
+"""The keys of the first verdict of the guardrails `screen` (input) and `check` (output):
+the first 16 hex digits of the sha256 of `guardrail.input.screen`, `guardrail.output.check`."""
 
 JOURNALS: dict[str, list[tuple[str, str | None]]] = {
     # Pydantic AI's own operation names (its `JournalOperationNamer`), by the agent's name
@@ -114,17 +142,64 @@ APPROVED: dict[str, list[tuple[str, str | None]]] = {
     # the step that ran into the interrupt, and the one that resumed it (step 2)
     "lg_react": [("0.once.graph-start", None), ("2.once.graph-start", None)],
 }
+MCP: dict[str, list[tuple[str, str | None]]] = {
+    # Pydantic AI's: the toolset's listing (a unit in sequence, once: it caches tools), its
+    # call keyed as a function tool's (named without the tool: Pydantic AI's namer);
+    # `_sent.<unit>` marks a call that may not be sent twice (`charge` has neither
+    # readOnlyHint nor idempotentHint) as sent
+    "pai_compat_mcp": [
+        ("0.once._call.u000002", None),
+        ("0.once._call.u000005", None),
+        (f"0.once._sent.{MCP_CALL}", None),
+        ("0.once.u000001", "pai_compat_mcp__mcp_server__shop.get_tools"),
+        ("0.once.u000002", "pai_compat_mcp__model.request_stream"),
+        (f"0.once.{MCP_CALL}", "pai_compat_mcp__mcp_server__shop.call_tool"),
+        ("0.once.u000003", "pai_compat_mcp__event_stream_handler"),
+        ("0.once.u000004", "pai_compat_mcp__event_stream_handler"),
+        ("0.once.u000005", "pai_compat_mcp__model.request_stream"),
+    ],
+    # the SDK's: `mcp.<server name>.<tool name>` keyed by its call id; a guardrail's
+    # verdict beside the sequence, `b<n>-<digest of its name>`
+    "sdk_compat_mcp": [
+        ("0.once._call.u000001", None),
+        ("0.once._call.u000002", None),
+        (f"0.once._sent.{CALL}", None),
+        (f"0.once.{GUARDED_IN}", "guardrail.input.screen"),
+        (f"0.once.{GUARDED_OUT}", "guardrail.output.check"),
+        ("0.once.u000001", "model.scripted"),
+        (f"0.once.{CALL}", "mcp.shop.charge"),
+        ("0.once.u000002", "model.scripted"),
+    ],
+}
 LG_CHANNELS = ["__start__", "branch:to:agent", "branch:to:tools", "messages"]
 """The channels of a ReAct graph's thread, as LangGraph names them in its checkpoints (the
 saver keeps a value per channel and version): a thread checkpointed before an upgrade
 that renames them resumes under the new names."""
 
 
-def _app() -> App:
+def _app(mcp: str | None = None) -> App:
     app = App("compat")
     app.add(pai_compat)
     app.add(sdk_compat)
     app.add(as_tool(lg_react))
+    if mcp is not None:
+        app.add(
+            PaiAgent(
+                "openai-chat:gpt-4o-mini",
+                name="pai_compat_mcp",
+                toolsets=[MCPToolset(mcp, id="shop")],
+                defer_model_check=True,
+            )
+        )
+        app.add(
+            SdkAgent(
+                name="sdk_compat_mcp",
+                mcp_servers=[MCPServerStreamableHttp(params={"url": mcp}, name="shop")],
+                input_guardrails=[screen],
+                output_guardrails=[check],
+                model="scripted",
+            )
+        )
     return app
 
 
@@ -194,6 +269,23 @@ async def test_an_approved_call_journals_these_names(
 
     assert await handle.wait(timeout=30) == "Done."
     assert await _journal(config, handle.task_id) == _ordered(APPROVED[agent])
+
+
+@pytest.mark.parametrize("agent", list(MCP))
+async def test_an_mcp_call_and_guardrails_journal_these_names(
+    client: Client,
+    config: NatsConfig,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
+    mcp_server: McpServer,
+    agent: str,
+) -> None:
+    await make_worker(_app(mcp_server.url))
+    question = model.conversation(_calls("charge", account="compat", cents=1), {"content": "Done."})
+    handle = await client.submit_agent(agent, question)
+
+    assert await handle.wait(timeout=30) == "Done."
+    assert await _journal(config, handle.task_id) == _ordered(MCP[agent])
 
 
 def test_the_names_a_graph_s_step_keeps_its_memos_under() -> None:

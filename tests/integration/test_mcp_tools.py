@@ -5,7 +5,6 @@ official `mcp` client; a SIGKILL mid-call re-sends it only when the tool says th
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +21,8 @@ from tether.testing.llm import ScriptedModel
 APP = "tests.apps.mcp_agents:app"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpServer]:
-    with McpServer(tmp_path_factory.mktemp("mcp")) as running, pytest.MonkeyPatch.context() as env:
-        env.setenv("TETHER_TEST_MCP_SERVERS", running.url)  # for workers in subprocesses
-        yield running
-
-
 def _call(tool: str, **arguments: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": tool, "arguments": arguments}]}
-
-
-def _calls_of(server: McpServer, tool: str, **arguments: Any) -> int:
-    return sum(1 for c in server.calls() if c == {"tool": tool, "arguments": arguments})
 
 
 async def test_the_model_is_offered_the_servers_tools_and_their_results(
@@ -42,9 +30,9 @@ async def test_the_model_is_offered_the_servers_tools_and_their_results(
     dispatcher: object,
     make_worker: MakeWorker,
     model: ScriptedModel,
-    server: McpServer,
+    mcp_server: McpServer,
 ) -> None:
-    await make_worker(make_app([server.url]))
+    await make_worker(make_app([mcp_server.url]))
     question = model.conversation(
         _call("lookup", query="tides"), _call("fail", reason="no ink"), {"content": "Done."}
     )
@@ -59,7 +47,7 @@ async def test_the_model_is_offered_the_servers_tools_and_their_results(
     assert second["last"] == {"role": "tool", "text": "found: tides"}
     assert third["last"]["role"] == "tool"
     assert third["last"]["text"].startswith("Error: ") and "no ink" in third["last"]["text"]
-    assert _calls_of(server, "lookup", query="tides") == 1
+    assert mcp_server.count("lookup", query="tides") == 1
 
 
 async def test_a_step_naming_another_server_is_refused(
@@ -67,10 +55,10 @@ async def test_a_step_naming_another_server_is_refused(
     dispatcher: object,
     make_worker: MakeWorker,
     model: ScriptedModel,
-    server: McpServer,
+    mcp_server: McpServer,
 ) -> None:
     """A step's input names the server: a submitted one cannot send the worker elsewhere."""
-    await make_worker(make_app([server.url]))
+    await make_worker(make_app([mcp_server.url]))
     handle = await client.submit(
         [{"tool": "clerk", "input": {"mcp": {"server": "http://169.254.169.254/", "tool": "x"}}}]
     )
@@ -91,7 +79,7 @@ async def test_a_call_cut_off_by_sigkill_is_sent_again_only_when_safe(
     dispatcher: object,
     config: NatsConfig,
     model: ScriptedModel,
-    server: McpServer,
+    mcp_server: McpServer,
     tmp_path: Path,
     tool: str,
     sent: int,
@@ -101,11 +89,11 @@ async def test_a_call_cut_off_by_sigkill_is_sent_again_only_when_safe(
     arguments = {"room": tag} if tool == "reserve" else {"account": tag, "cents": 500}
     question = model.conversation(_call(tool, **arguments), {"content": "Done."})
     handle = await client.submit_agent("clerk", question)
-    with server.hold():
+    with mcp_server.hold():
         doomed = start_worker(config, APP, log=tmp_path / "doomed.log")
         try:
             await wait_until(
-                lambda: _calls_of(server, tool, **arguments) == 1,
+                lambda: mcp_server.count(tool, **arguments) == 1,
                 timeout=30,
                 message=f"the {tool} call to reach the server",
             )
@@ -114,7 +102,7 @@ async def test_a_call_cut_off_by_sigkill_is_sent_again_only_when_safe(
             doomed.wait(10)
     assert await survive(config, handle, APP) == "Done."
 
-    assert _calls_of(server, tool, **arguments) == sent
+    assert mcp_server.count(tool, **arguments) == sent
     last = model.requests(question)[-1]["last"]
     assert last["role"] == "tool" and told in last["text"]
     turns = [(r["turn"], r["attempt"]) for r in model.requests(question)]

@@ -59,9 +59,15 @@ class McpTool(msgspec.Struct, frozen=True):
         return {"type": "function", "function": function}
 
 
+def repeatable(hints: types.ToolAnnotations | None) -> bool:
+    """Whether a call of the tool with these annotations may be sent again when a crash
+    left its outcome unknown (`readOnlyHint` or `idempotentHint`; no hints: it may not).
+    Foreign agents' MCP calls keep the same rule (`integrations.journal.Journal.send`)."""
+    return hints is not None and bool(hints.read_only_hint or hints.idempotent_hint)
+
+
 def listed(server: str, tool: types.Tool) -> McpTool:
-    hints = tool.annotations
-    safe = hints is not None and bool(hints.read_only_hint or hints.idempotent_hint)
+    safe = repeatable(tool.annotations)
     return McpTool(server, tool.name, tool.description or "", dict(tool.input_schema), safe)
 
 
@@ -94,7 +100,7 @@ async def call_tool(ctx: StepContext, call: McpCall) -> str:
         async with tasks_client(call.server) as client:
             sender = await ctx.once(_SENT, lambda: ctx.attempt, type=int)
             if sender != ctx.attempt and not call.safe:
-                return unknown_outcome(call)
+                return unknown_outcome(call.tool)
             result = await client.session.call_tool(call.tool, call.arguments, allow_claimed=True)
             if isinstance(result, CreatedTask):
                 task_id = result.task_id
@@ -126,9 +132,11 @@ async def _finish_task(client: Any, call: McpCall, task_id: str) -> str:
     return f"Error: MCP tool {call.tool} {task['status']}: {message}"
 
 
-def unknown_outcome(call: McpCall) -> str:
+def unknown_outcome(tool: str) -> str:
+    """What the model is told of a call of `tool` that a crash cut off and that is not
+    sent again."""
     return (
-        f"Error: the outcome of this call of {call.tool} is unknown: the worker making it "
+        f"Error: the outcome of this call of {tool} is unknown: the worker making it "
         "stopped mid-call, and the tool does not say it is safe to call again. Check "
         "whether it took effect before calling it again."
     )

@@ -9,9 +9,18 @@ crash gets finished units back and runs only the ones in flight.
 Units in sequence (model calls, waits, events) take places in encounter order, `u<n>`.
 A tool call takes no place: it is keyed by its call id under the model call that asked
 for it, `u<n>-<digest of the id>`, so the calls of one response run at once and a replay
-meets them in any order. A unit stored under another name means the run took another
-path than the journal's (the code changed under a running task): that fails the task
-rather than feeding one call's result to another.
+meets them in any order. A unit that runs beside the sequence (a guardrail checks the
+input while the model is called) takes no place either: it is keyed by its name and how
+many times the run asked for it, `b<n>-<digest of the name>`. A unit stored under
+another name means the run took another path than the journal's (the code changed under
+a running task): that fails the task rather than feeding one call's result to another.
+
+A call to another system that a crash may cut after it was sent (an MCP tool's) is
+marked before it is sent (`_sent.<its key>`: the attempt sending it); an attempt that
+finds an earlier one's mark and no result cannot know whether the call took effect, and
+sends it again only when the tool says that is safe, as Tether's own agents' MCP calls
+do (`agents.mcp_tools`); otherwise its result is what the caller says of an unknown
+outcome.
 """
 
 from __future__ import annotations
@@ -35,6 +44,10 @@ UNIT_PREFIX = "u"
 CALL_MARK = "_call."
 """`_call.u000001`, ...: the mark of the model call a unit makes while it is in flight
 (`Meter.reserve`); `_` starts no name a tool may give `ctx.once`."""
+BESIDE_PREFIX = "b"
+"""`b000001-<digest>`: the first time the run asked for a unit beside the sequence."""
+SENT_MARK = "_sent."
+"""`_sent.<unit key>`: the attempt that sends a call `Journal.send` makes."""
 
 
 class Unit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -60,6 +73,12 @@ def call_place(turn: int, call: str) -> str:
     return f"{place(turn)}-{hashlib.sha256(call.encode()).hexdigest()[:16]}"
 
 
+def beside_place(name: str, count: int) -> str:
+    """The key of the `count`th unit named `name` beside the sequence (a name may hold
+    any text: a digest)."""
+    return f"{BESIDE_PREFIX}{count:06d}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
 class JournalDiverged(TerminalError):
     """The run asked for another unit than the journal holds at that place."""
 
@@ -83,6 +102,8 @@ class Journal:
         self._turn = 0
         """The place of the last model call: the tool calls its response asks for are keyed
         under it."""
+        self._beside: dict[str, int] = {}
+        """How many units of each name the run asked for beside the sequence."""
         self._failed: tuple[int, str] | None = None
         """The last unit in sequence, if its call raised: a retry of it (same name) takes
         its place."""
@@ -149,6 +170,46 @@ class Journal:
         except BaseException:
             self._failed = (number, name)
             raise
+
+    async def beside(self, name: str, body: Callable[[], Awaitable[Any] | Any]) -> Any:
+        """`body()`'s result, run at most once across attempts, for a unit that may run
+        while units in sequence do (a guardrail beside the model call): keyed by `name`
+        and how many times the run asked for it, never by a place."""
+        count = self._beside[name] = self._beside.get(name, 0) + 1
+        key = beside_place(name, count)
+        found = await self._stored(key, name, f"unit {key}")
+        return await self._finish(found, key, Unit(name=name), body)
+
+    async def send(
+        self,
+        name: str,
+        body: Callable[[], Awaitable[Any] | Any],
+        *,
+        call: str,
+        repeatable: bool,
+        unknown: Callable[[], Any],
+    ) -> Any:
+        """As `unit(name, body, call=call)`, for a call to another system: an attempt
+        that finds the call sent by an earlier one and not finished sends it again only
+        when it is `repeatable`; otherwise its result is `unknown()` (what the model is
+        told of a call whose outcome is unknown), journaled as the call's."""
+        key = call_place(self._turn, call)
+        found = await self._stored(key, name, f"tool call {call!r} (unit {key})")
+
+        async def once() -> Any:
+            if not repeatable and not await self._sending(key):
+                return unknown()
+            result = body()
+            return await result if inspect.isawaitable(result) else result
+
+        return await self._finish(found, key, Unit(name=name, call=call), once)
+
+    async def _sending(self, key: str) -> bool:
+        """Mark this attempt as the one that sends the call `key`: False when an earlier
+        attempt marked it (it may have reached the other side)."""
+        mine = encode(self._ctx.attempt)
+        won = await self._ctx._store.checkpoints.create_memo(self._key(SENT_MARK + key), mine)
+        return bool(msgspec.json.decode(won) == self._ctx.attempt)
 
     async def _finish(
         self, found: Unit | None, key: str, unit: Unit, body: Callable[[], Awaitable[Any] | Any]

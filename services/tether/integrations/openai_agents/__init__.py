@@ -10,8 +10,11 @@ app.add(agent)  # served as the tool "helper": client.submit_agent("helper", "qu
 The agent graph is copied (handoffs included; the user's objects are left alone): each
 model call is a durable unit that streams its text to the task as the model writes, and
 reserves and settles its tokens against the task's budget; each function tool call is a
-unit (`idempotent(tool)`: not journaled). A tool that `needs_approval` makes the task wait
-for a person (`client.send_input(task, {"approved": true})`). `Runner.run(agent, input,
+unit (`idempotent(tool)`: not journaled), and so is each call to an MCP server's tool (one
+a crash cut off is sent again only when its annotations say that is safe) and each
+input or output guardrail's check. Tether connects the agents' MCP servers in the worker
+that runs them. A tool that `needs_approval` makes the task wait for a person
+(`client.send_input(task, {"approved": true})`). `Runner.run(agent, input,
 ctx=ctx)` is the same inside a tool that calls the SDK itself.
 """
 
@@ -27,6 +30,7 @@ from tether.integrations.adapters import RunInput, foreign_tool
 from tether.integrations.journal import Journal
 from tether.integrations.openai_agents._clone import durable, idempotent
 from tether.integrations.openai_agents._failures import step_error
+from tether.integrations.openai_agents._mcp import Connections
 from tether.integrations.openai_agents._runner import Runner, run_step
 from tether.tools.context import StepContext
 from tether.tools.tool import Tool
@@ -37,7 +41,8 @@ __all__ = ["Runner", "as_tool", "idempotent"]
 def as_tool(agent: Agent[Any]) -> Tool:
     """`agent` as the Tether tool of its name, taking a run's input as Tether's agents do;
     its answer is the run's final output as JSON (`output_type`'s schema)."""
-    copy = durable(agent)
+    connections = Connections()
+    copy = durable(agent, connections)
 
     async def run(ctx: StepContext, step: RunInput, journal: Journal) -> Any:
         try:
@@ -54,6 +59,7 @@ def as_tool(agent: Agent[Any]) -> Tool:
         run,
         description=_description(agent),
         output_schema=_output_schema(agent),
+        close=connections.close,
     )
 
 

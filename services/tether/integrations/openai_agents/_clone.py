@@ -1,6 +1,6 @@
 """A durable copy of an agent graph: the user's agents are left as they are; the copies'
-function tools are units of the journal and their models durable. Handoffs (agents or
-`handoff(...)` objects) lead to copies too."""
+function tools, MCP servers' calls and guardrails are units of the journal and their
+models durable. Handoffs (agents or `handoff(...)` objects) lead to copies too."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 from agents import Agent, FunctionTool, Handoff, Model, RunContextWrapper
 from agents.tool_context import ToolContext
-from pydantic_core import to_jsonable_python
 
 from tether.integrations.openai_agents import _scope
+from tether.integrations.openai_agents._guardrails import durable_guardrails
+from tether.integrations.openai_agents._mcp import Connections, durable_servers
 from tether.integrations.openai_agents._model import DurableModel
 from tether.schemas.records import Usage
 
@@ -26,27 +27,42 @@ def idempotent(tool: T) -> T:
     return tool
 
 
-def durable(agent: Agent[Any], seen: dict[int, Agent[Any]] | None = None) -> Agent[Any]:
-    """`agent` and what it hands off to, copied with durable models and tools."""
+def durable(
+    agent: Agent[Any],
+    connections: Connections | None = None,
+    seen: dict[int, Agent[Any]] | None = None,
+) -> Agent[Any]:
+    """`agent` and what it hands off to, copied with durable models, tools, MCP servers
+    (connected through `connections`; None: by their owner) and guardrails."""
     seen = {} if seen is None else seen
     if id(agent) in seen:
         return seen[id(agent)]
     model = agent.model
     if isinstance(model, Model) and not isinstance(model, DurableModel):
         model = DurableModel(model, getattr(model, "model", None) or type(model).__name__)
-    copy = agent.clone(model=model, tools=[_tool(t) for t in agent.tools])
+    copy = agent.clone(
+        model=model,
+        tools=[_tool(t) for t in agent.tools],
+        mcp_servers=durable_servers(agent.mcp_servers, connections),
+        input_guardrails=durable_guardrails(agent.input_guardrails, "input"),
+        output_guardrails=durable_guardrails(agent.output_guardrails, "output"),
+    )
     seen[id(agent)] = copy
-    copy.handoffs = [_handoff(h, seen) for h in agent.handoffs]
+    copy.handoffs = [_handoff(h, connections, seen) for h in agent.handoffs]
     return copy
 
 
-def _handoff(target: Agent[Any] | Handoff[Any, Any], seen: dict[int, Agent[Any]]) -> Any:
+def _handoff(
+    target: Agent[Any] | Handoff[Any, Any],
+    connections: Connections | None,
+    seen: dict[int, Agent[Any]],
+) -> Any:
     if isinstance(target, Agent):
-        return durable(target, seen)
+        return durable(target, connections, seen)
     invoke = target.on_invoke_handoff
 
     async def on_invoke_handoff(context: RunContextWrapper[Any], arguments: str) -> Any:
-        return durable(await invoke(context, arguments), seen)
+        return durable(await invoke(context, arguments), connections, seen)
 
     return dataclasses.replace(target, on_invoke_handoff=on_invoke_handoff)
 
@@ -67,7 +83,7 @@ def _tool(tool: Any) -> Any:
             ran.append(True)
             await scope.ctx.progress(message=f"calling {tool.name}")
             if not agent_tool:
-                return {"output": _json(await invoke(context, arguments))}
+                return {"output": _scope.as_json(await invoke(context, arguments))}
             # A sub-agent's calls run live inside this one unit: journaled one by one they
             # would take places a replay of the whole unit does not take.
             spent: list[Usage] = []
@@ -78,7 +94,7 @@ def _tool(tool: Any) -> Any:
                 _scope.current.reset(token)
             usage = _scope.summed(spent)
             return {
-                "output": _json(output),
+                "output": _scope.as_json(output),
                 "step": scope.ctx.step,
                 "attempt": scope.ctx.attempt,
                 "usage": usage,
@@ -90,12 +106,3 @@ def _tool(tool: Any) -> Any:
         return payload["output"]
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
-
-
-def _json(output: Any) -> Any:
-    """A tool's output as JSON; the SDK shows the model `str(output)`, so a value with no
-    JSON form is kept as that text."""
-    try:
-        return to_jsonable_python(output)
-    except Exception:
-        return str(output)

@@ -15,6 +15,7 @@ from tether.integrations.journal import Journal
 from tether.integrations.meter import Meter
 from tether.integrations.openai_agents import _scope
 from tether.integrations.openai_agents._clone import durable
+from tether.integrations.openai_agents._guardrails import durable_guardrails
 from tether.integrations.openai_agents._input import input_items
 from tether.integrations.openai_agents._model import DurableModel, DurableProvider
 from tether.integrations.openai_agents._scope import Scope
@@ -34,9 +35,9 @@ SETTINGS = frozenset(f.name for f in dataclasses.fields(ModelSettings))
 
 
 def run_config(base: RunConfig | None, settings: dict[str, Any] | None = None) -> RunConfig:
-    """`base` (default: tracing off, so no spans leave for OpenAI) with durable models; its
-    function tools run as the SDK runs them, at once (each call's unit is keyed by its call
-    id, so a replay meets them in any order)."""
+    """`base` (default: tracing off, so no spans leave for OpenAI) with durable models and
+    guardrails; its function tools run as the SDK runs them, at once (each call's unit is
+    keyed by its call id, so a replay meets them in any order)."""
     base = base or RunConfig(tracing_disabled=True)
     provider = base.model_provider
     model = base.model
@@ -53,6 +54,8 @@ def run_config(base: RunConfig | None, settings: dict[str, Any] | None = None) -
         if isinstance(provider, DurableProvider)
         else DurableProvider(provider),
         model_settings=model_settings,
+        input_guardrails=durable_guardrails(base.input_guardrails, "input"),
+        output_guardrails=durable_guardrails(base.output_guardrails, "output"),
     )
 
 

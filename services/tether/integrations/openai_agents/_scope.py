@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from pydantic_core import to_jsonable_python
 
 from tether.integrations.adapters import RunInput
 from tether.integrations.journal import Journal
@@ -53,3 +54,12 @@ def summed(spent: list[Usage]) -> dict[str, Any] | None:
         total = total + usage
     built: dict[str, Any] = msgspec.to_builtins(total)
     return built
+
+
+def as_json(value: Any) -> Any:
+    """A tool's output or a guardrail's info as JSON to journal; the SDK shows the model
+    `str(output)`, so a value with no JSON form is kept as that text."""
+    try:
+        return to_jsonable_python(value)
+    except Exception:
+        return str(value)

@@ -5,7 +5,10 @@ Built on the public builder (`pydantic_ai.durable_exec`): Pydantic AI turns each
 request, tool call, MCP call and event-handler call into an operation, and this backend
 runs each as one `Journal.unit`: a tool call keyed by its call id, so the calls of one
 response run at once (their events told in call order once all are done, so the units in
-sequence come in the same order on a replay), everything else in encounter order. A
+sequence come in the same order on a replay), everything else in encounter order. An MCP
+toolset's call is sent again after a crash cut it off only when the tool's annotations
+say that is safe (`Journal.send`); otherwise the model is told (`ToolFailed`) that its
+outcome is unknown. A
 model unit also keeps which step and attempt ran it, so a later attempt of the same step
 that reads it back streams its text again and counts its usage unless that attempt's
 failure was counted with it (the kit's `attempts.Recount`).
@@ -18,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
+from mcp_types import ToolAnnotations
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
@@ -39,6 +43,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tool_manager import _parallel_execution_mode_ctx_var as _execution_mode
 
+from tether.agents.mcp_tools import repeatable, unknown_outcome
 from tether.integrations.pydantic_ai.events import relay, texts
 from tether.integrations.pydantic_ai.metering import MeteredModel, usage_of
 from tether.integrations.pydantic_ai.running import Running, current, running_now
@@ -55,12 +60,22 @@ R = TypeVar("R")
 
 
 class ByCallId(CacheIdentity[ToolsetCallToolParams | DynamicToolsetCallToolParams]):
-    """A tool call is identified by its call id (the model's, one per call of a response)."""
+    """A tool call is identified by its call id (the model's, one per call of a response);
+    its tool's name and whether it may be sent again ride along for an MCP call."""
 
     def project(
         self, params: ToolsetCallToolParams | DynamicToolsetCallToolParams
     ) -> tuple[object, ...]:
-        return (params.ctx.tool_call_id,)
+        tool = getattr(params, "tool", None)
+        hints = None if tool is None else (tool.tool_def.metadata or {}).get("annotations")
+        safe = isinstance(hints, dict) and repeatable(ToolAnnotations.model_validate(hints))
+        return (params.ctx.tool_call_id, params.name, safe)
+
+
+def unknown(tool: str) -> dict[str, str]:
+    """The recorded result (`CallToolResult`) of a call whose outcome is unknown: a
+    `ToolFailed`, so the model is told and the call is not tried again."""
+    return {"kind": "tool_failed", "message": unknown_outcome(tool)}
 
 
 class TetherBackend(JournalCallableOperationBackend[None]):
@@ -84,6 +99,7 @@ class TetherBackend(JournalCallableOperationBackend[None]):
         if isinstance(operation_id, ModelRequestId):
             return await _model_unit(running, name, body)
         call = cache_key[0] if isinstance(operation_id, ToolsetCallToolId) else None
+        mcp = isinstance(operation_id, ToolsetCallToolId) and operation_id.toolset_kind == "mcp"
         ran: list[bool] = []
 
         async def run() -> object:
@@ -91,7 +107,13 @@ class TetherBackend(JournalCallableOperationBackend[None]):
             return await body()
 
         id_ = call if isinstance(call, str) else None  # the id `ByCallId` projected
-        result = await running.journal.unit(name, run, call=id_)
+        if id_ is not None and mcp:
+            tool, safe = str(cache_key[1]), bool(cache_key[2])
+            result = await running.journal.send(
+                name, run, call=id_, repeatable=safe, unknown=lambda: unknown(tool)
+            )
+        else:
+            result = await running.journal.unit(name, run, call=id_)
         record_durable_unit(executed=bool(ran))
         return result
 
