@@ -28,6 +28,7 @@ from tether.agents.errors import ModelContentFiltered as ModelContentFiltered
 from tether.agents.errors import ModelOutputTruncated as ModelOutputTruncated
 from tether.agents.errors import ModelQuotaExceeded as ModelQuotaExceeded
 from tether.agents.errors import ModelRequestError as ModelRequestError
+from tether.agents.errors import ModelUnreachable as ModelUnreachable
 from tether.agents.errors import RateLimited as RateLimited
 from tether.agents.errors import StructuredOutputsRefused as StructuredOutputsRefused
 from tether.agents.truncation import limit_advice, sent_options
@@ -271,7 +272,7 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
             if isinstance(exc, openai.APITimeoutError)
             else "could not connect to"
         )
-        raise RetryableError(
+        raise ModelUnreachable(
             f"{what} {url}: {exc.__cause__ or exc} (model {model.name!r}; the URL is from "
             f"{source}): is the server up?"
         ) from exc
