@@ -31,7 +31,7 @@ from tether.agents.errors import ModelRequestError as ModelRequestError
 from tether.agents.errors import ModelUnreachable as ModelUnreachable
 from tether.agents.errors import RateLimited as RateLimited
 from tether.agents.errors import StructuredOutputsRefused as StructuredOutputsRefused
-from tether.agents.truncation import limit_advice, sent_options
+from tether.agents.truncation import RETRY, limit_advice, sent_options
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.records import Usage
 
@@ -252,7 +252,7 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
         if "insufficient_quota" in (exc.code, exc.type):
             raise ModelQuotaExceeded(
                 f"{where} says the account has no quota left (429 insufficient_quota): "
-                "check the plan and billing of the API key's account, then retry the task"
+                f"check the plan and billing of the API key's account, {RETRY}"
             ) from exc
         raise RateLimited(
             f"{where} is rate-limiting (429): {exc.message}",
