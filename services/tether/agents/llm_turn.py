@@ -17,7 +17,7 @@ import msgspec
 
 from tether import tracing
 from tether.agents import answer_caps, calls, spending
-from tether.agents.budget import Price, TreeBudget, cost, price_of
+from tether.agents.budget import Price, TreeBudget, cost, price_of, prompt_floor
 from tether.agents.conversation import AgentStep, Journal, Turn
 from tether.agents.errors import MaxTurnsExceeded, Spent, StructuredOutputsRefused
 from tether.agents.models import Reply, complete
@@ -148,7 +148,8 @@ async def _call(
     key = ctx.idempotency_key
     follow = spending.defaults_followed(agent, ctx, journal)
     call = (journal.messages, specs, options)
-    cap = await spending.reserve(agent, tree, key, price, call, follow)
+    floor = prompt_floor(journal.reported, journal.messages)
+    cap = await spending.reserve(agent, tree, key, price, call, follow, floor)
     if cap is not None:  # the most the budget holds for it: the call cannot answer more
         options = answer_caps.capped(agent.llm, options, cap)
     left = await calls.begin(ctx, model.name)  # a call an earlier attempt died in
