@@ -20,13 +20,13 @@ REFUSED = ErrorInfo(
 )
 
 
-def _record() -> TaskRecord:
+def _record(error: ErrorInfo = REFUSED) -> TaskRecord:
     now = datetime.now(UTC)
     return TaskRecord(
         task_id="t1",
         status=TaskStatus.FAILED,
         steps=[StepSpec(tool="researcher")],
-        error=REFUSED,
+        error=error,
         created_at=now,
         updated_at=now,
     )
@@ -82,7 +82,7 @@ def test_the_last_words_point_at_a_file_not_at_the_server_that_is_gone(tmp_path:
     assert "Connection refused" in saved.read_text() and 'File "x.py"' in saved.read_text()
 
 
-def test_how_to_retry_on_the_gone_server_becomes_running_the_demo_again() -> None:
+def test_how_to_retry_on_the_gone_server_becomes_running_the_demo_again(tmp_path: Path) -> None:
     gave_up = ErrorInfo(
         type="ModelUnreachable",
         message="could not connect (8 attempts); once that is mended, retry the task: "
@@ -91,3 +91,5 @@ def test_how_to_retry_on_the_gone_server_becomes_running_the_demo_again() -> Non
     line = failure_line(gave_up)
     assert "tether dlq retry" not in line and "dashboard" not in line
     assert line.endswith("(8 attempts); once that is mended, run the demo again")
+    saved = save_failure(tmp_path / "t1-error.md", _record(gave_up)).read_text()
+    assert "tether dlq retry" not in saved and "run the demo again" in saved

@@ -37,10 +37,14 @@ def failure_line(error: ErrorInfo | None) -> str:
     """`ModelOutputTruncated: ...`, once, without the traceback (saved, see `save_failure`);
     how to retry a task on the demo's server, which ends with it, becomes running the demo
     again."""
-    if error is None:
-        return "no error was recorded"
+    return "no error was recorded" if error is None else escape(_told(error))
+
+
+def _told(error: ErrorInfo) -> str:
+    """`Type: message`, its way to retry the task (on a server gone with the demo) said
+    as running the demo again."""
     said, mended, _ = format_error(error).partition(MENDED)
-    return escape(said + ("; once that is mended, run the demo again" if mended else ""))
+    return said + ("; once that is mended, run the demo again" if mended else "")
 
 
 def failed_line(record: TaskRecord, told: bool, saved: Path) -> str:
@@ -54,7 +58,7 @@ def failed_line(record: TaskRecord, told: bool, saved: Path) -> str:
 def save_failure(path: Path, record: TaskRecord) -> Path:
     """The failed task's error whole, traceback included, beside the demo's answers."""
     error = record.error
-    what = "no error was recorded" if error is None else f"**{error.type}**: {error.message}"
+    what = "no error was recorded" if error is None else _told(error)
     frames = f"\n\n```\n{error.traceback}\n```" if error is not None and error.traceback else ""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# Task `{record.task_id}` failed\n\n{what}{frames}\n")

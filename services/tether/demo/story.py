@@ -149,8 +149,9 @@ class Demo:
         if isinstance(event, StepStarted) and event.step is not None:
             self.runs[where] += 1
             self.started.setdefault(where, event.time)
-            retried = self.retried.pop(where, False)
-            why = again(retried, self.killed_pid is not None) if (event.attempt or 1) > 1 else ""
+            if self.retried.pop(where, False):
+                return  # its retry line said which attempt comes next, and when
+            why = again(False, self.killed_pid is not None) if (event.attempt or 1) > 1 else ""
             self.say(f"  [blue]▶[/] {_what(event)} started, attempt {event.attempt}{why}")
         elif isinstance(event, StepRetrying) and event.step is not None:
             self.retried[where] = True
