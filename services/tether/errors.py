@@ -46,7 +46,8 @@ on a subclass this tree leaves out.
         │   └── JournalDiverged            (tether.integrations.journal) a foreign agent's
         │                                  run took another path than its journal
         └── RetryableError         retry the step, optionally after `retry_after`
-            └── RateLimited                (agents) a 429, waited out in place
+            ├── RateLimited                (agents) a 429, waited out in place
+            └── ModelUnreachable           (agents) no connection to the model's endpoint
 
 Tools may raise any exception: everything but TerminalError is retried.
 """

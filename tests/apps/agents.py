@@ -191,6 +191,15 @@ unreachable = app.add(
 )
 
 
+refused = app.add(
+    Agent(
+        "refused",
+        model=OpenAIModel("nowhere", base_url="http://127.0.0.1:9/v1", api_key="test"),
+        retry=QUICK,  # every attempt refused at once, each retry soon after
+    )
+)
+
+
 class Report(msgspec.Struct, frozen=True):
     """A typed answer: the agent's result is one of these."""
 

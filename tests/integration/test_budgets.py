@@ -123,3 +123,25 @@ async def test_a_cost_budget_on_a_model_without_a_price_says_how_to_give_one(
         await handle.wait(timeout=30)
     assert "no price for the model 'scripted'" in failed.value.error.message
     assert "price=Price(" in failed.value.error.message
+
+
+async def test_a_calls_prompt_is_held_at_least_at_what_the_model_reported_for_the_last_one(
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+) -> None:
+    """A model that reports 1,000 prompt tokens for a short conversation (a long system
+    prompt, tool schemas): each call holds at least that plus what was added since, so
+    the tree never spends past its budget (issue 50, item 8); estimated from characters
+    alone, the fourth call fit and crossed it."""
+    reported = {"prompt_tokens": 1000, "completion_tokens": 10}
+    search = {"tool_calls": [{"name": "web_search", "arguments": {"query": "q"}}]}
+    question = model.conversation(*[{**search, "usage": reported}] * 4, {"content": "Done."})
+    handle = await client.submit_agent("thrifty", question, token_budget=3500)
+
+    with pytest.raises(TaskFailedError) as failed:
+        await handle.wait(timeout=30)
+
+    error = failed.value.error
+    assert error is not None and error.type == "TokenBudgetExceeded"
+    usage = (await handle.get()).usage
+    assert usage is not None and usage.total_tokens <= 3500, usage
+    assert len(model.requests(question)) == 3  # the fourth was not sent

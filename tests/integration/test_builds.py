@@ -37,9 +37,8 @@ async def test_each_step_names_the_build_that_ran_it_across_a_deploy(
     assert completed == [(0, "v1"), (1, None), (2, "v2")]
 
 
-async def test_a_worker_says_at_start_that_a_tool_no_longer_fits_the_build_before(
-    config: NatsConfig, caplog: pytest.LogCaptureFixture
-) -> None:
+def _lookups() -> tuple[App, App]:
+    """The same tool in two builds, the second's input needing a field the first's lacks."""
     old, new = App("search"), App("search")
 
     @old.tool(name="lookup")
@@ -50,14 +49,36 @@ async def test_a_worker_says_at_start_that_a_tool_no_longer_fits_the_build_befor
     async def lookup_v2(ctx: StepContext, q: Wider) -> str:
         return q.query
 
-    async with Worker(old, config, build="v1"):
-        pass
-    with caplog.at_level(logging.WARNING, logger="tether.worker"):
-        async with Worker(new, config, build="v2"):
-            pass
+    return old, new
+
+
+async def test_a_worker_says_at_start_that_a_tool_no_longer_fits_the_build_before(
+    config: NatsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    old, new = _lookups()
+    async with Worker(old, config, build="v1"):  # still up as the next build starts
+        with caplog.at_level(logging.WARNING, logger="tether.worker"):
+            async with Worker(new, config, build="v2"):
+                pass
     (said,) = [r.getMessage() for r in caplog.records if "does not fit" in r.getMessage()]
     assert "tool 'lookup' of build v2 does not fit build v1" in said
     assert "input field 'limit' is required now" in said
+
+
+async def test_with_nothing_left_of_the_build_before_its_misfit_is_no_warning(
+    config: NatsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`tether dev` started again on changed code: no worker of the build before is up and
+    no step waits for it, so how a tool does not fit it (and "pinned tasks") is a DEBUG
+    line, not a warning after every restart (issue 50, item 5)."""
+    old, new = _lookups()
+    async with Worker(old, config, build="v1"):
+        pass
+    with caplog.at_level(logging.DEBUG, logger="tether.worker"):
+        async with Worker(new, config, build="v2"):
+            pass
+    said = [r for r in caplog.records if "does not fit" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.DEBUG]
 
 
 class Query(msgspec.Struct):

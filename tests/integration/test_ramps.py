@@ -122,11 +122,10 @@ def _reports(version: str, tools: tuple[str, ...] = ("first", "report")) -> App:
 async def test_no_pinned_step_moves_onto_a_build_whose_tool_would_refuse_it(
     client: Client, config: NatsConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with Worker(_reports("v1"), config, build="v1"):
-        pass  # v1 announced, with both tools
-    with caplog.at_level(logging.WARNING, logger="tether.worker"):
-        async with Worker(_reports("v2"), config, build="v2"):
-            pass
+    async with Worker(_reports("v1"), config, build="v1"):  # v1 announced, with both tools
+        with caplog.at_level(logging.WARNING, logger="tether.worker"):
+            async with Worker(_reports("v2"), config, build="v2"):
+                pass
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "tool 'report' of build v2 does not fit build v1" in said
     rows = {row.build: row for row in (await client.builds()).builds}

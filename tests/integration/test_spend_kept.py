@@ -115,14 +115,20 @@ async def test_a_model_with_no_price_costs_unknown_not_zero(
     assert "cost unknown" in format_usage(usage) and "$0.0000" not in format_usage(usage)
 
 
-async def test_a_call_cancelled_mid_answer_counts_as_cut_off(
+async def test_a_call_cancelled_mid_answer_counts_what_it_streamed(
     client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
 ) -> None:
-    stalls = {"content": "one two three four", "faults": [{"stall_after": 2, "seconds": 60}]}
+    """No usage chunk ever comes for it: the answer it streamed is counted from its text,
+    marked as counted from the stream (issue 50, item 7), not shown as 0 tokens."""
+    words = " ".join(f"word{n:03}" for n in range(200))
+    stalls = {"content": words, "faults": [{"stall_after": 100, "seconds": 60}]}
     question = model.conversation(stalls)
     handle = await client.submit_agent("researcher", question)
-    async for _ in handle.stream():  # the first words, then the model stalls
-        break
+    streamed = ""
+    async for chunk in handle.stream():  # a hundred words, then the model stalls
+        streamed += chunk.delta
+        if len(streamed) >= 700:
+            break
     await client.cancel(handle.task_id)
 
     async def counted() -> Usage:
@@ -131,8 +137,11 @@ async def test_a_call_cancelled_mid_answer_counts_as_cut_off(
         return record.usage
 
     usage = await eventually(counted)
-    assert (usage.requests, usage.unfinished, usage.total_tokens) == (1, 1, 0)
-    assert "1 cut off: tokens unknown" in format_usage(usage)
+    assert (usage.requests, usage.unfinished, usage.input_tokens) == (1, 1, 0)
+    assert usage.output_tokens == usage.streamed_tokens >= 700 // 4
+    said = format_usage(usage)
+    assert f"~{usage.output_tokens:,} out" in said
+    assert f"1 cut off: ~{usage.streamed_tokens:,} out counted from the stream" in said
 
 
 async def test_a_guardrail_refusal_fails_the_task_without_a_dead_letter_or_an_error_log(

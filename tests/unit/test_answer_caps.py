@@ -7,7 +7,7 @@ import pytest
 from tether.agents import OpenAIModel, Price
 from tether.agents.answer_caps import MIN_ANSWER, answer_cap, capped, needs, short
 from tether.agents.budget import DEFAULT_OUTPUT_CAP, Ledger
-from tether.agents.truncation import limit_advice, sent_options
+from tether.agents.truncation import BUDGET_CAP, limit_advice, sent_options
 
 
 def test_a_call_answers_with_what_the_budget_leaves_after_its_input() -> None:
@@ -75,3 +75,21 @@ def test_what_the_next_call_needs_names_its_input_and_both_limits() -> None:
         "the next call sends about 300 tokens and answers with up to 4,096 (at least 16): "
         "a limit of at least 316, 4,396 for a full answer"
     )
+
+
+@pytest.mark.parametrize(
+    ("settings", "options"),
+    [
+        ({}, {BUDGET_CAP: 100, "max_tokens": 100}),
+        ({}, {"max_tokens": 50}),
+        ({"max_tokens": 50}, {}),
+        ({}, {}),
+    ],
+)
+def test_a_cut_answer_says_how_to_retry_the_task(
+    settings: dict[str, int], options: dict[str, int]
+) -> None:
+    """Whichever limit stopped it, the advice ends with the command and the button that
+    run the task on (issue 50, item 8), not a bare "then retry the task"."""
+    advice = limit_advice(settings, options)
+    assert "'tether dlq retry ID'" in advice and "Retry button on its dashboard page" in advice

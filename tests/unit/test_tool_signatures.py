@@ -5,6 +5,7 @@ the docstring, Pydantic models wherever msgspec types go, and one-line refusals.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from typing import Any, TypedDict
 
@@ -280,3 +281,24 @@ def test_a_close_name_is_suggested_whichever_is_added_first() -> None:
     assert misspelled_calls("asker", calls) == [("asker", "serch", "search")]
     assert misspelled_calls("search", calls) == [("asker", "serch", "search")]
     assert misspelled_calls("other", {**calls, "other": ()}) == []
+
+
+def test_parameters_without_types_are_warned_about_once_at_registration(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`def add(a, b)` is served, and said to take its input unchecked (issue 50, item 8);
+    a typed one is served without a word."""
+
+    def add(a, b):  # type: ignore[no-untyped-def]
+        return a + b
+
+    def typed_add(a: int, b: int = 0) -> int:
+        return a + b
+
+    caplog.set_level(logging.WARNING, logger="tether.tools")
+    _tool(add)
+    _tool(typed_add)
+
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "tool 'add' takes a, b without a type: taken as given, any JSON value" in said
+    assert "test_tool_signatures.py:" in said and "`a: int`" in said and "\n" not in said

@@ -3,9 +3,13 @@ the two feeds deliver events and chunks in."""
 
 from __future__ import annotations
 
+import io
 import itertools
 from datetime import UTC, datetime
 
+from rich.console import Console
+
+from tether.cli.event_views import PlainLines
 from tether.cli.transcript import Piece, Shown, TextEnd, Transcript
 from tether.schemas.events import (
     AnyStatusEvent,
@@ -14,7 +18,7 @@ from tether.schemas.events import (
     StepRetrying,
     StepStarted,
 )
-from tether.schemas.records import TaskStatus
+from tether.schemas.records import ErrorInfo, TaskStatus
 from tether.schemas.work import TokenChunk
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -159,3 +163,29 @@ def test_when_an_earlier_attempt_wins_its_whole_text_is_shown_again_under_its_ev
         "<step_started 0>\none two  [cut off]\n<step_started 0>\none  [cut off]\n"
         "one two three \n<step_completed 0>\n"
     )
+
+
+def test_a_retry_with_the_error_said_before_is_counted_not_said_again() -> None:
+    """`watch` and `submit --wait` say a model that cannot be reached once a step, then
+    count its retries (issue 50, item 6)."""
+    refused = ErrorInfo(type="ModelUnreachable", message="could not connect to http://x/v1")
+
+    def retried(attempt: int, step: int = 0) -> StepRetrying:
+        return StepRetrying(
+            task_id="t",
+            status=RUNNING,
+            step=step,
+            attempt=attempt,
+            time=NOW,
+            error=refused,
+            retry_in_ms=2000,
+        )
+
+    out = io.StringIO()
+    view = PlainLines(Console(file=out, width=200))
+    view.show([Shown(retried(1)), Shown(retried(2)), Shown(retried(1, step=2))])
+
+    lines = out.getvalue().splitlines()
+    assert "could not connect" in lines[0] and "(attempt 2 in 2.0s)" in lines[0]
+    assert "could not connect" not in lines[1] and "the same error  (attempt 3 in" in lines[1]
+    assert "could not connect" in lines[2]  # another step: said again

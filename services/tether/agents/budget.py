@@ -81,6 +81,18 @@ def worst_case(messages: list[dict[str, Any]], tools: list[dict[str, Any]], cap:
     return sent // CHARS_PER_TOKEN + 1 + cap
 
 
+def prompt_floor(reported: tuple[int, int] | None, messages: list[dict[str, Any]]) -> int:
+    """The least a conversation's next call sends: the prompt tokens the model reported
+    for its previous call (`reported`: with how many of `messages` that call was sent),
+    plus what was added since, estimated. A long system prompt or tool schemas count
+    for more than their characters tell; a model's own count does not guess."""
+    if reported is None:
+        return 0
+    tokens, sent = reported
+    added = messages[sent:]
+    return tokens + (len(msgspec.json.encode(added)) // CHARS_PER_TOKEN + 1 if added else 0)
+
+
 def output_cap(options: dict[str, Any]) -> int:
     for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = options.get(name)

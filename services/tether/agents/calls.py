@@ -15,6 +15,7 @@ is journaled, so no later attempt asks.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -33,9 +34,39 @@ class CallMark(msgspec.Struct, frozen=True, kw_only=True):
     open: bool = True
 
 
-def cut_off(model: str) -> Usage:
-    """One call sent and never finished: its tokens are unknown."""
-    return Usage(requests=1, unfinished=1, model=model)
+CHARS_PER_TOKEN = 4
+"""How a cut-off call's streamed text is counted in tokens (English runs about 4
+characters a token): an estimate, marked as one (`Usage.streamed_tokens`)."""
+
+
+def cut_off(model: str, streamed: int = 0) -> Usage:
+    """One call sent and never finished: its tokens are unknown, but for the answer it
+    had streamed (`streamed` characters), counted from its text."""
+    counted = -(-streamed // CHARS_PER_TOKEN)  # a started token counts
+    return Usage(
+        requests=1, unfinished=1, model=model, output_tokens=counted, streamed_tokens=counted
+    )
+
+
+def cut_off_tokens(usage: Usage) -> str:
+    """What is known of the tokens of calls cut off before they said: `tokens unknown`, or
+    `~2,181 out counted from the stream` (the answer they had streamed)."""
+    if not usage.streamed_tokens:
+        return "tokens unknown"
+    return f"~{usage.streamed_tokens:,} out counted from the stream, the rest unknown"
+
+
+class Streamed:
+    """A call's `on_delta`, counting the characters it passes on: what a call cut off
+    before its usage came had answered so far."""
+
+    def __init__(self, send: Callable[[str], Awaitable[None]]) -> None:
+        self._send = send
+        self.chars = 0
+
+    async def __call__(self, text: str) -> None:
+        self.chars += len(text)
+        await self._send(text)
 
 
 def _key(ctx: StepContext, memo: str) -> str:

@@ -143,6 +143,9 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     """The model an update named (None: the agent's)."""
     settings: dict[str, Any] = msgspec.field(default_factory=dict)
     """The task's own model settings (its first step's `settings`)."""
+    reported: tuple[int, int] | None = None
+    """The prompt tokens the model reported for the conversation's latest call, and how
+    many of `messages` that call was sent (see `budget.prompt_floor`)."""
 
 
 def as_step(value: Any) -> AgentStep:
@@ -183,13 +186,16 @@ def rebuild(
         instructions = start.instructions
     told = _Told(first_messages(instructions, start, earlier), _Steered(start.token_budget))
     usage = Usage()
+    reported: tuple[int, int] | None = None
     for index, entry in enumerate(history):
         usage = usage if entry.usage is None else usage + entry.usage
         role = as_step(entry.spec.input) if entry.spec.parallel is None else None
         if role is not None and role.budget:
             continue  # a question about the budget: nothing said to the model
         if role is not None and role.approve is None and role.dispatch is None:
+            sent = len(told.messages)
             told.turn(role, entry.output, last=finished and index == len(history) - 1)
+            reported = _reported(entry.usage, sent) or reported
         elif told.pending is None:
             continue
         elif role is not None and role.approve is not None:
@@ -215,7 +221,17 @@ def rebuild(
         inbox_seq=steered.seq,
         model=steered.model,
         settings=start.settings or {},
+        reported=reported,
     )
+
+
+def _reported(usage: Usage | None, sent: int) -> tuple[int, int] | None:
+    """The prompt tokens a turn's model reported per finished call, with the number of
+    messages it was sent; None when it reported none."""
+    finished = 0 if usage is None else usage.requests - usage.unfinished
+    if usage is None or finished < 1 or not usage.input_tokens:
+        return None
+    return usage.input_tokens // finished, sent
 
 
 class _Told:

@@ -16,7 +16,8 @@ failed step's `ErrorInfo.type`, so a name never changes).
     └── ModelRequestError         the endpoint rejected the request
         └── StructuredOutputsRefused   ... its `response_format` `json_schema`
     RetryableError (tether.errors)
-    └── RateLimited               429, waited out in place
+    ├── RateLimited               429, waited out in place
+    └── ModelUnreachable          no connection to the endpoint (refused, timed out)
 
 Two signals never leave the package: `Spent` (a call's reservation does not fit) and
 `WrongAnswer` (one typed answer does not fit; the model is told and asked again).
@@ -30,6 +31,7 @@ from tether.errors import RetryableError, TerminalError
 
 if TYPE_CHECKING:
     from tether.agents.budget import Ledger
+    from tether.schemas.records import ErrorInfo
 
 
 class MaxTurnsExceeded(TerminalError):
@@ -88,6 +90,43 @@ class StructuredOutputsRefused(ModelRequestError):
 
 class RateLimited(RetryableError):
     """The endpoint answered 429: waited out in place (see `complete`), not an attempt."""
+
+
+class ModelUnreachable(RetryableError):
+    """No connection to the model's endpoint (refused, unreachable, timed out): its
+    message names the URL and where it was set; the step is retried quietly."""
+
+
+SELF_EXPLAINED = frozenset(
+    kind.__name__
+    for kind in (
+        MaxTurnsExceeded,
+        BudgetExceeded,
+        TokenBudgetExceeded,
+        BudgetAboveCeiling,
+        ForeignConversation,
+        InvalidOutput,
+        ModelAuthError,
+        ContextLengthExceeded,
+        ModelRequestError,
+        StructuredOutputsRefused,
+        ModelOutputTruncated,
+        ModelContentFiltered,
+        ModelQuotaExceeded,
+        RateLimited,
+        ModelUnreachable,
+    )
+)
+"""Errors whose message says what happened and the fix: their traceback holds only
+Tether's own frames, shown on demand (`tether status --verbose`), not beside it."""
+
+
+def frames(error: ErrorInfo | None, verbose: bool = False) -> str | None:
+    """The traceback to show with `error`: None for one that explains itself, unless
+    `verbose`."""
+    if error is None or (error.type in SELF_EXPLAINED and not verbose):
+        return None
+    return error.traceback
 
 
 class Spent(Exception):

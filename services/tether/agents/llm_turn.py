@@ -17,7 +17,7 @@ import msgspec
 
 from tether import tracing
 from tether.agents import answer_caps, calls, spending
-from tether.agents.budget import TreeBudget, cost, price_of
+from tether.agents.budget import Price, TreeBudget, cost, price_of, prompt_floor
 from tether.agents.conversation import AgentStep, Journal, Turn
 from tether.agents.errors import MaxTurnsExceeded, Spent, StructuredOutputsRefused
 from tether.agents.models import Reply, complete
@@ -26,6 +26,7 @@ from tether.agents.turns import Next, Typed, after_reply, guards, result, turn_s
 from tether.schemas.codec import to_builtins
 from tether.schemas.events import AgentUpdated
 from tether.schemas.plans import StepSpec
+from tether.schemas.records import Usage
 from tether.tools.results import NextSteps
 
 if TYPE_CHECKING:
@@ -147,28 +148,33 @@ async def _call(
     key = ctx.idempotency_key
     follow = spending.defaults_followed(agent, ctx, journal)
     call = (journal.messages, specs, options)
-    cap = await spending.reserve(agent, tree, key, price, call, follow)
+    floor = prompt_floor(journal.reported, journal.messages)
+    cap = await spending.reserve(agent, tree, key, price, call, follow, floor)
     if cap is not None:  # the most the budget holds for it: the call cannot answer more
         options = answer_caps.capped(agent.llm, options, cap)
     left = await calls.begin(ctx, model.name)  # a call an earlier attempt died in
     if left is not None:
         ctx.add_usage(left)
+    streamed = calls.Streamed(ctx.stream)
     try:
         with tracing.chat_span(model.name, ctx.task_id) as span:
             async with agent.runtime.using(agent.llm) as client:
                 messages = journal.messages
-                reply = await complete(client, model, messages, specs, ctx.stream, waiting, options)
+                reply = await complete(client, model, messages, specs, streamed, waiting, options)
             tracing.chat_reply(span, reply.usage, reply.finish_reason, reply.message)
-    except asyncio.CancelledError:  # cancelled or timed out mid-call: spent, how much unknown
-        ctx.add_usage(calls.cut_off(model.name))
+    except asyncio.CancelledError:  # cancelled or timed out mid-call: what it streamed counts
+        ctx.add_usage(_priced(calls.cut_off(model.name, streamed.chars), price))
         raise
     except Exception:
         await spending.release(tree, key)
         raise
     finally:
         await calls.end(ctx)
-    if price is not None:
-        usage = msgspec.structs.replace(reply.usage, cost_usd=cost(reply.usage, price))
-        reply = replace(reply, usage=usage)
+    reply = replace(reply, usage=_priced(reply.usage, price))
     await spending.settle(tree, key, reply.usage)
     return reply
+
+
+def _priced(usage: Usage, price: Price | None) -> Usage:
+    """`usage` with its cost, where its model has a price."""
+    return usage if price is None else msgspec.structs.replace(usage, cost_usd=cost(usage, price))

@@ -28,9 +28,10 @@ from tether.agents.errors import ModelContentFiltered as ModelContentFiltered
 from tether.agents.errors import ModelOutputTruncated as ModelOutputTruncated
 from tether.agents.errors import ModelQuotaExceeded as ModelQuotaExceeded
 from tether.agents.errors import ModelRequestError as ModelRequestError
+from tether.agents.errors import ModelUnreachable as ModelUnreachable
 from tether.agents.errors import RateLimited as RateLimited
 from tether.agents.errors import StructuredOutputsRefused as StructuredOutputsRefused
-from tether.agents.truncation import limit_advice, sent_options
+from tether.agents.truncation import RETRY, limit_advice, sent_options
 from tether.errors import RetryableError, TerminalError
 from tether.schemas.records import Usage
 
@@ -251,7 +252,7 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
         if "insufficient_quota" in (exc.code, exc.type):
             raise ModelQuotaExceeded(
                 f"{where} says the account has no quota left (429 insufficient_quota): "
-                "check the plan and billing of the API key's account, then retry the task"
+                f"check the plan and billing of the API key's account, {RETRY}"
             ) from exc
         raise RateLimited(
             f"{where} is rate-limiting (429): {exc.message}",
@@ -271,7 +272,7 @@ def model_errors(model: OpenAIModel) -> Iterator[None]:
             if isinstance(exc, openai.APITimeoutError)
             else "could not connect to"
         )
-        raise RetryableError(
+        raise ModelUnreachable(
             f"{what} {url}: {exc.__cause__ or exc} (model {model.name!r}; the URL is from "
             f"{source}): is the server up?"
         ) from exc

@@ -103,11 +103,13 @@ async def reserve(
     price: Price | None,
     call: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]],
     follow: Ledger | None,
+    floor: int = 0,
 ) -> int | None:
     """Hold the call's input and the most it may answer (`call`: its messages, tools and
     options) in the tree's budget, if it has one, raised first to `follow`'s limits;
-    return that most, to send as its `max_tokens` (None: no budget). Raises `Spent`
-    when not even a short answer fits (see `answer_caps`)."""
+    return that most, to send as its `max_tokens` (None: no budget). Its input is held
+    at `floor` at least (`budget.prompt_floor`). Raises `Spent` when not even a short
+    answer fits (see `answer_caps`)."""
     found = await tree.read()
     if found is None:
         return None
@@ -120,7 +122,7 @@ async def reserve(
         )
     messages, specs, options = call
     asked = output_cap({**agent.llm.settings, **options})
-    sent = worst_case(messages, specs, 0)
+    sent = max(worst_case(messages, specs, 0), floor)
     capped: list[int] = []
 
     def held(ledger: Ledger) -> Ledger | None:

@@ -12,6 +12,11 @@ BUDGET_CAP = "_tether_budget_cap"
 """Set in a call's options when the task's budget lowered its answer cap below what it
 asked (`answer_caps.capped`), so an answer cut there is told as the budget's doing;
 removed before the call is sent."""
+RETRY = (
+    "then retry the task: 'tether dlq retry ID' (its turns so far are kept), or the Retry "
+    "button on its dashboard page"
+)
+"""How a task a limit stopped runs on once the limit is raised."""
 
 
 def sent_options(extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,24 +35,22 @@ def limit_advice(settings: Mapping[str, Any], extra: Mapping[str, Any]) -> str:
             f"the task's token budget had room for {budget_cap:,} answer tokens, so the "
             f"call was sent {named}={budget_cap}, which stopped it: raise the budget "
             "(`tether update-agent TASK --budget N`, or answer the task's budget question "
-            'with {"tokens": N}), or ask for a shorter answer, then retry the task'
+            f'with {{"tokens": N}}), or ask for a shorter answer, {RETRY}'
         )
     for name in LIMITS:
         if extra.get(name) is not None:
             return (
                 f"the call's {name}={extra[name]} (from the run's model_settings) stopped it: "
-                f"raise {name} in model_settings, or ask for a shorter answer, then retry "
-                "the task"
+                f"raise {name} in model_settings, or ask for a shorter answer, {RETRY}"
             )
         if settings.get(name) is not None:
             return (
                 f"the call's {name}={settings[name]} (from OpenAIModel(settings=...)) "
-                f"stopped it: raise {name} there, or ask for a shorter answer, then retry "
-                "the task"
+                f"stopped it: raise {name} there, or ask for a shorter answer, {RETRY}"
             )
     return (
         "the call set no token limit, so the server's own limit stopped it (for llama.cpp, "
         "its context per slot: --ctx-size/-c, n_ctx, shared by --parallel slots): give the "
         "server a larger context, or set max_tokens (OpenAIModel(settings={'max_tokens': "
-        "N}) or the run's model_settings) and ask for a shorter answer, then retry the task"
+        f"N}}) or the run's model_settings) and ask for a shorter answer, {RETRY}"
     )

@@ -43,9 +43,10 @@ MAX_LANES = 8
 """Branches past this share the last lane's indent, so wide groups stay on screen."""
 
 
-def event_line(event: AnyStatusEvent) -> Text:
+def event_line(event: AnyStatusEvent, said: str | None = None) -> Text:
     """`12:00:01  step_started  step 0 search  attempt 1`, plus what the event says; a
-    branch of a parallel step shows as `step 1[2]`, indented by its lane."""
+    branch of a parallel step shows as `step 1[2]`, indented by its lane. A retry whose
+    error is the one its step's last retry `said` is counted, not said again."""
     tag = str(type(event).__struct_config__.tag)
     line = Text(f"{format_time(event.time)}  ")
     line.append(f"{tag:<15}", style=STATUS_STYLES[event.status])
@@ -61,7 +62,7 @@ def event_line(event: AnyStatusEvent) -> Text:
         line.append(f"  attempt {event.attempt}")
     if event.build is not None:
         line.append(f"  on {event.build}", style="dim")
-    line.append(_detail(event))
+    line.append(_detail(event, said))
     line.rstrip()
     return line
 
@@ -71,10 +72,11 @@ def note_line(message: str) -> Text:
     return Text(f"{format_time(utcnow())}  ... {message}", style="yellow")
 
 
-def _detail(event: AnyStatusEvent) -> Text:
+def _detail(event: AnyStatusEvent, said: str | None = None) -> Text:
     if isinstance(event, StepRetrying) and event.error is not None and event.retry_in_ms:
         wait = f"  (attempt {(event.attempt or 0) + 1} in {event.retry_in_ms / 1000:.1f}s)"
-        return Text(f"  {format_error(event.error)}{wait}", style="red")
+        error = format_error(event.error)
+        return Text(f"  {'the same error' if error == said else error}{wait}", style="red")
     if event.error is not None:
         return Text(f"  {format_error(event.error)}", style="red")
     if isinstance(event, StepRetrying) and event.retry_in_ms:
@@ -87,9 +89,9 @@ def _detail(event: AnyStatusEvent) -> Text:
         return Text(f"  {event.text!r}", style="cyan")
     if isinstance(event, AgentUpdated):
         changed = {"model": event.model, "token_budget": event.token_budget}
-        said = [f"{name} {value}" for name, value in changed.items() if value is not None]
-        said += ["new instructions"] if event.instructions is not None else []
-        return Text("  " + ", ".join(said), style="cyan")
+        told = [f"{name} {value}" for name, value in changed.items() if value is not None]
+        told += ["new instructions"] if event.instructions is not None else []
+        return Text("  " + ", ".join(told), style="cyan")
     return Text()
 
 
@@ -165,6 +167,8 @@ class PlainLines(JsonLines):
         self.console = console or stdout()
         self._mid_line = False
         self._failure_shown = False
+        self._said: dict[tuple[int | None, int | None], str] = {}
+        """The error each step's last retry said (see `event_line`)."""
 
     def show(self, outputs: list[Output]) -> None:
         for out in outputs:
@@ -184,7 +188,15 @@ class PlainLines(JsonLines):
                 self._end_line()
 
     def event_line(self, event: AnyStatusEvent) -> None:
-        self.console.print(event_line(event))
+        self.console.print(self._line(event))
+
+    def _line(self, event: AnyStatusEvent) -> Text:
+        """The event's line; a retry's error is said once a step, then counted."""
+        where = (event.step, event.branch)
+        line = event_line(event, self._said.get(where))
+        if isinstance(event, StepRetrying) and event.error is not None:
+            self._said[where] = format_error(event.error)
+        return line
 
     def note(self, message: str) -> None:
         self._end_line()
@@ -277,7 +289,7 @@ class LiveView(PlainLines):
         for out in outputs:
             if isinstance(out, Shown):
                 self._end_text()
-                self._progress.console.print(event_line(out.event))
+                self._progress.console.print(self._line(out.event))
                 self._track(out.event)
                 self._failure_shown |= out.event.kind == "failed"
                 self._asked(out.event)

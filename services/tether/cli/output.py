@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tether.agents.calls import cut_off_tokens
 from tether.schemas.codec import encode
 from tether.schemas.records import ErrorInfo, TaskStatus, Usage
 
@@ -104,18 +105,20 @@ def error_origin(error: ErrorInfo | None) -> str:
 
 def format_usage(usage: Usage) -> str:
     """`1,234 in (200 cached) + 56 out = 1,290 tokens, 3 LLM calls (1 cut off: tokens
-    unknown), $0.0012`; a cost no price tells is `cost unknown`, never `$0.0000`."""
+    unknown), $0.0012`; a cost no price tells is `cost unknown`, never `$0.0000`; tokens
+    counted from a cut-off call's stream are marked `~` and said so."""
     cached = f" ({usage.cached_tokens:,} cached)" if usage.cached_tokens else ""
     calls = f", {usage.requests} LLM call{'s' if usage.requests != 1 else ''}"
     if usage.unfinished:
-        calls += f" ({usage.unfinished} cut off: tokens unknown)"
+        calls += f" ({usage.unfinished} cut off: {cut_off_tokens(usage)})"
     if usage.cost_usd is None:
         cost = ", cost unknown (no price for the model)" if usage.total_tokens else ""
     else:
         cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd else ""
+    about = "~" if usage.streamed_tokens else ""
     return (
-        f"{usage.input_tokens:,} in{cached} + {usage.output_tokens:,} out"
-        f" = {usage.total_tokens:,} tokens{calls}{cost}"
+        f"{usage.input_tokens:,} in{cached} + {about}{usage.output_tokens:,} out"
+        f" = {about}{usage.total_tokens:,} tokens{calls}{cost}"
     )
 
 

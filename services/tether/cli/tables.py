@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from rich.table import Table
 from rich.text import Text
 
+from tether.agents.errors import frames
 from tether.cli.output import (
     error_origin,
     format_error,
@@ -124,9 +125,11 @@ def record_table(
     stall: Stall | None = None,
     dispatcher_running: bool = True,
     question: str | None = None,
+    verbose: bool = False,
 ) -> Table:
     """The `status` view: one field per row; an agent task's `question` and, once it
-    completed, its answer (a string as text)."""
+    completed, its answer (a string as text); the error's traceback, unless it is one of
+    Tether's own that explains itself (then only when `verbose`)."""
     rows: list[tuple[str, str | Text]] = [
         ("task", record.task_id),
         ("status", status_text(record.status)),
@@ -150,8 +153,8 @@ def record_table(
             rows.append(("answer with", encode(record.input_request.schema).decode()))
     if record.error is not None:
         rows.append(("error", Text(format_error(record.error), style="red")))
-        if record.error.traceback:
-            rows.append(("traceback", Text(record.error.traceback, style="dim")))
+        if shown := frames(record.error, verbose):
+            rows.append(("traceback", Text(shown, style="dim")))
     rows += _run_rows(record)
     rows += _family_rows(record)
     rows += [

@@ -18,7 +18,9 @@ from tether.schemas.records import TaskRecord, TaskStatus
 from tether.tasks.questions import last_question
 
 
-async def status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCode:
+async def status(
+    nats: str, prefix: str, task_id: str, as_json: bool, verbose: bool = False
+) -> ExitCode:
     async with connected(nats, prefix) as client:
         record = await client.find(task_id)
         if record is None:
@@ -37,7 +39,8 @@ async def status(nats: str, prefix: str, task_id: str, as_json: bool) -> ExitCod
         }
         render.print_json(view)
     else:
-        table = render.record_table(record, heartbeat, last, stall, dispatcher, last_question(plan))
+        question = last_question(plan)
+        table = render.record_table(record, heartbeat, last, stall, dispatcher, question, verbose)
         render.print_table(table)
     return told(record)
 

@@ -102,6 +102,12 @@ def submit(
 
 def status(
     task_id: TaskIdArgument,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also the traceback of an error that explains itself."
+        ),
+    ] = False,
     nats: NatsOption = DEFAULT_NATS,
     prefix: PrefixOption = DEFAULT_PREFIX,
     as_json: JsonOption = False,
@@ -110,7 +116,7 @@ def status(
     exit 1 if it failed, 3 if cancelled."""
     from tether.cli import task_calls
 
-    run(task_calls.status(nats, prefix, checked_id(task_id), as_json), as_json)
+    run(task_calls.status(nats, prefix, checked_id(task_id), as_json, verbose), as_json)
 
 
 def result(

@@ -25,7 +25,7 @@ from tether import Client, Dispatcher, NatsConfig, NatsServer, Step, TaskRecord
 from tether.agents.agent import LLM_RETRY
 from tether.cli.render import StreamedText, format_usage
 from tether.clock import utcnow
-from tether.demo.retries import again, failure_line, retry_line
+from tether.demo.retries import again, failed_line, failure_line, retry_line, save_failure
 from tether.demo.script import QUESTION, script
 from tether.schemas.events import (
     AnyStatusEvent,
@@ -71,6 +71,8 @@ class Demo:
         self.scripted: ScriptedModel | None = None
         self.retried: dict[tuple[int, int | None], bool] = {}
         """Steps whose last attempt failed and was told: their next start is no news."""
+        self.errors: dict[tuple[int, int | None], str | None] = {}
+        """The error each step's last retry said: said again, it is only counted."""
         self.told_failure = False
         self._mid_line = False
 
@@ -147,13 +149,16 @@ class Demo:
         if isinstance(event, StepStarted) and event.step is not None:
             self.runs[where] += 1
             self.started.setdefault(where, event.time)
-            retried = self.retried.pop(where, False)
-            why = again(retried, self.killed_pid is not None) if (event.attempt or 1) > 1 else ""
+            if self.retried.pop(where, False):
+                return  # its retry line said which attempt comes next, and when
+            why = again(False, self.killed_pid is not None) if (event.attempt or 1) > 1 else ""
             self.say(f"  [blue]▶[/] {_what(event)} started, attempt {event.attempt}{why}")
         elif isinstance(event, StepRetrying) and event.step is not None:
             self.retried[where] = True
             most = LLM_RETRY.max_attempts if event.tool == AGENT else None
-            self.say(f"  [yellow]↻[/] {_what(event)} failed: {retry_line(event, most)}")
+            line = retry_line(event, most, self.errors.get(where))
+            self.errors[where] = event.error.message if event.error is not None else None
+            self.say(f"  [yellow]↻[/] {_what(event)} failed: {line}")
         elif isinstance(event, StepCompleted) and event.step is not None:
             self.say(f"  [green]✓[/] {_what(event)} [bold]checkpointed[/]{_describe(event)}")
         elif isinstance(event, Failed):
@@ -217,10 +222,11 @@ class Demo:
     async def _epilogue(self, client: Client, task_id: str) -> int:
         record = await client.get(task_id)
         if record.status.value != "completed" or self.killed_pid is None:
-            self.say(
-                "[red]The demo did not go as planned[/]: "
-                + (_failed(record, self.told_failure) if record.error else _NO_CRASH)
-            )
+            why = _NO_CRASH
+            if record.error:
+                saved = save_failure(self.out_dir / f"{task_id}-error.md", record)
+                why = failed_line(record, self.told_failure, saved)
+            self.say(f"[red]The demo did not go as planned[/]: {why}")
             return 1
         self.say(
             "\n[bold]What happened[/]: a checkpointed step never runs again; only the steps "
@@ -340,13 +346,6 @@ def calls_account(usage: Usage) -> str:
     if usage.unfinished:
         said += f", {usage.unfinished} cut off by the crash (tokens unknown)"
     return said
-
-
-def _failed(record: TaskRecord, told: bool) -> str:
-    """The task's error, unless it was told as it happened (then once is enough)."""
-    if told:
-        return f"the task failed (above); 'tether status {record.task_id}' has the details"
-    return failure_line(record.error)
 
 
 def _name(step: int, branch: int | None) -> str:

@@ -15,6 +15,7 @@ from tether.clock import utcnow
 from tether.deploys.announcing import announce_build
 from tether.deploys.fleet import FleetView
 from tether.deploys.served import ServedTool
+from tether.errors import NatsUnavailableError
 from tether.nats.consumers import ConsumerOptions
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.store import Store
@@ -78,26 +79,42 @@ class Rollout(Generic[T]):
     async def start(self, key: str, beat: WorkerBeat) -> None:
         """Announce this build with its tools' shapes (refused when it was announced with
         others: `announcing`), follow the fleet, and say how they do not fit the build
-        before it (steps whose input that build made will
-        not move here)."""
+        before it (steps whose input that build made will not move here), loud only
+        while something of that build is left (`_left_on`)."""
         info = await announce_build(
             self._store.workers, self._build, self._tools.values(), utcnow()
         )
         await self.fleet.start()
         self.fleet.know(key, beat, info)  # routes with itself in the fleet from the start
-        for tool, changes in info.changes.items():
-            if tool in self._tools:
-                log.warning(
-                    "tool %r of build %s does not fit build %s: %s. Steps whose input %s "
-                    "made stay on it (pinned tasks never move here); keep changes "
-                    "compatible (new fields optional, none removed or retyped) to let "
-                    "them move",
-                    tool,
-                    self._build,
-                    info.before,
-                    "; ".join(changes),
-                    info.before,
-                )
+        changed = [tool for tool in info.changes if tool in self._tools]
+        level = logging.WARNING if changed and await self._left_on(info.before) else logging.DEBUG
+        for tool in changed:
+            log.log(
+                level,
+                "tool %r of build %s does not fit build %s: %s. Steps whose input %s "
+                "made stay on it (pinned tasks never move here); keep changes "
+                "compatible (new fields optional, none removed or retyped) to let "
+                "them move",
+                tool,
+                self._build,
+                info.before,
+                "; ".join(info.changes[tool]),
+                info.before,
+            )
+
+    async def _left_on(self, build: str | None) -> bool:
+        """Whether anything still runs on `build` or waits for it: a worker of it, or a
+        step routed to it. Only then does a change that does not fit it matter; with
+        nothing left (`tether dev` started again on changed code) it is a DEBUG line."""
+        if build is None:
+            return False
+        if any(build in builds for builds in self.fleet.fleet.serving.values()):
+            return True
+        try:
+            routed = await self._store.routed_steps()
+        except NatsUnavailableError:
+            return True  # not known: said, as when something is left
+        return any(count for (_, on), count in routed.items() if on == build)
 
     async def stop(self) -> None:
         await self.fleet.stop()

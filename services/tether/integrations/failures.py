@@ -9,14 +9,14 @@ import os
 
 import openai
 
-from tether.errors import RetryableError
+from tether.agents.errors import ModelUnreachable
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 ENDPOINTS = ("/chat/completions", "/responses")
 """The paths the frameworks call under a base URL."""
 
 
-def unreachable(agent: str, error: BaseException) -> RetryableError | None:
+def unreachable(agent: str, error: BaseException) -> ModelUnreachable | None:
     """The step's error when `error` (or what it wraps) is a connection the model's
     client could not make or lost, else None."""
     cause = connection_error(error)
@@ -26,7 +26,7 @@ def unreachable(agent: str, error: BaseException) -> RetryableError | None:
     what = (
         "timed out calling" if isinstance(cause, openai.APITimeoutError) else "could not connect to"
     )
-    return RetryableError(
+    return ModelUnreachable(
         f"{what} {url}: {cause.__cause__ or cause} (agent {agent!r}; the URL is from "
         f"{source}): is the server up?"
     )

@@ -147,6 +147,10 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     unfinished: int = 0
     """Of `requests`, calls cut off before they said what they spent (their worker was
     killed, the task cancelled, the step timed out): their tokens are unknown, not 0."""
+    streamed_tokens: int = 0
+    """Of `output_tokens`, those counted from the text a cut-off call had streamed (an
+    estimate, about 4 characters a token): its answer so far, where the model never
+    said what it spent."""
 
     @property
     def total_tokens(self) -> int:
@@ -161,6 +165,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             model=self.model if self.model == other.model else None,
             cost_usd=_cost_sum(self, other),
             unfinished=self.unfinished + other.unfinished,
+            streamed_tokens=self.streamed_tokens + other.streamed_tokens,
         )
 
 

@@ -112,6 +112,15 @@ def read_signature(fn: Any, label: str, hints: dict[str, Any]) -> Signature:
     return Signature(wants_ctx, names, input_type, True, keyword, description)
 
 
+def untyped(fn: Any, signature: Signature) -> tuple[str, ...]:
+    """The input parameters of `fn` written without a type (`def add(a, b)`): each takes
+    whatever JSON value it is given, unchecked, and a model sees no type for it."""
+    given = inspect.signature(fn).parameters
+    return tuple(
+        name for name in signature.parameters if given[name].annotation is inspect.Parameter.empty
+    )
+
+
 def is_context(parameter: inspect.Parameter, hints: dict[str, Any], by_name: bool = True) -> bool:
     """Whether `parameter` is a StepContext: annotated so, or (`by_name`) unannotated or
     `Any` and named as contexts are (`ctx`)."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from tether.schemas.builds import Versioning, WhenGone
 from tether.schemas.ids import validate_tool_name
 from tether.tools.results import stored
 from tether.tools.retry import RetryPolicy
-from tether.tools.signatures import Signature, hints_of, read_signature
+from tether.tools.signatures import Signature, hints_of, read_signature, untyped
+
+log = logging.getLogger("tether.tools")
 
 ToolFunction = Callable[..., Awaitable[Any]]
 """A tool's function as the worker calls it (a plain `def` is wrapped to run in a thread)."""
@@ -147,6 +150,14 @@ def make_tool(
         )
     hints = hints_of(fn)
     signature = read_signature(fn, label, hints)
+    if bare := untyped(fn, signature):
+        log.warning(
+            "%s takes %s without a type: taken as given, any JSON value, unchecked (and "
+            "shown to models untyped); annotate it to have its input checked, e.g. `%s: int`",
+            label,
+            ", ".join(bare),
+            bare[0],
+        )
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"tool {fn.__name__!r}: max_concurrency must be at least 1")
     beat = seconds(heartbeat)

@@ -19,6 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from tether.agents.errors import frames
 from tether.client import Client
 from tether.clock import utcnow
 from tether.errors import BlobNotFoundError, NotAllowedError, TaskConflictError, TetherError
@@ -90,6 +91,7 @@ class Pages:
         env.globals.update(
             views=views,
             folded=folded,
+            frames=frames,
             is_ref=is_ref,
             statuses=[s.value for s in TaskStatus],
             csrf_field=CSRF_FIELD,

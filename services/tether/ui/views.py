@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tether.agents.calls import cut_off_tokens
 from tether.schemas.codec import to_builtins
 from tether.schemas.events import (
     AnyStatusEvent,
@@ -295,13 +296,14 @@ def plural(count: int, word: str, many: str | None = None) -> str:
 def usage_text(usage: Usage, model: bool = False) -> str:
     """`280 in · 34 out · 2 calls (1 cut off: its tokens unknown) · $0.0012`; a cost of
     None is unknown (a model with no price) and says so."""
-    parts = [f"{usage.input_tokens:,} in", f"{usage.output_tokens:,} out"]
+    about = "~" if usage.streamed_tokens else ""  # counted from a cut-off call's stream
+    parts = [f"{usage.input_tokens:,} in", f"{about}{usage.output_tokens:,} out"]
     if usage.cached_tokens:
         parts.append(f"{usage.cached_tokens:,} cached")
     unfinished: int = getattr(usage, "unfinished", 0)  # calls cut off mid-call
     if usage.requests or unfinished:
         calls = plural(usage.requests, "call")
-        cut = f"{unfinished:,} cut off: {'its' if unfinished == 1 else 'their'} tokens unknown"
+        cut = f"{unfinished:,} cut off: {cut_off_tokens(usage)}"
         parts.append(calls + (f" ({cut})" if unfinished else ""))
     if model and usage.model:
         parts.append(usage.model)

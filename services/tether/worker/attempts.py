@@ -110,9 +110,11 @@ def log_failure(
 ) -> None:
     """Each failed attempt in the worker's log with its traceback: WARNING while it is
     retried, ERROR when the step gives up; an expected outcome (`worker.expected`, a
-    guardrail's refusal) is one INFO line without one, and a retry of an error that
-    `explained` itself (a RetryableError: a model it cannot reach, a rate limit) one
-    WARNING line, its traceback kept on the task (`tether status`)."""
+    guardrail's refusal) is one INFO line without one. An error that `explained` itself
+    (a RetryableError: a model it cannot reach, a rate limit) is said once, in one
+    WARNING line at the step's first failure; its later retries are DEBUG lines (the
+    task's events count them), its end one ERROR line, its traceback kept on the task
+    (`tether status --verbose`)."""
     where = f"step {work.step}" + (f"[{work.branch}]" if work.branch is not None else "")
     what = f"task {work.task_id} {where} {work.tool}, attempt {attempt}: {error.type}: "
     what += error.message
@@ -122,11 +124,14 @@ def log_failure(
     if isinstance(decided, Retry):
         what += f"; retrying in {decided.delay.total_seconds():.1f}s"
         if explained:
-            log.warning("%s", what)
+            log.log(logging.WARNING if attempt == 1 else logging.DEBUG, "%s", what)
             return
         level = logging.WARNING
     else:
         what += "; giving up"
+        if explained:
+            log.error("%s", what)
+            return
         level = logging.ERROR
     if error.traceback:
         what += "\n" + error.traceback

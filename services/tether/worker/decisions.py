@@ -26,6 +26,8 @@ from tether.worker import runs
 ERROR_MESSAGE_LIMIT = 4096
 TRACEBACK_FRAMES = 8
 TRACEBACK_LIMIT = 4096
+MENDED = "; once that is mended, retry the task: "
+"""Where an error that explained itself says how to run its task on (see `tried`)."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ def classify(
 
 
 def outcome(
-    failure: Failure, policy: RetryPolicy, attempt: int, rng: random.Random
+    failure: Failure, policy: RetryPolicy, attempt: int, rng: random.Random, task_id: str = "ID"
 ) -> Retry | GiveUp:
     """Retry after the error's own delay or the policy's backoff, or give up for good.
     The error's own delay (a provider's `Retry-After`) is capped by the policy's
@@ -241,6 +243,8 @@ def outcome(
         return GiveUp(failure.error)
     if not policy.can_retry(attempt):
         error = failure.error
+        if failure.explained:
+            return GiveUp(tried(policy, error, task_id))
         return GiveUp(exhausted(policy, error.message, error.type, error.traceback))
     if failure.retry_after is None:
         return Retry(policy.backoff(attempt, rng))
@@ -291,3 +295,14 @@ def exhausted(
 ) -> ErrorInfo:
     message = f"gave up after {policy.max_attempts} attempts: {last}"
     return ErrorInfo(type=kind, message=message, traceback=where)
+
+
+def tried(policy: RetryPolicy, error: ErrorInfo, task_id: str) -> ErrorInfo:
+    """An error that explained itself (a model it cannot reach), after its last attempt:
+    what happened, how often, and how to run the task on once it is mended, under its
+    own type (not "RetryableError: gave up after ...")."""
+    message = (
+        f"{error.message} ({policy.max_attempts} attempts){MENDED}'tether dlq retry {task_id}', "
+        "or Retry on its page in the dashboard"
+    )
+    return ErrorInfo(type=error.type, message=message, traceback=error.traceback)

@@ -341,7 +341,7 @@ class Execution:
         its error as its output instead. What the attempt spent (`usage`) is counted on the
         task either way."""
         attempt = delivery.attempt
-        decided = decisions.outcome(failure, policy, counted.charged, self.rng)
+        decided = decisions.outcome(failure, policy, counted.charged, self.rng, work.task_id)
         log_failure(work, attempt, failure.error, decided, expected, failure.explained)
         match decided:
             case Retry(delay):

@@ -10,6 +10,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from tether.cancellation import raise_if_cancelled
+from tether.errors import NatsUnavailableError
 from tether.nats.delivery import Delivery
 from tether.nats.store import Store
 from tether.tools.context import StepContext
@@ -135,7 +136,7 @@ class StepHeartbeat:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS away for a moment: keep beating
-                log.warning("heartbeat of %s failed: %s", self._delivery.subject, exc)
+                log.log(level(exc), "heartbeat of %s failed: %s", self._delivery.subject, exc)
             raise_if_cancelled()  # or a loop whose cancel a NATS call ate beats on forever
             await asyncio.sleep(self._every)
 
@@ -148,7 +149,7 @@ class StepHeartbeat:
                 try:
                     await delivery.hold(self._custody)
                 except Exception as exc:  # NATS away: the next beat extends and tries again
-                    log.warning("could not hold %s: %s", delivery.subject, exc)
+                    log.log(level(exc), "could not hold %s: %s", delivery.subject, exc)
         ctx = self._ctx
         if ctx is not None and not self._shown:
             shown = self._store.heartbeats.put(ctx.heartbeat())
@@ -159,3 +160,10 @@ class StepHeartbeat:
                 self.mark = None
             self._shown = True
         return delivery.held and self._shown
+
+
+def level(exc: BaseException) -> int:
+    """How loud a beat's failure is: a NATS call that timed out (a loaded server; the
+    next beat tries again) is a DEBUG line, anything else (NATS gone) a WARNING."""
+    cause = exc.__cause__ if isinstance(exc, NatsUnavailableError) else exc
+    return logging.DEBUG if isinstance(cause, TimeoutError) else logging.WARNING
