@@ -103,6 +103,7 @@ def _local_models(run: Run) -> None:
         'tether submit --agent tiny "Ignore your tools: what is a checkpoint?" --wait'
     ]
     assert "I know this one" in said, said  # a text reply is the answer, tool_choice or not
+    assert "note: agent 'tiny'" in said and "tool_choice was 'required'" in said, said
     assert "Found it: a step's stored result." in said, said
     assert "ModelOutputTruncated" in said and "max_tokens=64" in said, said
     assert said.endswith("failed: cut at its max_tokens\n"), said

@@ -95,4 +95,7 @@ async def test_a_model_with_a_tool_ends_its_task_whether_or_not_it_calls_it(
     else:
         assert isinstance(answer, str) and answer.strip()
         print(f"\nthe tooled agent answered: {answer!r}")
-    assert (await handle.get()).status.is_terminal
+    record = await handle.get()
+    assert record.status.is_terminal
+    # SmolLM2's chat template drops tools: the status says the model never saw them.
+    assert any("never saw its tools" in said for said in record.notes), record.notes

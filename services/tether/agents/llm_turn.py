@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tether import tracing
-from tether.agents import answer_caps, calls, spending
+from tether.agents import answer_caps, calls, spending, unseen_tools
 from tether.agents.budget import Price, TreeBudget, cost, price_of, prompt_floor
 from tether.agents.conversation import AgentStep, Journal, Turn
 from tether.agents.errors import MaxTurnsExceeded, Spent, StructuredOutputsRefused
@@ -76,6 +77,8 @@ async def take_turn(agent: Agent, ctx: StepContext, journal: Journal, answered: 
         reply = await _call(agent, ctx, journal, specs, typed, waiting, tree)
     ctx.add_usage(reply.usage)
     await spending.warn_unmetered(ctx, agent, tree, journal, reply.usage)
+    if specs and journal.turns == 0:  # said once: on the first call, where tools are offered
+        await _say_unseen(agent, ctx, _options(agent, journal, typed), reply)
     next_ = after_reply(agent.name, journal.turns + 1, reply.message, shapes, typed, journal.start)
     return result(await _after_answer(agent, ctx, journal, reply, next_))
 
@@ -96,6 +99,18 @@ async def _after_answer(
         checks = guards(agent.output_checks, next_.output)
         return Next(output={"answer": next_.output}, steps=[checks, finish])
     return next_
+
+
+async def _say_unseen(
+    agent: Agent, ctx: StepContext, options: dict[str, Any], reply: Reply
+) -> None:
+    """Note it in the task's status when the model could not have seen its tools."""
+    base_url = agent.llm.base_url or os.environ.get("OPENAI_BASE_URL")
+    takes = await unseen_tools.takes_tools(base_url, agent.runtime.takes_tools)
+    said = unseen_tools.unseen(agent, takes, options, reply)
+    if said is not None:
+        log.warning("task %s: %s", ctx.task_id, said)
+        ctx.note(said)
 
 
 def _check_limits(agent: Agent, journal: Journal) -> None:

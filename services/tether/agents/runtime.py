@@ -52,6 +52,8 @@ class Runtime:
         """Finished conversations follow-ups continue, by task id and creation time."""
         self.no_json_schema: set[OpenAIModel] = set()
         """Models whose endpoint refused `response_format` `json_schema`."""
+        self.takes_tools: dict[str, bool | None] = {}
+        """By endpoint: whether its chat template takes tools (`unseen_tools`)."""
         self._mcp_tools: dict[str, tuple[list[McpTool], float]] = {}
         self._roots: OrderedDict[tuple[str, datetime], str] = OrderedDict()
 

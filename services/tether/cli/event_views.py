@@ -83,6 +83,8 @@ def _detail(event: AnyStatusEvent, said: str | None = None) -> Text:
         return Text(f"  retry in {event.retry_in_ms / 1000:.1f}s")
     if isinstance(event, StepCompleted) and event.skipped:
         return Text("  (from checkpoint)")
+    if isinstance(event, StepCompleted) and event.notes:
+        return Text("".join(f"\n  note: {said}" for said in event.notes), style="yellow")
     if isinstance(event, Submitted) and event.note:
         return Text(f"  {event.note}", style="yellow")
     if isinstance(event, MessageSent):

@@ -145,6 +145,7 @@ def record_table(
         rows.append((label, Text(stall.message, style="yellow")))
     elif record.note is not None and record.status is TaskStatus.PENDING:
         rows.append(("note", Text(record.note, style="yellow")))
+    rows += [("note", Text(said, style="yellow")) for said in record.notes]
     if not dispatcher_running and not record.status.is_terminal:
         rows.append(("warning", Text(NO_DISPATCHER, style="yellow")))
     if record.input_request is not None and record.status is TaskStatus.WAITING:

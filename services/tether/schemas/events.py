@@ -51,6 +51,8 @@ class StepCompleted(StatusEvent, frozen=True, kw_only=True, tag="step_completed"
     """Set when the step asked to sleep: the next step starts then."""
     usage: Usage | None = None
     """Model tokens the step spent (an LLM step)."""
+    notes: list[str] | None = None
+    """What the step said a user should know (`StepContext.note`)."""
 
 
 class StepRetrying(StatusEvent, frozen=True, kw_only=True, tag="step_retrying"):

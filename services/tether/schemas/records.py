@@ -112,6 +112,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Why a pending task has not started: "no worker serves 's3' yet"."""
     build: str | None = None
     """The build of the worker that started the task (ran its first step)."""
+    notes: list[str] = msgspec.field(default_factory=list)
+    """What its steps said a user should know, in order (`StepContext.note`): a model
+    that could not see its tools, ..."""
 
     @property
     def plan_length(self) -> int:
@@ -199,3 +202,5 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """Model tokens the step reported (`StepContext.add_usage`)."""
     build: str | None = None
     """The build of the worker that ran the step."""
+    notes: list[str] | None = None
+    """What the step said a user should know (`StepContext.note`)."""

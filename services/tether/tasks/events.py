@@ -57,6 +57,7 @@ def step_completed(
             wake_at=record.wake_at,
             usage=checkpoint.usage,
             build=checkpoint.build,
+            notes=checkpoint.notes,
         )
     ]
     if record.status is TaskStatus.COMPLETED:

@@ -191,6 +191,7 @@ def complete_step(
         usage=add_usage(record.usage, checkpoint.usage),
         updated_at=now,
         build=record.build or checkpoint.build,
+        notes=record.notes + (checkpoint.notes or []),
     )
 
 

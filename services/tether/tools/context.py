@@ -48,6 +48,8 @@ class StepContext:
         self.progress_message: str | None = None
         self.usage: Usage | None = None
         """Model tokens this attempt reported; stored with the step's checkpoint."""
+        self.notes: list[str] = []
+        """What this attempt said about itself (`note`); stored with the step's checkpoint."""
         self._tokens: TokenWriter | None = None
 
     @property
@@ -143,6 +145,14 @@ class StepContext:
         if message is not None:
             self.progress_message = message
         await self._store.heartbeats.put(self.heartbeat())
+
+    def note(self, message: str) -> None:
+        """Say something a user should know about this step (a model that could not see
+        its tools, ...): kept with its checkpoint, on the task's record and its
+        `step_completed` event, so `tether status` and the dashboard show it. Said once:
+        the same message again is dropped."""
+        if message not in self.notes:
+            self.notes.append(message)
 
     def add_usage(self, usage: Usage) -> None:
         """Count model tokens this step spent: on its event, its checkpoint, the task's total."""

@@ -35,7 +35,7 @@ from tether.tools.context import StepContext
 from tether.tools.results import Child, NeedsInput, NextSteps, Sleep, woken
 from tether.tools.retry import RetryPolicy
 from tether.tools.tool import Tool
-from tether.worker import decisions, run_marks, runs
+from tether.worker import decisions, outputs, run_marks, runs
 from tether.worker.attempts import (
     Attempt,
     AttemptObserver,
@@ -242,7 +242,7 @@ class Execution:
                 async with limit:
                     result = await call
             await ctx.end_stream()
-            return result, ctx.usage
+            return outputs.noted(result, ctx.notes), ctx.usage
         except asyncio.CancelledError:
             if heartbeat.ended:
                 raise TaskEnded(ctx.usage) from None

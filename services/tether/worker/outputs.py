@@ -13,7 +13,7 @@ from tether.schemas import types
 from tether.schemas.codec import encode
 from tether.schemas.records import Checkpoint, ErrorInfo, Usage
 from tether.tasks.plans import validate_steps
-from tether.tools.results import NextSteps, Sleep
+from tether.tools.results import Child, NeedsInput, NextSteps, Sleep
 
 NOT_IN_A_BRANCH = ErrorInfo(
     type="InvalidOutput",
@@ -34,11 +34,37 @@ class UnstorableResult(Exception):
         self.error = ErrorInfo(type=type, message=message)
 
 
+class Noted(msgspec.Struct, frozen=True):
+    """A step's output with what it said a user should know (`StepContext.note`)."""
+
+    result: Any
+    notes: list[str]
+
+
+class NotedSteps(NextSteps, frozen=True, kw_only=True):
+    """`NextSteps` with notes: still a `NextSteps` to every check (a branch refuses it)."""
+
+    notes: list[str]
+
+
+def noted(result: Any, notes: list[str]) -> Any:
+    """`result`, carrying `notes` to its checkpoint when there are any. A result that
+    makes no checkpoint of its own (a child task, a question, a sleep) drops them."""
+    if not notes or isinstance(result, Child | NeedsInput | Sleep):
+        return result
+    if isinstance(result, NextSteps):
+        return NotedSteps(steps=result.steps, output=result.output, after=result.after, notes=notes)
+    return Noted(result, list(notes))
+
+
 def checkpoint_of(
     result: Any, attempt: int, usage: Usage | None = None, build: str | None = None
 ) -> Checkpoint:
     """The step's checkpoint, its output encoded once: the checkpoint, the record, the
     next step's message and the event all embed those bytes (`msgspec.Raw`)."""
+    notes = result.notes if isinstance(result, Noted | NotedSteps) else None
+    if isinstance(result, Noted):
+        result = result.result
     output, next_steps, wake_at = result, None, None
     if isinstance(result, Sleep):
         output, wake_at = result.output, utcnow() + result.duration
@@ -63,6 +89,7 @@ def checkpoint_of(
         wake_at=wake_at,
         usage=usage,
         build=build,
+        notes=notes,
     )
 
 

@@ -36,6 +36,9 @@ the script (JSON):
   "chunk_delay": 0.01                     seconds between streamed chunks (optional)
   "refuse_json_schema": true              answer 400 to response_format json_schema, as
                                           endpoints without structured outputs do
+  "template_tools": false                 serve llama-server's /props: the chat template
+                                          takes tools (true) or not (false); left out:
+                                          no /props
 
   TURN: {"content": "text", "tool_calls": [CALL, ...], "usage": {...},
          "finish_reason": "length", "faults": [FAULT, ...]}    (all optional)

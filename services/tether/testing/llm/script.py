@@ -89,6 +89,9 @@ class Script(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     refuse_json_schema: bool = False
     """Answer 400 to `response_format` `json_schema`, as endpoints without structured
     outputs do."""
+    template_tools: bool | None = None
+    """Serve llama-server's `/props`, saying the chat template takes tools (true) or has
+    no place for them (false, as SmolLM2-135M's); null: no `/props` (not llama.cpp)."""
 
     def __post_init__(self) -> None:
         if self.turns is not None and self.conversations:

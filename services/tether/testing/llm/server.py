@@ -121,6 +121,7 @@ class ScriptedServer:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
+                Route("/props", self.props, methods=["GET"]),
                 Route("/log", self.get_log, methods=["GET"]),
                 Route("/script", self.load_script, methods=["POST"]),
             ]
@@ -253,6 +254,13 @@ class ScriptedServer:
     async def models(self, request: Request) -> Response:
         model = {"id": "scripted", "object": "model", "created": 0, "owned_by": "tether"}
         return JSONResponse({"object": "list", "data": [model]})
+
+    async def props(self, request: Request) -> Response:
+        """llama-server's `/props`, the part Tether reads (`script.template_tools`)."""
+        if self.script.template_tools is None:
+            return _error(404, "File Not Found")
+        caps = {"supports_tools": self.script.template_tools}
+        return JSONResponse({"chat_template_caps": caps, "model_alias": "scripted"})
 
     async def get_log(self, request: Request) -> Response:
         return JSONResponse(self.log)
