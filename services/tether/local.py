@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import hashlib
 import re
+import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tether.agents.agent import Agent
 from tether.client import Client, TaskHandle
@@ -83,7 +84,7 @@ def run_sync(
     prefix: str = "tether",
     timeout: timedelta | float | None = None,
     on_token: Callable[[str], None] | None = None,
-    stream: bool = False,
+    stream: bool | None = None,
 ) -> Any:
     """`run` for code with no running event loop (a script); see `run`.
 
@@ -124,7 +125,7 @@ async def run(
     prefix: str = "tether",
     timeout: timedelta | float | None = None,
     on_token: Callable[[str], None] | None = None,
-    stream: bool = False,
+    stream: bool | None = None,
 ) -> Any:
     """Run `target` on `input` as a durable task and return its result.
 
@@ -139,7 +140,11 @@ async def run(
             is made 0700 and the token file 0600, so no other local user gets in.
         nats_url: a running NATS server instead of an embedded one.
         timeout: raise TaskTimeoutError after this long (the task goes on).
-        on_token, stream: get (or print) the text the steps stream as it comes.
+        on_token: get the text the steps stream, piece by piece, as it comes.
+        stream: print that text to stdout as it comes (True), or nothing (False); by
+            default, on a terminal, one line on stderr rewritten as it comes (how much,
+            and the last words), erased once the answer is in: a model that rambles is
+            not silent.
 
     Raises:
         TaskFailedError: the task failed (a run again retries it from the failed step).
@@ -152,8 +157,12 @@ async def run(
             "app=... with them, or their functions (an embedded server has no other worker)"
         )
     task = task_id or job.task_id()
-    if stream and on_token is None:
+    line = None
+    if on_token is None and stream:
         on_token = _print_token
+    elif on_token is None and stream is None and sys.stderr.isatty():
+        line = WritingLine(sys.stderr)
+        on_token = line.add
     async with _nats(nats_url, data_dir) as (url, token):
         config = NatsConfig(url=url, token=token, names=Names(prefix=prefix), name="tether-run")
         worker = Worker(job.apps, config) if job.apps else contextlib.nullcontext()
@@ -165,6 +174,8 @@ async def run(
             finally:
                 if printing is not None:
                     await _finish(printing)
+                if line is not None:
+                    line.clear()
 
 
 def job_of(target: Target, input: Any, app: App | None) -> Job:
@@ -276,6 +287,31 @@ async def _finish(printing: asyncio.Task[None]) -> None:
     printing.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await printing
+
+
+class WritingLine:
+    """One terminal line, rewritten as text streams: how many pieces so far, and the
+    last words that fit."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.pieces = 0
+        self.tail = ""
+
+    def add(self, text: str) -> None:
+        self.pieces += 1
+        self.tail = (self.tail + text)[-400:]  # more than a line holds
+        head = f"writing, {self.pieces} pieces: "
+        words = " ".join(self.tail.split())
+        room = max(10, shutil.get_terminal_size().columns - len(head) - 2)
+        shown = words if len(words) <= room else "..." + words[3 - room :]
+        self.out.write(f"\r\033[K{head}{shown}")
+        self.out.flush()
+
+    def clear(self) -> None:
+        if self.pieces:
+            self.out.write("\r\033[K")
+            self.out.flush()
 
 
 def _print_token(text: str) -> None:

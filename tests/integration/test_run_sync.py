@@ -4,11 +4,14 @@ process, and a run again after a crash (or after success) resuming the same task
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import pty
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -145,6 +148,45 @@ def test_a_plain_function_is_a_tool_and_a_step_list_a_plan(tmp_path: Path) -> No
     _script(tmp_path, PLAN_SCRIPT)
 
     assert "ANSWER: 0.0" in _run(tmp_path, "0")
+
+
+async def test_on_a_terminal_a_run_shows_the_text_as_it_streams(
+    tmp_path: Path, model: ScriptedModel
+) -> None:
+    """A model that rambles is not silent: while it writes, a line on the terminal says
+    what it wrote so far (the issue: `run_sync` printed nothing for 3 minutes)."""
+    words = "Lighthouses stand on rocky coasts and guide the ships home at night " * 3
+    stalled = {"content": words, "faults": [{"stall_after": 8, "seconds": 60}]}
+    question = model.conversation(stalled)
+    _script(tmp_path, AGENT_SCRIPT)
+    leader, follower = pty.openpty()
+    script = subprocess.Popen(  # noqa: ASYNC220 (its terminal is read in a thread)
+        [sys.executable, "script.py", question],
+        cwd=tmp_path,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )
+    os.close(follower)
+    shown = bytearray()
+
+    def read() -> None:
+        with contextlib.suppress(OSError):  # the script closed its terminal
+            while data := os.read(leader, 65536):
+                shown.extend(data)
+
+    reading = threading.Thread(target=read, daemon=True)
+    reading.start()
+    try:
+        # The first pieces are on the screen while the model is still stalled mid-answer.
+        await wait_until(lambda: b"guide the" in shown, 30, message=f"the words so far: {shown!r}")
+        assert script.poll() is None and b"ANSWER" not in shown
+    finally:
+        script.kill()
+        script.wait()
+        reading.join(5)
+        os.close(leader)
 
 
 async def test_run_sync_inside_a_running_loop_says_to_await_run() -> None:
