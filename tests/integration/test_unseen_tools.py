@@ -5,17 +5,20 @@ own process serving `/props`)."""
 
 from __future__ import annotations
 
+import html
 import uuid
 from typing import Any
 
+import httpx
 from rich.console import Console
 
 from tests.apps.agents import QUICK
 from tests.conftest import MakeWorker
-from tether import Agent, App, Client, OpenAIModel, StepContext
+from tether import Agent, App, Client, NatsConfig, OpenAIModel, StepContext
 from tether.cli.tables import record_table
 from tether.schemas.events import StepCompleted
 from tether.testing.llm import ScriptedModel
+from tether.ui import Dashboard
 
 ANSWER = "A checkpoint is a step's stored result."
 
@@ -48,7 +51,12 @@ async def _notes(client: Client, task_id: str) -> tuple[list[str], list[list[str
 
 
 async def test_a_template_without_tools_is_said_once_in_the_status(
-    client: Client, dispatcher: object, make_worker: MakeWorker, model: ScriptedModel
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    api: object,
+    make_worker: MakeWorker,
+    model: ScriptedModel,
 ) -> None:
     await make_worker(_app(model))
     # A template with no tools, yet a call: the scripted model plays one that made it up.
@@ -67,6 +75,9 @@ async def test_a_template_without_tools_is_said_once_in_the_status(
     shown.print(record_table(await client.handle(handle.task_id).get(), None, None, None))
     said = " ".join(shown.export_text().split())  # `tether status`, its table unwrapped
     assert f"note {notes[0]}" in said, said
+    async with Dashboard(config, port=0) as ui, httpx.AsyncClient(base_url=ui.url) as http:
+        page = html.unescape((await http.get(f"/tasks/{handle.task_id}")).text)
+    assert notes[0] in page, page  # the dashboard's task page
 
 
 async def test_required_tool_choice_answered_in_text_is_said_in_the_status(
