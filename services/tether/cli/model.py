@@ -25,7 +25,7 @@ ThreadsOption = Annotated[
     typer.Option(
         metavar="N",
         help="CPU threads per token: 1 is fastest for this small model on a busy machine "
-        "(27-34 tokens/s against 3-4 with one per core, on 2 loaded cores).",
+        "(27-41 tokens/s against 3-9 with one per core, on 2 loaded cores).",
     ),
 ]
 

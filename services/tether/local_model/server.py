@@ -26,8 +26,8 @@ tokens), and a limit a test reaches in seconds (the model's own context is 8,192
 SLOT_CONTEXT = CTX_SIZE // PARALLEL
 THREADS = 1
 """One thread: a 135M model is quick on one core, and on a busy 2-core machine two threads
-spin at every barrier waiting for each other (measured: 27-34 tokens/s with one thread,
-3-4 with llama.cpp's default of one per core, load average 7 on 2 cores)."""
+spin at every barrier waiting for each other (measured: 27-41 tokens/s with one thread,
+3-9 with llama.cpp's default of one per core, load average 5-7 on 2 cores)."""
 DEFAULT_PORT = 8080
 """llama-server's own default port."""
 
