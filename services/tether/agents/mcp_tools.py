@@ -24,6 +24,7 @@ import msgspec
 from mcp.shared.exceptions import MCPError
 
 from tether.agents.conversation import McpCall
+from tether.agents.mcp_rules import repeatable, unknown_outcome
 from tether.errors import RetryableError
 from tether.mcp_tasks import (
     TERMINAL_STATUSES,
@@ -57,13 +58,6 @@ class McpTool(msgspec.Struct, frozen=True):
         if self.description:
             function["description"] = self.description
         return {"type": "function", "function": function}
-
-
-def repeatable(hints: types.ToolAnnotations | None) -> bool:
-    """Whether a call of the tool with these annotations may be sent again when a crash
-    left its outcome unknown (`readOnlyHint` or `idempotentHint`; no hints: it may not).
-    Foreign agents' MCP calls keep the same rule (`integrations.journal.Journal.send`)."""
-    return hints is not None and bool(hints.read_only_hint or hints.idempotent_hint)
 
 
 def listed(server: str, tool: types.Tool) -> McpTool:
@@ -130,16 +124,6 @@ async def _finish_task(client: Any, call: McpCall, task_id: str) -> str:
     error = task.get("error") or {}
     message = error.get("message") or task.get("statusMessage") or task["status"]
     return f"Error: MCP tool {call.tool} {task['status']}: {message}"
-
-
-def unknown_outcome(tool: str) -> str:
-    """What the model is told of a call of `tool` that a crash cut off and that is not
-    sent again."""
-    return (
-        f"Error: the outcome of this call of {tool} is unknown: the worker making it "
-        "stopped mid-call, and the tool does not say it is safe to call again. Check "
-        "whether it took effect before calling it again."
-    )
 
 
 def result_text(result: types.CallToolResult) -> str:

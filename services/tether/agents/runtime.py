@@ -15,8 +15,6 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import openai
-
 from tether.agents.budget import tree_root
 from tether.agents.conversation import AgentStep, Entry, as_step, rebuild
 from tether.agents.models import OpenAIModel
@@ -27,6 +25,8 @@ from tether.schemas.workers import ToolInfo
 from tether.tools.context import StepContext
 
 if TYPE_CHECKING:
+    import openai
+
     from tether.agents.mcp_tools import McpTool
 
 HISTORY_CACHE = 256

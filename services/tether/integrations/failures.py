@@ -6,10 +6,14 @@ to the Responses API says that the server speaks only Chat Completions."""
 from __future__ import annotations
 
 import os
-
-import openai
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from tether.agents.errors import ModelUnreachable
+
+if TYPE_CHECKING:
+    import openai
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 ENDPOINTS = ("/chat/completions", "/responses")
@@ -23,9 +27,8 @@ def unreachable(agent: str, error: BaseException) -> ModelUnreachable | None:
     if cause is None:
         return None
     url, source = endpoint(str(cause.request.url))
-    what = (
-        "timed out calling" if isinstance(cause, openai.APITimeoutError) else "could not connect to"
-    )
+    timed_out = type(cause).__name__ == "APITimeoutError"
+    what = "timed out calling" if timed_out else "could not connect to"
     return ModelUnreachable(
         f"{what} {url}: {cause.__cause__ or cause} (agent {agent!r}; the URL is from "
         f"{source}): is the server up?"
@@ -34,8 +37,16 @@ def unreachable(agent: str, error: BaseException) -> ModelUnreachable | None:
 
 def connection_error(error: BaseException) -> openai.APIConnectionError | None:
     """The `openai` client's connection error in `error`'s chain (a framework wraps it)."""
-    found = in_chain(error, openai.APIConnectionError)
-    return found if isinstance(found, openai.APIConnectionError) else None
+    if (client := _openai()) is None:
+        return None
+    found = in_chain(error, client.APIConnectionError)
+    return found if isinstance(found, client.APIConnectionError) else None
+
+
+def _openai() -> ModuleType | None:
+    """The `openai` package once something loaded it (none of its errors exist before):
+    importing it here would cost every worker's start ~0.6 s for nothing."""
+    return sys.modules.get("openai")
 
 
 def endpoint(called: str) -> tuple[str, str]:
@@ -52,10 +63,12 @@ def endpoint(called: str) -> tuple[str, str]:
 def no_responses_api(error: BaseException) -> bool:
     """Whether `error` is a 404 to a Responses API call: the server speaks only Chat
     Completions (llama.cpp, vLLM, most local servers), which the framework can call."""
-    found = in_chain(error, openai.APIStatusError)
-    if not isinstance(found, openai.APIStatusError):
+    if (client := _openai()) is None:
         return False
-    return found.status_code == 404 and found.request.url.path.endswith("/responses")
+    found = in_chain(error, client.APIStatusError)
+    if not isinstance(found, client.APIStatusError):
+        return False
+    return bool(found.status_code == 404 and found.request.url.path.endswith("/responses"))
 
 
 def in_chain(error: BaseException, kind: type[BaseException]) -> BaseException | None:

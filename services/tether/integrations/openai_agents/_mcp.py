@@ -24,7 +24,7 @@ from typing import Any
 import mcp_types as types
 from agents.mcp import MCPServer, MCPServerManager, MCPToolMetaContext
 
-from tether.agents.mcp_tools import repeatable, unknown_outcome
+from tether.agents.mcp_rules import repeatable, unknown_outcome
 from tether.integrations.openai_agents import _scope
 
 _call_id: ContextVar[str | None] = ContextVar("tether_openai_agents_mcp_call", default=None)

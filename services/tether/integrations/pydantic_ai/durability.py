@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from mcp_types import ToolAnnotations
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
@@ -43,7 +42,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tool_manager import _parallel_execution_mode_ctx_var as _execution_mode
 
-from tether.agents.mcp_tools import repeatable, unknown_outcome
+from tether.agents.mcp_rules import repeatable, unknown_outcome
 from tether.integrations.pydantic_ai.events import relay, texts
 from tether.integrations.pydantic_ai.metering import MeteredModel, usage_of
 from tether.integrations.pydantic_ai.running import Running, current, running_now
@@ -68,7 +67,7 @@ class ByCallId(CacheIdentity[ToolsetCallToolParams | DynamicToolsetCallToolParam
     ) -> tuple[object, ...]:
         tool = getattr(params, "tool", None)
         hints = None if tool is None else (tool.tool_def.metadata or {}).get("annotations")
-        safe = isinstance(hints, dict) and repeatable(ToolAnnotations.model_validate(hints))
+        safe = isinstance(hints, dict) and repeatable(hints)
         return (params.ctx.tool_call_id, params.name, safe)
 
 
