@@ -156,13 +156,15 @@ class Worker(Service):
             fleet=self._rollout.fleet,
         )
         await store.remember_records(runner.stop_task)
+        held, stored = runner.held, lambda: self._beat_stored
+        self._succession = Succession(store, key, self.liveness, held, stored)
+        await self._succession.serve()  # answering (see `Succession`) before it beats
         consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
         if self.metrics is not None:
             self.metrics.attach(store)
         self._started_at = utcnow()
         with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
-            # Alive before it holds anything: a step held by a worker that never beat
-            # would be handed on by no one, should the worker die.
+            # Alive before it holds: a step held by a worker that never beat is handed on by none
             await self._announce(store)
         for tool in self.tools.values():
             # One set of slots per tool, for the steps any build may run and those
@@ -186,9 +188,6 @@ class Worker(Service):
         moving = self._rollout.move_left_steps(runner, self._stopping, self._draining)
         self._loops.append(asyncio.create_task(moving))
 
-        self._succession = Succession(
-            store, key, self.liveness, runner.held, lambda: self._beat_stored
-        )
         await self._succession.start()
         self._beating = asyncio.create_task(self._announcing(store))
         self._loops.append(asyncio.create_task(self._report(consumers)))
@@ -288,6 +287,7 @@ class Worker(Service):
             time=utcnow(),
             build=self.build,
             draining=self._draining.is_set(),
+            answers=True,
         )
 
     def _spawn(self, runner: StepRunner, slots: Slots, delivery: Delivery) -> None:
