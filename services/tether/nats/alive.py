@@ -4,17 +4,24 @@ responders" at once when no connection serves it, that is, once the worker's con
 is gone (its process died, or the server dropped it).
 
 A "no responders" is believed only from a connection that is up and stayed up while it
-asked (no reconnect, no unanswered NATS call of this process meanwhile): one that has
-just come back may reach a server that does not know of the other servers' subscribers
-yet. Whoever acts on it asks twice (`tether.worker.succession`).
+asked (`steadiness`: no reconnect, no unanswered NATS call of this process, no change in
+the cluster meanwhile). A live worker's subscription is missing for a moment wherever the
+server does not know of it: while its connection is re-made (its server died, or dropped
+it), and while a server that just came back, or whose route to another just broke,
+learns the other servers' subscribers again. The server tells every client of such a
+change (an INFO with the cluster's addresses), so the asker can count them. Whoever acts
+on "no responders" asks again over a span longer than a reconnect
+(`tether.worker.succession`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from enum import Enum
+from typing import Any
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -27,6 +34,34 @@ from tether.nats.failures import disturbances
 log = logging.getLogger("tether.nats")
 SELF_CHECK_S = 2.0
 """How long a worker waits for its own answer when it starts serving its subject."""
+
+
+_changes: weakref.WeakKeyDictionary[NatsClient, list[int]] = weakref.WeakKeyDictionary()
+"""For each connection watched, how many times its server said the cluster changed."""
+
+
+def steadiness(nc: NatsClient) -> int:
+    """A count that changes whenever a "no responders" on `nc` may not be the truth: a
+    reconnect, an unanswered NATS call of this process (`disturbances`), or a change in
+    the cluster its server told of. Counted from the first call for `nc` on."""
+    return disturbances(nc) + _watch_cluster(nc)[0]
+
+
+def _watch_cluster(nc: NatsClient) -> list[int]:
+    """Count the INFO messages the server sends once connected: it does when a server
+    joins or leaves the cluster (a route made or lost), or is shutting down."""
+    counted = _changes.get(nc)
+    if counted is None:
+        counted = _changes[nc] = [0]
+        told = nc._process_info
+
+        async def process_info(info: dict[str, Any], initial_connection: bool = False) -> None:
+            if not initial_connection:
+                counted[0] += 1
+            await told(info, initial_connection=initial_connection)
+
+        setattr(nc, "_process_info", process_info)  # noqa: B010  # nats-py has no callback
+    return counted
 
 
 class Asked(str, Enum):
@@ -44,11 +79,11 @@ async def ask_alive(nc: NatsClient, subject: str, timeout: float) -> Asked:
     """Ask the worker that serves `subject` whether it is alive (`timeout` in seconds)."""
     if not nc.is_connected:
         return Asked.UNSURE
-    before = disturbances(nc)
+    before = steadiness(nc)
     try:
         await nc.request(subject, b"", timeout=timeout)
     except NoRespondersError:
-        steady = nc.is_connected and disturbances(nc) == before
+        steady = nc.is_connected and steadiness(nc) == before
         return Asked.GONE if steady else Asked.UNSURE
     except Exception as exc:  # a timeout, a refusal, NATS away: nothing learnt
         log.debug("no answer on %s: %s", subject, exc or type(exc).__name__)
@@ -67,6 +102,7 @@ async def serve_alive(nc: NatsClient, subject: str) -> Callable[[], Awaitable[No
             with contextlib.suppress(Exception):  # the asker will ask again
                 await nc.publish(msg.reply)
 
+    _watch_cluster(nc)
     subscription = await nc.subscribe(subject, cb=answer)
     await nc.flush()  # the server has the subscription before anyone may ask
     try:

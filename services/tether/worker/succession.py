@@ -8,11 +8,13 @@ may race for one worker: the compare-and-set lets exactly one win.
 A late beat is a question first (`tether.nats.alive`): a worker whose beat says it
 answers and is late by `Liveness.ask_after` is asked on its own subject. An answer counts
 as a beat (never taken for dead, however late its beats); no answer in time is asked
-again, and its silence still ends at `dead_after`; "no responders" twice, `AGAIN_AFTER`
-apart, is its death now, believed only from a connection steady for `SETTLE_S` that
-stored its own beat lately, and only if no beat of it was stored since the last one heard
-here (a beat this process missed). A worker that reconnects within `AGAIN_AFTER` answers
-the second question.
+again, and its silence still ends at `dead_after`. "No responders" is its death now only
+when every question over `CONFIRM_S` says so (a live worker whose connection is re-made
+answers, or beats, within it: it beats at once when it is back, its subscription first),
+while its beat stays late, from a connection steady (`tether.nats.alive.steadiness`: no
+reconnect, no unanswered call, no change in the cluster) for `SETTLE_S` before and
+throughout, that stored its own beat lately, and only if no beat of it was stored since
+the last one heard here (a beat this process missed).
 
 Three rules keep a step from being lost or run twice around a failover, when no worker
 can write for a while (a JetStream cluster electing a leader):
@@ -40,7 +42,7 @@ import msgspec
 
 from tether.clock import utcnow
 from tether.errors import NatsUnavailableError, RevisionConflictError
-from tether.nats.alive import Asked, ask_alive, serve_alive
+from tether.nats.alive import Asked, ask_alive, serve_alive, steadiness
 from tether.nats.failures import disturbances
 from tether.nats.store import Store
 from tether.nats.workers import is_worker_key
@@ -52,13 +54,16 @@ from tether.worker.liveness import Liveness
 
 log = logging.getLogger("tether.worker")
 CHECK_EVERY = 0.05
-AGAIN_AFTER = 0.1
-"""Seconds between the two questions whose "no responders" make a worker dead now, and
-between a question left unanswered and the next."""
+AGAIN_AFTER = 0.05
+"""Seconds between questions while the answer is "no responders", and after a question
+left unanswered."""
+CONFIRM_S = 0.25
+"""Seconds over which every question must say "no responders" before a worker is dead
+now: longer than a live worker's reconnect to a server that is up (milliseconds) takes."""
 SETTLE_S = 2.0
 """Seconds this process's connection is up and steady (or `dead_after`, if shorter)
-before it believes a "no responders": a server just restarted may not know yet of the
-subscribers on the others."""
+before it believes a "no responders": a server just restarted, or one whose route to
+another just came back, may not know yet of the subscribers on the others."""
 LET_GO_FOR = 60.0
 """Seconds a worker taken for dead looks for its held steps being handed on."""
 LOOK_EVERY = 0.25
@@ -110,6 +115,8 @@ class Succession:
         self._beat_times: dict[str, datetime] = {}
         """The `time` of each worker's last beat heard, for those that answer questions."""
         self._asking: dict[str, asyncio.Task[None]] = {}
+        self._lingering: set[asyncio.Task[Asked]] = set()
+        """Questions asked again already whose answer may still come."""
         self._steady_since = time.monotonic()
         """Since when (monotonic) this process's connection has been steady."""
         self._task: asyncio.Task[None] | None = None
@@ -156,7 +163,7 @@ class Succession:
         return found
 
     async def stop(self) -> None:
-        for task in (self._task, self._letting_go, *self._asking.values()):
+        for task in (self._task, self._letting_go, *self._asking.values(), *self._lingering):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -206,7 +213,7 @@ class Succession:
             await asyncio.sleep(LOOK_EVERY)
 
     async def _watch(self) -> None:
-        last, disturbed = time.monotonic(), self._disturbances()
+        last, disturbed, steady = time.monotonic(), self._disturbances(), self._steadiness()
         while True:
             await asyncio.sleep(CHECK_EVERY)
             now = time.monotonic()
@@ -219,7 +226,9 @@ class Succession:
                 # own beat: the others' silence says nothing. Start their clocks again.
                 self._seen = dict.fromkeys(self._seen, now)
                 self._steady_since = now
-            last, disturbed = now, self._disturbances()
+            elif self._steadiness() != steady:  # the cluster changed: interest may lag
+                self._steady_since = now
+            last, disturbed, steady = now, self._disturbances(), self._steadiness()
             self._ask_late(now)
             silent = [
                 key
@@ -228,7 +237,7 @@ class Succession:
             ]
             for key in [*self._claimed, *silent]:
                 try:
-                    await self.take_over(key)
+                    await self.take_over(key, why=f"silent for {self._dead_after:g}s")
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # NATS away: the next round tries again
@@ -252,37 +261,52 @@ class Succession:
         self._asking.pop(key, None)
 
     async def _question(self, key: str) -> None:
-        asked_at, disturbed = time.monotonic(), self._disturbances()
+        asked_at, steady = time.monotonic(), self._steadiness()
         heard = self._beat_times.get(key)
-        asked = await self._ask(key)
-        if asked is Asked.GONE:
-            await asyncio.sleep(AGAIN_AFTER)  # a worker that is reconnecting answers now
-            asked = await self._ask(key)
+        asked, last_asked = await self._ask(key), asked_at
+        while asked is Asked.GONE and last_asked - asked_at < CONFIRM_S:
+            await asyncio.sleep(AGAIN_AFTER)  # a worker that is reconnecting answers, or beats
+            if self._seen.get(key, math.inf) > asked_at:
+                return
+            asked, last_asked = await self._ask(key), time.monotonic()
         if self._seen.get(key, math.inf) > asked_at:
             return  # it beat meanwhile (or it left)
         if asked is Asked.ALIVE:
             self._seen[key] = time.monotonic()  # as good as a beat
             return
-        if asked is Asked.GONE and self._believes_gone(asked_at, disturbed):
+        if asked is Asked.GONE and self._believes_gone(asked_at, steady):
             try:
-                await self.take_over(key, heard)
+                await self.take_over(key, heard, why="no responders")
                 return
             except Exception as exc:  # NATS away: the beats' rule tries again (`_watch`)
                 log.warning("could not hand on the steps of worker %s yet (%s)", key, exc)
         await asyncio.sleep(AGAIN_AFTER)  # then asked again, while it is late
 
     async def _ask(self, key: str) -> Asked:
+        """One question, unsure past `ask_within`; its answer counts as a beat whenever
+        it comes until `dead_after`: a worker whose event loop is slow answers late."""
         subject = self._store.names.alive_subject(key)
-        return await ask_alive(self._store.nc, subject, self._liveness.ask_within)
+        question = asyncio.create_task(ask_alive(self._store.nc, subject, self._dead_after))
+        done, _ = await asyncio.wait({question}, timeout=self._liveness.ask_within)
+        if done:
+            return question.result()
+        self._lingering.add(question)
+        question.add_done_callback(functools.partial(self._answered_late, key))
+        return Asked.UNSURE
 
-    def _believes_gone(self, asked_at: float, disturbed: int) -> bool:
+    def _answered_late(self, key: str, question: asyncio.Task[Asked]) -> None:
+        self._lingering.discard(question)
+        if not question.cancelled() and question.result() is Asked.ALIVE and key in self._seen:
+            self._seen[key] = time.monotonic()
+
+    def _believes_gone(self, asked_at: float, steady: int) -> bool:
         """Whether "no responders" is to be believed: this connection was steady for
-        `SETTLE_S` before the question and throughout, and this worker's own beat was
+        `SETTLE_S` before the questions and throughout, and this worker's own beat was
         stored lately (a cluster electing a leader fails every beat alike)."""
         now = time.monotonic()
         return (
             asked_at - self._steady_since >= min(SETTLE_S, self._dead_after)
-            and self._disturbances() == disturbed
+            and self._steadiness() == steady
             and self._own_beat_recent(now)
         )
 
@@ -294,7 +318,12 @@ class Succession:
     def _disturbances(self) -> int:
         return disturbances(self._store.nc)
 
-    async def take_over(self, key: str, heard: datetime | None = None) -> int:
+    def _steadiness(self) -> int:
+        return steadiness(self._store.nc)
+
+    async def take_over(
+        self, key: str, heard: datetime | None = None, why: str = "taken over"
+    ) -> int:
         """Claim a silent worker and publish again every step it held; returns how many
         (0 when another survivor claimed it first, or it came back, or it beat later than
         `heard`, the `time` of its last beat heard here). Once claimed, a call that fails
@@ -329,7 +358,7 @@ class Succession:
         self._claimed.discard(key)
         self._seen.pop(key, None)
         if count:
-            log.warning("worker %s is gone: %d of its steps run again", key, count)
+            log.warning("worker %s is gone (%s): %d of its steps run again", key, why, count)
         return count
 
     async def _hand_on(self, key: str) -> int:

@@ -21,7 +21,7 @@ from tether.clock import utcnow
 from tether.deploys.naming import default_build, validate_build
 from tether.deploys.rollout import Rollout
 from tether.errors import DefinitionError, NatsUnavailableError
-from tether.nats.connection import Connection, NatsConfig, close, connect
+from tether.nats.connection import Connection, NatsConfig, close, connect, sleep_unless_reconnected
 from tether.nats.consumers import ConsumerOptions
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
@@ -240,14 +240,14 @@ class Worker(Service):
 
     async def _announcing(self, store: Store) -> None:
         """The worker's liveness (and that of every step it holds), until it has left:
-        through a stop's grace too, while its last steps finish."""
+        through a stop's grace too. At once when its connection is back (see `Succession`)."""
         while True:
             try:
                 await self._announce(store)
             except Exception as exc:  # NATS away: the next beat tries again
                 log.debug("no worker beat: %s", exc)
             raise_if_cancelled()
-            await asyncio.sleep(self.liveness.beat_every)
+            await sleep_unless_reconnected(store.nc, self.liveness.beat_every)
 
     async def _report(self, consumers: dict[str, tuple[Consumer, Consumer]]) -> None:
         """With metrics on, each tool's queue and unacknowledged steps."""
