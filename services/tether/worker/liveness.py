@@ -36,7 +36,8 @@ class Liveness:
 
     @property
     def ask_within(self) -> float:
-        """Seconds a question waits for its answer; then it is asked again."""
+        """Seconds a question waits for its answer; then it is asked again (the first
+        one's answer still counts if it comes later, until `dead_after`)."""
         return self.dead_after / 4
 
     def ack_wait(self, heartbeat: timedelta) -> timedelta:
