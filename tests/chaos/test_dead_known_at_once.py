@@ -27,6 +27,9 @@ from tether.worker import Liveness
 
 DEAD_AFTER = 30.0
 """So long that a step run again before it can only have been handed on by a question."""
+HELD_STEP_S = 25
+"""The held step's length: still running at the kill, after the survivor's start (over
+12 s on a loaded 2-core machine)."""
 STEADY_S = 2.5
 """Past the 2 s a survivor's connection must be steady before it believes "no responders"."""
 judging = App("judging")
@@ -65,7 +68,7 @@ async def test_a_sigkilled_workers_held_step_runs_on_a_live_worker_long_before_d
     first: subprocess.Popen[bytes],
 ) -> None:
     handle = await client.submit(
-        [{"tool": "fast"}, {"tool": "slow", "input": {"sleep": 12}}, {"tool": "fast"}]
+        [{"tool": "fast"}, {"tool": "slow", "input": {"sleep": HELD_STEP_S}}, {"tool": "fast"}]
     )
     step = (handle.task_id, 1)
 
@@ -87,11 +90,11 @@ async def test_a_sigkilled_workers_held_step_runs_on_a_live_worker_long_before_d
             assert read_executions(executions)[step] == 2, read_executions(executions)
 
         await eventually(ran_again, timeout=DEAD_AFTER / 2)
-        result = await handle.wait(timeout=30)
+        result = await handle.wait(timeout=HELD_STEP_S + 30)
     finally:
         if survivor is not None:
             stop_worker(survivor)
-    assert result == {"step": 2, "payload": {"step": 1, "slept": 12}}
+    assert result == {"step": 2, "payload": {"step": 1, "slept": HELD_STEP_S}}
     counts = read_executions(executions)
     assert [counts[(handle.task_id, n)] for n in range(3)] == [1, 2, 1]  # step 0 kept
     runs = [line.split() for line in executions.read_text().splitlines()]
