@@ -181,8 +181,11 @@ async def _steady_window(
     }
 
 
-async def recovery(url: str, steps: int, seconds: float) -> dict[str, float]:
-    """W4 recovery: `steps` steps held on worker A, B up beside it; SIGKILL A."""
+async def recovery(
+    url: str, steps: int, seconds: float, settle: float = 0.0, workload: str = "W4 recovery"
+) -> dict[str, float]:
+    """W4 recovery: `steps` steps held on worker A, B up beside it (for `settle` seconds,
+    as in a fleet that has been up a while); SIGKILL A."""
     nc = await nats.connect(url)
     first = Node("recovery", url, steps)
     second: Node | None = None
@@ -192,26 +195,28 @@ async def recovery(url: str, steps: int, seconds: float) -> dict[str, float]:
         submitted = time.monotonic()
         await submit(nc, "hold_for_recovery", [f"w4r-{run}-{i}" for i in range(steps)], seconds)
         held = await until_counted(progress.running, steps, submitted + seconds / 2)
-        _say_held("W4 recovery", held, steps, submitted, seconds)
+        _say_held(workload, held, steps, submitted, seconds)
         second = Node("recovery", url, steps)  # only now: A holds every step it will
+        await asyncio.sleep(settle)
         if progress.completed:
-            raise RuntimeError("W4 recovery: steps completed before the kill; raise the wait")
+            raise RuntimeError(f"{workload}: steps completed before the kill; raise the wait")
         first.kill()
         killed = time.monotonic()
         restarted = await until_counted(
             lambda: len(progress.restarted), held, killed + seconds + GRACE_S, quiet=None
         )
         if restarted < held:
-            print(f"  W4 recovery: only {restarted:,} of {held:,} steps started again")
+            print(f"  {workload}: only {restarted:,} of {held:,} steps started again")
         times = sorted(progress.restarted.values())
         figures = {
             "held": float(held),
             "first_rerun_s": times[0] - killed if times else float("nan"),
+            "p50_rerun_s": times[len(times) // 2] - killed if times else float("nan"),
             "rerun_s": times[-1] - killed if times else float("nan"),
             "restarted": float(restarted),
         }
         deadline = progress.last_started + seconds + GRACE_S
-        figures["completed"] = await _completed(progress, steps, deadline, "W4 recovery")
+        figures["completed"] = await _completed(progress, steps, deadline, workload)
         return figures
     finally:
         await nc.close()

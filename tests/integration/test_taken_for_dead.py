@@ -14,6 +14,7 @@ import pytest
 from tests.apps.tools import app as tools
 from tether import Client, NatsConfig, Worker
 from tether.errors import NatsUnavailableError
+from tether.nats.alive import Asked
 from tether.nats.connection import connect
 from tether.nats.failures import disturbances, unavailable
 from tether.nats.layout import Layout
@@ -77,6 +78,7 @@ async def test_a_claim_whose_hand_on_fails_is_followed_through_and_the_step_runs
 
     monkeypatch.setattr(survivor_store, "publish_raw", publish_unless_cut_off)
     survivor = Succession(survivor_store, worker_key("survivor"), beat_stored=time.monotonic)
+    monkeypatch.setattr(survivor, "_ask", _unanswered)  # the beats alone decide
     async with Worker(tools, config) as worker:
         key = worker_key(worker.worker_id)
         handle = await client.submit([{"tool": "slow", "input": {"sleep": 4.0}}])
@@ -118,6 +120,7 @@ async def test_a_survivor_that_cannot_store_its_own_beat_judges_no_worker_dead(
     the others for dead for a silence that is its own too."""
     own_beat = [float("-inf")]
     survivor = Succession(survivor_store, worker_key("survivor"), beat_stored=lambda: own_beat[0])
+    monkeypatch.setattr(survivor, "_ask", _unanswered)  # the beats alone decide
     async with Worker(tools, config) as worker:
         key = worker_key(worker.worker_id)
         handle = await client.submit([{"tool": "slow", "input": {"sleep": 6.0}}])
@@ -145,6 +148,12 @@ def test_an_unanswered_nats_call_counts_as_a_disturbance(survivor_store: Store) 
 
 async def _silent(store: Store) -> None:
     pass
+
+
+async def _unanswered(key: str) -> Asked:
+    """A question to a live worker that goes unanswered (its event loop blocked, say), so
+    that its silence decides, as the beats alone did before workers answered."""
+    return Asked.UNSURE
 
 
 async def _holds(store: Store, key: str) -> bool:

@@ -435,3 +435,10 @@ def test_a_liveness_whose_beats_are_slower_than_the_wait_for_them_is_refused() -
         Liveness(beat_every=3.0, dead_after=2.0)
     with pytest.raises(ValueError, match="step_slack"):
         Liveness(step_slack=0)
+
+
+def test_a_late_beat_is_asked_about_a_fifth_of_a_beat_late_and_well_before_dead_after() -> None:
+    assert Liveness().ask_after == pytest.approx(0.6)  # 0.5 s beats
+    assert Liveness().ask_within == 0.5  # a quarter of dead_after: asked again 4 times
+    slow = Liveness(beat_every=1.8, dead_after=2.0)
+    assert slow.ask_after == pytest.approx(1.9)  # half-way to dead_after, past a beat

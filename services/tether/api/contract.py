@@ -135,6 +135,15 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
             "step at once.",
         ),
         (
+            "worker.alive",
+            names.alive_subject("{worker}"),
+            "receive",
+            "Empty",
+            "Core NATS request/reply, no payload, served by the worker whose key in "
+            "<prefix>-workers is {worker} (if its WorkerBeat says answers): an empty reply "
+            "means alive; the server's no responders (status 503) means its connection is gone.",
+        ),
+        (
             "ended",
             names.ended_subject("{task_id}", "{status}"),
             "send",

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import ssl
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ R = TypeVar("R")
 _closing: weakref.WeakSet[NatsClient] = weakref.WeakSet()
 PERMISSIONS_VIOLATION = "permissions violation"
 """How nats-py words (lower-cased) the server's refusal of a publish or subscribe."""
+RECONNECT_LOOK = 0.05
+"""Seconds between looks for a reconnect (`sleep_unless_reconnected`)."""
 
 
 def _not_eof_noise(record: logging.LogRecord) -> bool:
@@ -306,6 +309,16 @@ async def _connect(
         reconnected_cb=_noop,
         closed_cb=closed,
     )
+
+
+async def sleep_unless_reconnected(nc: NatsClient, seconds: float) -> None:
+    """Sleep `seconds`, or until `nc` connects again (its subscriptions are back then,
+    before anything sent since: nats-py sends them first)."""
+    since, made = time.monotonic(), nc.stats["reconnects"]
+    while (left := seconds - (time.monotonic() - since)) > 0:
+        await asyncio.sleep(min(left, RECONNECT_LOOK))
+        if nc.stats["reconnects"] != made:
+            return
 
 
 async def close(nc: NatsClient) -> None:

@@ -238,6 +238,12 @@ class Names(msgspec.Struct, frozen=True):
     def api_subject(self, verb: str) -> str:
         return f"{self.prefix}.api.{verb}"
 
+    def alive_subject(self, worker_key: str) -> str:
+        """`<prefix>.worker.<worker key>.alive`: core NATS only, served by that worker alone
+        for as long as its connection is up; asked when its beat is late ("no responders"
+        from the server: its connection is gone)."""
+        return f"{self.prefix}.worker.{worker_key}.alive"
+
     # -- consumers -----------------------------------------------------------
     def tool_consumer(self, tool: str, build: str | None = None) -> str:
         """`tool-<tool>`, or `tool-<tool>@<build>` for the steps routed to a build."""

@@ -39,6 +39,10 @@ class WorkerBeat(msgspec.Struct, frozen=True, kw_only=True):
     """The build of the code the worker runs."""
     draining: bool = False
     """Stopping: it takes only the steps routed to its build (a drain, the default on SIGTERM)."""
+    answers: bool = False
+    """It answers on `<prefix>.worker.<worker key>.alive`: when its beat is late it is asked
+    there, and "no responders" has its held steps run elsewhere at once. A worker that does
+    not say so is judged by its beats alone (silent for `dead_after`: dead)."""
 
 
 class HeldStep(msgspec.Struct, frozen=True, kw_only=True):

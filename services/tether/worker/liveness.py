@@ -14,9 +14,11 @@ class Liveness:
     holds (one KV put per beat, whatever it holds). A fleet of thousands of workers may
     beat less often, at the cost of a slower takeover."""
     dead_after: float = 2.0
-    """Seconds of silence after which a survivor hands a worker's held steps on. A worker
-    whose event loop is blocked this long (a tool calling blocking code) is taken for
-    dead: its held steps run again elsewhere, at least once as always."""
+    """Seconds of silence after which a survivor hands a worker's held steps on, when the
+    worker neither beat nor answered a question meanwhile (`ask_after`): a worker whose
+    connection is gone is known at once, one whose event loop is blocked this long (a
+    tool calling blocking code) is taken for dead: its held steps run again elsewhere, at
+    least once as always."""
     look_every: float = 30.0
     """Seconds between looks at the records of the tasks whose steps run here, for a
     cancellation whose notice this worker missed (one read per task)."""
@@ -25,6 +27,18 @@ class Liveness:
     held, or its message extended) before another worker takes it. A worker whose event
     loop stalls longer loses the steps it has not held yet to others (they run again:
     at least once, as always)."""
+
+    @property
+    def ask_after(self) -> float:
+        """Seconds of silence after which a worker that answers questions is asked whether
+        it is alive (`tether.worker.succession`): its beat a fifth of an interval late."""
+        return min(self.beat_every * 1.2, (self.beat_every + self.dead_after) / 2)
+
+    @property
+    def ask_within(self) -> float:
+        """Seconds a question waits for its answer; then it is asked again (the first
+        one's answer still counts if it comes later, until `dead_after`)."""
+        return self.dead_after / 4
 
     def ack_wait(self, heartbeat: timedelta) -> timedelta:
         """How long a step's message waits for its worker before another takes it: the

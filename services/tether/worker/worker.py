@@ -21,7 +21,7 @@ from tether.clock import utcnow
 from tether.deploys.naming import default_build, validate_build
 from tether.deploys.rollout import Rollout
 from tether.errors import DefinitionError, NatsUnavailableError
-from tether.nats.connection import Connection, NatsConfig, close, connect
+from tether.nats.connection import Connection, NatsConfig, close, connect, sleep_unless_reconnected
 from tether.nats.consumers import ConsumerOptions
 from tether.nats.delivery import Consumer, Delivery
 from tether.nats.layout import Layout
@@ -156,13 +156,15 @@ class Worker(Service):
             fleet=self._rollout.fleet,
         )
         await store.remember_records(runner.stop_task)
+        held, stored = runner.held, lambda: self._beat_stored
+        self._succession = Succession(store, key, self.liveness, held, stored)
+        await self._succession.serve()  # answering (see `Succession`) before it beats
         consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
         if self.metrics is not None:
             self.metrics.attach(store)
         self._started_at = utcnow()
         with contextlib.suppress(NatsUnavailableError):  # NATS away: `_beats` tries again
-            # Alive before it holds anything: a step held by a worker that never beat
-            # would be handed on by no one, should the worker die.
+            # Alive before it holds: a step held by a worker that never beat is handed on by none
             await self._announce(store)
         for tool in self.tools.values():
             # One set of slots per tool, for the steps any build may run and those
@@ -186,9 +188,6 @@ class Worker(Service):
         moving = self._rollout.move_left_steps(runner, self._stopping, self._draining)
         self._loops.append(asyncio.create_task(moving))
 
-        self._succession = Succession(
-            store, key, self.liveness, runner.held, lambda: self._beat_stored
-        )
         await self._succession.start()
         self._beating = asyncio.create_task(self._announcing(store))
         self._loops.append(asyncio.create_task(self._report(consumers)))
@@ -241,14 +240,14 @@ class Worker(Service):
 
     async def _announcing(self, store: Store) -> None:
         """The worker's liveness (and that of every step it holds), until it has left:
-        through a stop's grace too, while its last steps finish."""
+        through a stop's grace too. At once when its connection is back (see `Succession`)."""
         while True:
             try:
                 await self._announce(store)
             except Exception as exc:  # NATS away: the next beat tries again
                 log.debug("no worker beat: %s", exc)
             raise_if_cancelled()
-            await asyncio.sleep(self.liveness.beat_every)
+            await sleep_unless_reconnected(store.nc, self.liveness.beat_every)
 
     async def _report(self, consumers: dict[str, tuple[Consumer, Consumer]]) -> None:
         """With metrics on, each tool's queue and unacknowledged steps."""
@@ -288,6 +287,7 @@ class Worker(Service):
             time=utcnow(),
             build=self.build,
             draining=self._draining.is_set(),
+            answers=True,
         )
 
     def _spawn(self, runner: StepRunner, slots: Slots, delivery: Delivery) -> None:
