@@ -45,7 +45,7 @@ EVENT_FIELDS = {
     "build",
 }
 EVENT_EXTRAS = {
-    "step_completed": {"skipped", "wake_at", "usage"},
+    "step_completed": {"skipped", "wake_at", "usage", "notes"},
     "step_retrying": {"retry_in_ms"},
     "waiting": {"input_request"},
     "submitted": {"note"},

@@ -110,7 +110,9 @@ class Rollout(Generic[T]):
             return False
         if any(build in builds for builds in self.fleet.fleet.serving.values()):
             return True
-        try:
+        try:  # the fleet may not have heard every beat yet: read them
+            if any(beat.build == build for beat in await self._store.workers.list()):
+                return True
             routed = await self._store.routed_steps()
         except NatsUnavailableError:
             return True  # not known: said, as when something is left
