@@ -5,11 +5,21 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
+
 from tether.schemas.events import StepStarted
 from tether.schemas.records import TaskStatus
 from tether.schemas.runs import StepRun
 from tether.schemas.work import WorkMessage
-from tether.worker.runs import Count, count, poisoned, runs_elsewhere, started_by_event
+from tether.worker.runs import (
+    HOLDER_FRESH_FOR,
+    Count,
+    count,
+    held_by,
+    poisoned,
+    runs_elsewhere,
+    started_by_event,
+)
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -129,3 +139,15 @@ def test_a_step_started_of_another_step_branch_generation_or_older_attempt_says_
     assert started_by_event(started(2, 1, generation=2), work, prior=0) is None
     assert started_by_event(started(2, 1), work, prior=1) is None
     assert started_by_event(None, work, prior=0) is None
+
+
+def test_a_recent_running_mark_of_another_worker_names_its_holder() -> None:
+    """A delivery that came back leaves the step to a live holder (`run_marks`); its own
+    mark, a stopped one, an old one or one without a holder names none."""
+    mine = msgspec.structs.replace(run(1, running=True), holder="w1")
+    theirs = msgspec.structs.replace(mine, holder="w2")
+    assert held_by(theirs, "w1", NOW) == "w2"
+    assert held_by(mine, "w1", NOW) is None
+    assert held_by(msgspec.structs.replace(theirs, running=False), "w1", NOW) is None
+    assert held_by(run(1, running=True), "w1", NOW) is None  # from before holders
+    assert held_by(theirs, "w1", NOW + HOLDER_FRESH_FOR) is None

@@ -27,6 +27,9 @@ from tether.schemas.runs import StepRun
 from tether.schemas.workers import Heartbeat, WorkerBeat
 
 log = logging.getLogger("tether.nats")
+ALIVE_WITHIN = timedelta(seconds=3)
+"""A worker whose last beat is younger is alive (beats come every `beat_every`, under the
+default 2 s `dead_after`)."""
 LIVE_FOR = timedelta(seconds=30)
 """A worker whose last beat is older is not listed as serving anything."""
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
@@ -144,6 +147,12 @@ class Workers:
 
     async def keys(self, match: str = ">") -> list[str]:
         return await self._bucket.keys(match)
+
+    async def alive(self, worker_id: str) -> bool:
+        """Whether the worker beat within `ALIVE_WITHIN` and no survivor claimed it."""
+        beat = await self.beat_of(worker_key(worker_id))
+        fresh = beat is not None and utcnow() - beat.time < ALIVE_WITHIN
+        return fresh and beat is not None and beat.claimed_by is None
 
     async def beat_of(self, key: str) -> WorkerBeat | None:
         found = await self._bucket.get(key)

@@ -34,3 +34,6 @@ class StepRun(msgspec.Struct, frozen=True, kw_only=True):
     """Counted and not started (`running` is false): it waits for its process to run it
     alone; a worker that dies meanwhile costs it nothing."""
     time: datetime
+    holder: str = ""
+    """The worker running the attempt ("" from workers before 2026-12): a delivery that
+    comes back while that worker still beats leaves the step to it (`runs.held_by`)."""

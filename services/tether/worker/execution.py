@@ -85,7 +85,7 @@ class Execution:
         """Run the tool and settle the message, or say why not (`run_marks.started`)."""
         spec = found.record.spec(work.step).branch(work.branch)
         policy = tool.retry.overridden(spec.retry)
-        look = await run_marks.count(self.store, delivery, work)
+        look = await run_marks.count(self.store, delivery, work, self.worker_id)
         if look.elsewhere:  # a later delivery of its message runs it (see `run_marks`)
             return run_marks.NotHere.RUNS_ELSEWHERE
         counted = look.counted

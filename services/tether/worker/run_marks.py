@@ -48,24 +48,28 @@ class Look:
     counted: runs.Count
     revision: int | None
     """The `StepRun`'s revision as read (0: none); None for a first delivery (not read)."""
+    holder: str
+    """The worker this runs in (`StepRun.holder`)."""
     elsewhere: bool = False
 
 
-async def count(store: Store, delivery: Delivery, work: WorkMessage) -> Look:
+async def count(store: Store, delivery: Delivery, work: WorkMessage, holder: str) -> Look:
     """Which attempt this delivery runs (set on it): its step's last run is read only for
     a delivery that came back, so a first delivery costs nothing."""
     prior, delivered, sequence = delivery.prior, delivery.delivered, delivery.stream_sequence
     if not delivery.came_back:
         counted = runs.count(prior, delivered, sequence, work.generation, None)
-        return Look(counted, None)
+        return Look(counted, None, holder)
     last, revision = await store.heartbeats.run_of(work.task_id, work.step, work.branch)
     # A held delivery's message is acknowledged: its copy here is the one that runs.
-    elsewhere = not delivery.held and runs.runs_elsewhere(last, sequence, delivered)
+    elsewhere = not delivery.held and (
+        runs.runs_elsewhere(last, sequence, delivered) or await _held_alive(store, last, holder)
+    )
     if last is None or last.generation != work.generation:
         last = runs.started_by_event(await last_event(store, work.task_id), work, prior)
     counted = runs.count(prior, delivered, sequence, work.generation, last)
     delivery.count(counted.attempt)
-    return Look(counted, revision, elsewhere)
+    return Look(counted, revision, holder, elsewhere)
 
 
 async def started(
@@ -79,7 +83,7 @@ async def started(
     came back; with the first beat on a first delivery (one that ends sooner counts by its
     `step_started`). Returns the mark, for a failure to say the step goes back, or why
     the step does not run here after all."""
-    mark = marker(store, delivery, work, look.counted)
+    mark = marker(store, delivery, work, look)
     if look.revision is None:
         heartbeat.mark = lambda: mark(True)
         return mark
@@ -99,11 +103,11 @@ async def waiting(
     its worker meanwhile costs it nothing); the look to start it from once it may, or why
     it does not run here after all."""
     assert look.revision is not None  # a suspect's delivery came back: it read its run
-    wait = marker(store, delivery, work, look.counted, waiting=True)
+    wait = marker(store, delivery, work, look, waiting=True)
     revision = await _claimed(store, delivery, work, wait, look.revision)
     if revision is None:
         return NotHere.RUNS_ELSEWHERE
-    return Look(look.counted, revision)
+    return Look(look.counted, revision, look.holder)
 
 
 async def _done(store: Store, work: WorkMessage) -> bool:
@@ -136,12 +140,21 @@ async def _claimed(
     return revision if delivery.held else None
 
 
+async def _held_alive(store: Store, last: StepRun | None, holder: str) -> bool:
+    """Whether another worker that is alive runs the step (`runs.held_by`): this
+    delivery came back only because that worker was late, not dead."""
+    other = runs.held_by(last, holder, utcnow())
+    return other is not None and await store.workers.alive(other)
+
+
 def marker(
-    store: Store, delivery: Delivery, work: WorkMessage, counted: runs.Count, waiting: bool = False
+    store: Store, delivery: Delivery, work: WorkMessage, look: Look, waiting: bool = False
 ) -> Mark:
     """Writes the step's `StepRun`: `running` (the attempt started; `alone` for a
     suspect), or not (it failed and goes back, so the next delivery is the next attempt,
     not a death); with `waiting`, that it is counted and waits to run alone."""
+
+    counted = look.counted
 
     async def mark(running: bool, last: int | None = None) -> int:
         run = StepRun(
@@ -155,6 +168,7 @@ def marker(
             alone=running and counted.alone and not waiting,
             waiting=waiting,
             time=utcnow(),
+            holder=look.holder,
         )
         return await store.heartbeats.put_run(work.task_id, work.step, work.branch, run, last)
 

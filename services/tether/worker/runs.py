@@ -22,6 +22,7 @@ step it held runs again at once, in parallel, and keeps its attempts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from tether.schemas.events import AnyStatusEvent, StepStarted
 from tether.schemas.records import ErrorInfo
@@ -62,6 +63,21 @@ def runs_elsewhere(last: StepRun | None, sequence: int, delivered: int) -> bool:
         and last.sequence == sequence
         and last.delivered > delivered
     )
+
+
+HOLDER_FRESH_FOR = timedelta(minutes=10)
+"""How long a running mark of a live worker keeps a delivery that came back off its step:
+longer than any hold can fail while its worker still beats, short enough that a worker
+that lost a step without saying so cannot keep it from running for ever."""
+
+
+def held_by(last: StepRun | None, holder: str, now: datetime) -> str | None:
+    """The other worker whose attempt of the step is running, when its mark is recent:
+    a delivery that came back while that worker is alive (its ack wait ran out while it
+    was busy, or NATS was away) must not run the step beside it."""
+    if last is None or not last.running or last.holder in ("", holder):
+        return None
+    return last.holder if now - last.time < HOLDER_FRESH_FOR else None
 
 
 def count(
