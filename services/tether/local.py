@@ -28,6 +28,7 @@ from tether.client import Client, TaskHandle
 from tether.dispatcher import Dispatcher
 from tether.errors import DefinitionError, InvalidTaskError, TaskExistsError
 from tether.integrations.adapters import adapt
+from tether.integrations.registry import is_foreign_agent
 from tether.local_server import SharedServer
 from tether.nats.connection import NatsConfig
 from tether.schemas.codec import encode
@@ -37,7 +38,6 @@ from tether.schemas.records import TaskStatus
 from tether.tasks import plans
 from tether.tasks.plans import to_step
 from tether.tools.app import App
-from tether.tools.frameworks import is_foreign_agent
 from tether.worker import Worker
 
 PlanStep = StepSpec | dict[str, Any] | str | Callable[..., Any]

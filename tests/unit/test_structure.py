@@ -9,7 +9,9 @@
   `tether.x`. Lazy loads by name (`importlib.import_module`) are not read.
 - nats-py (`nats`, `nats.*`) is imported only under `tether/nats/`: any import, also in a
   function or under `TYPE_CHECKING`.
-- `tether.worker` imports nothing from `tether.agents`: any import, as above.
+- `tether.worker` imports nothing from `tether.agents`, and `tether.nats` nothing from
+  `tether.integrations`: any import, as above.
+- No module under `tether/integrations` reads another object's `_store`.
 - No module under `tether` is over 400 lines.
 - No shim. A module whose body (past its docstring) is only imports, `__all__` and
   `if TYPE_CHECKING:` blocks defines nothing: it only re-exports. Only a package's
@@ -223,6 +225,30 @@ def test_the_worker_imports_nothing_from_agents() -> None:
         if package_of(i.source) == "tether.worker" and package_of(i.target) == "tether.agents"
     ]
     assert not found, "tether.worker imports from tether.agents:\n" + _listing(found)
+
+
+def test_the_nats_seam_imports_nothing_from_the_integrations() -> None:
+    """Lazy imports count too: the seam serves every framework's kit and knows none
+    (LangGraph's threads are removed by `tether gc` through the integration itself)."""
+    found = [
+        i
+        for i in imports()
+        if package_of(i.source) == "tether.nats" and package_of(i.target) == "tether.integrations"
+    ]
+    assert not found, "tether.nats imports from tether.integrations:\n" + _listing(found)
+
+
+def test_the_integrations_reach_into_no_steps_store() -> None:
+    """A framework's kit uses what `StepContext` offers (`memo`, `keep_memo`,
+    `connection`), so the step's private store can change under it."""
+    found = []
+    for path in sorted((PACKAGE / "integrations").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute) and node.attr == "_store":
+                owner = node.value
+                if not (isinstance(owner, ast.Name) and owner.id == "self"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "reaches into a StepContext's _store:\n" + "\n".join(found)
 
 
 def test_no_module_is_over_400_lines() -> None:

@@ -19,9 +19,9 @@ import msgspec
 
 from tether.errors import DefinitionError, TerminalError
 from tether.integrations.journal import Journal, WaitForInput
+from tether.integrations.registry import framework_of
 from tether.schemas.plans import StepSpec
 from tether.tools.context import StepContext
-from tether.tools.frameworks import framework_of
 from tether.tools.results import NeedsInput, NextSteps
 from tether.tools.retry import RetryPolicy
 from tether.tools.tool import Tool

@@ -122,13 +122,8 @@ class Journal:
         """This attempt ends by an error: keep what the worker counts with it."""
         await self.recount.failed(str(self._ctx.attempt))
 
-    def _key(self, name: str) -> str:
-        ctx = self._ctx
-        branch = ctx.branch if self.step == ctx.step else None
-        return ctx._store.names.once_key(ctx.task_id, self.step, name, branch)
-
     async def _stored(self, key: str, name: str, where: str) -> Unit | None:
-        raw = await self._ctx._store.checkpoints.get_memo(self._key(key))
+        raw = await self._ctx.memo(key, step=self.step)
         if raw is None:
             return None
         unit = msgspec.json.decode(raw, type=Unit)
@@ -208,7 +203,7 @@ class Journal:
         """Mark this attempt as the one that sends the call `key`: False when an earlier
         attempt marked it (it may have reached the other side)."""
         mine = encode(self._ctx.attempt)
-        won = await self._ctx._store.checkpoints.create_memo(self._key(SENT_MARK + key), mine)
+        won = await self._ctx.keep_memo(SENT_MARK + key, mine, step=self.step)
         return bool(msgspec.json.decode(won) == self._ctx.attempt)
 
     async def _finish(
@@ -223,7 +218,7 @@ class Journal:
         if inspect.isawaitable(result):
             result = await result
         raw = encode(msgspec.structs.replace(unit, result=result))
-        won = await self._ctx._store.checkpoints.create_memo(self._key(key), raw)
+        won = await self._ctx.keep_memo(key, raw, step=self.step)
         self.ran += 1
         return msgspec.json.decode(won, type=Unit).result
 
@@ -251,4 +246,4 @@ class Journal:
         """Journal a person's `answer` as wait unit `number` (create-only: a second
         answer to the same wait changes nothing)."""
         raw = encode(Unit(name=name, result=answer, wait=True))
-        await self._ctx._store.checkpoints.create_memo(self._key(place(number)), raw)
+        await self._ctx.keep_memo(place(number), raw, step=self.step)

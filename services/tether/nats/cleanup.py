@@ -96,21 +96,6 @@ class Cleanup:
         info = await self._store.js.stream_info(stream, subjects_filter=roots)
         return list(info.state.subjects or {})
 
-    async def remove_threads(self, threads: Iterable[str]) -> None:
-        """Remove graphs' threads, each with its keys and blobs, by the saver's own
-        `delete_thread`. Loads LangGraph: ImportError without the `langgraph` extra."""
-        threads = list(threads)
-        if not threads:
-            return
-        from tether.integrations.langgraph.saver import JetStreamSaver
-
-        saver = JetStreamSaver(self._store.nc, bucket=self._names.graphs_bucket)
-        try:
-            for thread in threads:
-                await saver.adelete_thread(thread)
-        finally:
-            await saver.aclose()  # the connection is the store's: left open
-
     async def values(self, bucket: str) -> AsyncIterator[tuple[str, bytes]]:
         """The latest value of every key of a KV bucket; a removed key is skipped, even
         when its delete marker carries a note (a removed task's id is held back by one

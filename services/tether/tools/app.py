@@ -15,7 +15,6 @@ from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 from tether.durations import as_timedelta
 from tether.schemas.builds import Versioning, WhenGone
-from tether.tools.frameworks import is_foreign_agent
 from tether.tools.retry import RetryPolicy
 from tether.tools.spelling import misspelled_calls
 from tether.tools.tool import Tool, make_tool
@@ -126,6 +125,8 @@ class App:
         """Register a `Tool`, or anything with `as_tool()` (`app.add(Agent(...))`), and
         return it. Plain functions the tool calls (`Tool.helpers`: an agent's guardrails)
         are registered first, each unless the app has a tool of its name already."""
+        from tether.integrations.registry import is_foreign_agent  # pure: no framework
+
         tool: Tool
         if isinstance(source, Tool):
             tool = source

@@ -180,6 +180,29 @@ class StepContext:
             self._tokens.discard()
             self._tokens = None
 
+    async def memo(
+        self, name: str, *, step: int | None = None, task_id: str | None = None
+    ) -> bytes | None:
+        """The raw memo `name` of this step, of `step` of this task, or of `step` of task
+        `task_id`: for a kit that encodes its own results (`once` is the typed form)."""
+        return await self._store.checkpoints.get_memo(self._memo_key(name, step, task_id))
+
+    async def keep_memo(self, name: str, raw: bytes, *, step: int | None = None) -> bytes:
+        """Keep `raw` as memo `name` of this step (or of `step` of this task) unless one is
+        there already (create-only): the bytes that won."""
+        return await self._store.checkpoints.create_memo(self._memo_key(name, step, None), raw)
+
+    def _memo_key(self, name: str, step: int | None, task_id: str | None) -> str:
+        task_id, step = task_id or self.task_id, self.step if step is None else step
+        branch = self.branch if (task_id, step) == (self.task_id, self.step) else None
+        return self._store.names.once_key(task_id, step, name, branch)
+
+    @property
+    def connection(self) -> Store:
+        """The worker's store (its NATS connection and names), for an integration that
+        keeps state of its own beside Tether's: LangGraph's saver shares it."""
+        return self._store
+
     async def recall(self, name: str, *, type: type[T]) -> T | None:
         """What `once(name, ...)` stored for this step, or None when it has not run."""
         validate_tool_name(name)

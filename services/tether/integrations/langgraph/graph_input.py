@@ -137,8 +137,7 @@ async def _check_resumed(ctx: StepContext, thread: str) -> None:
 
 async def _memo(ctx: StepContext, task_id: str) -> str | None:
     """The thread a follow-up task (its first step) continues, if it is one."""
-    store = ctx._store  # another task's memo: the thread its follow-up chain runs on
-    raw = await store.checkpoints.get_memo(store.names.once_key(task_id, 0, THREAD_MEMO, None))
+    raw = await ctx.memo(THREAD_MEMO, step=0, task_id=task_id)  # its follow-up chain's
     return None if raw is None else msgspec.json.decode(raw, type=str)
 
 

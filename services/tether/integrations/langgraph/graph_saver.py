@@ -7,6 +7,7 @@ graph itself is left as it was compiled)."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import DefinitionError
@@ -55,7 +56,7 @@ class Savers:
 
     async def graph_for(self, ctx: StepContext) -> Pregel[Any, Any, Any, Any]:
         """The graph as the step runs it: checkpointed by the worker's saver."""
-        store = ctx._store  # the worker's connection and names: the saver shares them
+        store = ctx.connection  # the worker's connection and names: the saver shares them
         found = self._bound.get(store)
         if found is None:
             found = self._graph.copy(update={"checkpointer": await self._saver(store)})
@@ -72,3 +73,14 @@ class Savers:
         )
         await saver.asetup()  # the user's own bucket, made as their saver makes it
         return saver
+
+
+async def remove_threads(store: Store, threads: Iterable[str]) -> None:
+    """Remove graphs' threads, each with its keys and blobs, by the saver's own
+    `delete_thread` (`tether gc`, for the tasks it removes)."""
+    saver = JetStreamSaver(store.nc, bucket=store.names.graphs_bucket)
+    try:
+        for thread in threads:
+            await saver.adelete_thread(thread)
+    finally:
+        await saver.aclose()  # the connection is the store's: left open

@@ -1,5 +1,6 @@
 """Which frameworks' agents Tether adapts, told by the module their class comes from
-(pure: nothing of theirs is imported to tell)."""
+(pure: nothing of theirs is imported to tell). The one list a new framework's adapter
+joins: `App.add` and `tether.run` look here before anything of the framework loads."""
 
 from __future__ import annotations
 
