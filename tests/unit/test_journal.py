@@ -13,24 +13,25 @@ from typing import Any, cast
 import pytest
 
 from tether.integrations.journal import Journal, JournalDiverged
-from tether.schemas.names import Names
 from tether.tools.context import StepContext
 
 
 class Memos:
+    """A step's memos, as `StepContext.memo` and `keep_memo` read and keep them."""
+
     def __init__(self) -> None:
-        self.stored: dict[str, bytes] = {}
+        self.stored: dict[tuple[int | None, str], bytes] = {}
 
-    async def get_memo(self, key: str) -> bytes | None:
-        return self.stored.get(key)
+    async def memo(self, name: str, *, step: int | None = None) -> bytes | None:
+        return self.stored.get((step, name))
 
-    async def create_memo(self, key: str, raw: bytes) -> bytes:
-        return self.stored.setdefault(key, raw)
+    async def keep_memo(self, name: str, raw: bytes, *, step: int | None = None) -> bytes:
+        return self.stored.setdefault((step, name), raw)
 
 
 def _ctx(memos: Memos) -> StepContext:
-    store = SimpleNamespace(names=Names(prefix="t"), checkpoints=memos)
-    return cast(StepContext, SimpleNamespace(task_id="task", step=0, branch=None, _store=store))
+    fields = {"task_id": "task", "step": 0, "branch": None}
+    return cast(StepContext, SimpleNamespace(**fields, memo=memos.memo, keep_memo=memos.keep_memo))
 
 
 async def test_a_retried_call_takes_the_place_of_the_one_that_failed() -> None:
