@@ -4,11 +4,15 @@ default:
 
 # Run the full suite: unit, integration and the crash tests, one process per core
 test *args:
-    python -m pytest --numprocesses auto --dist worksteal {{args}}
+    python -m pytest --numprocesses auto --dist worksteal -m "not load" {{args}}
+
+# The load tests, alone on the machine (a live worker must not be taken for dead)
+test-load *args:
+    python -m pytest -m load {{args}}
 
 # Run the suite without the slow crash tests
 test-fast *args:
-    python -m pytest --numprocesses auto --dist worksteal -m "not slow" {{args}}
+    python -m pytest --numprocesses auto --dist worksteal -m "not slow and not load" {{args}}
 
 # The real-model suite: agents on llama-server with SmolLM2-135M (`tether model install`: the server is built once per machine, ~10 min)
 test-real-model *args:

@@ -19,7 +19,7 @@ from tether import Client, NatsConfig, TaskHandle, Worker
 from tether.schemas import StepCompleted
 from tether.testing.llm import ScriptedModel
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.load]
 AGENTS = "tests.apps.agents:app"
 TASKS = 30
 WORDS = 3000
