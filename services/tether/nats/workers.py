@@ -151,8 +151,9 @@ class Workers:
     async def alive(self, worker_id: str) -> bool:
         """Whether the worker beat within `ALIVE_WITHIN` and no survivor claimed it."""
         beat = await self.beat_of(worker_key(worker_id))
-        fresh = beat is not None and utcnow() - beat.time < ALIVE_WITHIN
-        return fresh and beat is not None and beat.claimed_by is None
+        if beat is None:
+            return False
+        return utcnow() - beat.time < ALIVE_WITHIN and beat.claimed_by is None
 
     async def beat_of(self, key: str) -> WorkerBeat | None:
         found = await self._bucket.get(key)
