@@ -132,5 +132,9 @@ async def test_a_rolling_deploy_loses_nothing_and_runs_nothing_twice(
             async for e in agent.events(timeout=5)
             if isinstance(e, StepStarted) and e.tool == "deployer"
         ]
-        if versioning == "pinned":
-            assert len(set(turns)) == 1, f"a pinned conversation changed build: {turns}"
+        if versioning == "pinned" and len(set(turns)) != 1:
+            everything = [
+                (e.kind, e.step, e.branch, e.tool, e.attempt, e.build, str(e.time))
+                async for e in agent.events(timeout=5)
+            ]
+            raise AssertionError(f"a pinned conversation changed build: {turns} {everything}")

@@ -130,6 +130,15 @@ StepSlack = Annotated[
         help="Seconds a step not yet held waits past its next beat before another worker takes it.",
     ),
 ]
+LoopStall = Annotated[
+    float,
+    typer.Option(
+        envvar="TETHER_LOOP_STALL",
+        metavar="S",
+        help="Seconds a worker whose event loop is blocked (a tool calling blocking code) "
+        "is still answered for as alive before others may take it for dead.",
+    ),
+]
 
 
 Grace = Annotated[
@@ -160,6 +169,7 @@ def worker(
     dead_after: DeadAfter = 2.0,
     look_every: LookEvery = 30.0,
     step_slack: StepSlack = 1.0,
+    loop_stall: LoopStall = 20.0,
     grace: Grace = 2.0,
     drain: Annotated[
         bool,
@@ -201,7 +211,7 @@ def worker(
     config = nats_config(nats, prefix, "tether-worker", replicas)
     try:
         loaded = load_apps(apps)
-        liveness = Liveness(beat_every, dead_after, look_every, step_slack)
+        liveness = Liveness(beat_every, dead_after, look_every, step_slack, loop_stall)
         serving = functools.partial(
             Worker,
             loaded,

@@ -16,15 +16,12 @@ on "no responders" asks again over a span longer than a reconnect
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from tether.errors import NotAllowedError
@@ -91,20 +88,12 @@ async def ask_alive(nc: NatsClient, subject: str, timeout: float) -> Asked:
     return Asked.ALIVE
 
 
-async def serve_alive(nc: NatsClient, subject: str) -> Callable[[], Awaitable[None]]:
-    """Answer every question on `subject` (an empty reply) until the connection closes or
-    the returned stop is awaited. Checked at once by asking itself: a user that may ask
-    but not serve would be taken for dead by every other worker, so that is an error
-    (NotAllowedError); one that may neither is judged by its beats alone (a warning)."""
-
-    async def answer(msg: Msg) -> None:
-        if msg.reply:
-            with contextlib.suppress(Exception):  # the asker will ask again
-                await nc.publish(msg.reply)
-
+async def check_answered(nc: NatsClient, subject: str) -> None:
+    """Ask `subject` (a worker's own, answered by `tether.nats.answering`) once, from
+    `nc`: a user that may ask but not serve would be taken for dead by every other
+    worker, so that is an error (NotAllowedError); one that may neither is judged by its
+    beats alone (a warning)."""
     _watch_cluster(nc)
-    subscription = await nc.subscribe(subject, cb=answer)
-    await nc.flush()  # the server has the subscription before anyone may ask
     try:
         asked = await unless_refused(nc, ask_alive(nc, subject, SELF_CHECK_S), subject)
     except Refused as exc:
@@ -125,12 +114,6 @@ async def serve_alive(nc: NatsClient, subject: str) -> Callable[[], Awaitable[No
             "alone where it cannot be asked (deploy/nats/roles.conf: allow_responses)",
             subject,
         )
-
-    async def stop() -> None:
-        with contextlib.suppress(Exception):
-            await subscription.unsubscribe()
-
-    return stop
 
 
 def _not_served(subject: str, why: str) -> NotAllowedError:

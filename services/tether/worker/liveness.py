@@ -16,9 +16,7 @@ class Liveness:
     dead_after: float = 2.0
     """Seconds of silence after which a survivor hands a worker's held steps on, when the
     worker neither beat nor answered a question meanwhile (`ask_after`): a worker whose
-    connection is gone is known at once, one whose event loop is blocked this long (a
-    tool calling blocking code) is taken for dead: its held steps run again elsewhere, at
-    least once as always."""
+    connection is gone is known at once."""
     look_every: float = 30.0
     """Seconds between looks at the records of the tasks whose steps run here, for a
     cancellation whose notice this worker missed (one read per task)."""
@@ -27,6 +25,11 @@ class Liveness:
     held, or its message extended) before another worker takes it. A worker whose event
     loop stalls longer loses the steps it has not held yet to others (they run again:
     at least once, as always)."""
+    loop_stall: float = 20.0
+    """Seconds a worker's event loop may go without a turn (a tool calling blocking code,
+    a machine starved of CPU) and still be answered for: its answers come from a thread
+    of their own (`tether.nats.answering`). A loop blocked longer is taken for dead
+    `dead_after` later: its held steps run again elsewhere, at least once as always."""
 
     @property
     def ask_after(self) -> float:
@@ -53,5 +56,5 @@ class Liveness:
                 f"({self.dead_after}s): a worker that beats less often than others wait "
                 "for it is taken for dead"
             )
-        if self.look_every <= 0 or self.step_slack <= 0:
-            raise ValueError("look_every and step_slack must be above 0")
+        if self.look_every <= 0 or self.step_slack <= 0 or self.loop_stall <= 0:
+            raise ValueError("look_every, step_slack and loop_stall must be above 0")

@@ -42,7 +42,9 @@ import msgspec
 
 from tether.clock import utcnow
 from tether.errors import NatsUnavailableError, RevisionConflictError
-from tether.nats.alive import Asked, ask_alive, serve_alive, steadiness
+from tether.nats.alive import Asked, ask_alive, check_answered, steadiness
+from tether.nats.answering import Answering
+from tether.nats.connection import NatsConfig
 from tether.nats.failures import disturbances
 from tether.nats.store import Store
 from tether.nats.workers import is_worker_key
@@ -121,12 +123,21 @@ class Succession:
         self._steady_since = time.monotonic()
         """Since when (monotonic) this process's connection has been steady."""
         self._task: asyncio.Task[None] | None = None
+        self._answering: Answering | None = None
         self._unfollow: Callable[[], Awaitable[None]] | None = None
 
-    async def serve(self) -> None:
-        """Answer the others' questions (`tether.nats.alive`) for as long as the
-        connection is up: before this worker beats or holds anything."""
-        await serve_alive(self._store.nc, self._store.names.alive_subject(self._own))
+    async def serve(self, config: NatsConfig) -> None:
+        """Answer the others' questions (`tether.nats.alive`), from a thread of their own
+        (`tether.nats.answering`), until `stop`: before this worker beats or holds anything."""
+        subject = self._store.names.alive_subject(self._own)
+        answering = Answering(config, subject, self._store.nc, self._liveness.loop_stall)
+        await answering.start()
+        self._answering = answering
+        try:
+            await check_answered(self._store.nc, subject)
+        except BaseException:
+            await answering.stop()
+            raise
 
     async def start(self) -> None:
         self._unfollow = await self._store.workers.follow(self._heard)
@@ -171,6 +182,8 @@ class Succession:
                     await task
         if self._unfollow is not None:
             await self._unfollow()
+        if self._answering is not None:
+            await self._answering.stop()
 
     def _heard(self, key: str, beat: WorkerBeat | None) -> None:
         if beat is None:

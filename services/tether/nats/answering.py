@@ -1,0 +1,108 @@
+"""A worker's answers to "are you alive?" (`tether.nats.alive`), given by a thread of
+its own on a connection of its own.
+
+Answered from the worker's event loop, a question waits behind everything else the loop
+has to do: on a loaded machine (or under a tool that calls blocking code) it went
+unanswered for seconds, and the others took a live worker for dead and ran its held
+steps again. The thread answers within milliseconds however busy the loop is, and only
+while the loop still turns (within `stall`) and its connection is not closed for good:
+a loop blocked for longer is as good as dead, and is taken for dead as before. The
+process's death drops this connection with the other, so "no responders" still tells
+it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from tether.nats.connection import NatsConfig, close, connect
+
+log = logging.getLogger("tether.nats")
+TURN_EVERY = 0.1
+"""Seconds between the event loop's proofs that it turns (a timer: nothing else runs)."""
+STOP_WITHIN = 5.0
+"""Seconds a stop waits for the thread to close its connection."""
+
+
+class Answering:
+    """Answers on `subject` from a thread, while the event loop that started it turns
+    within `stall` seconds and `main` (the worker's connection) is not closed."""
+
+    def __init__(self, config: NatsConfig, subject: str, main: NatsClient, stall: float) -> None:
+        self._config = dataclasses.replace(config, name=f"{config.name}-alive")
+        self._subject = subject
+        self._main = main
+        self._stall = stall
+        self._turned = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, name="tether-alive", daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    async def start(self) -> None:
+        """Once this returns the server has the subscription (it raises what the
+        connection raised: NATS away, credentials refused)."""
+        self._turn()
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(self._ready)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop answering: from now on questions get "no responders"."""
+        if self._timer is not None:
+            self._timer.cancel()
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # its loop ended already
+                loop.call_soon_threadsafe(stop.set)
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, STOP_WITHIN)
+
+    def _turn(self) -> None:
+        self._turned = time.monotonic()
+        self._timer = asyncio.get_running_loop().call_later(TURN_EVERY, self._turn)
+
+    def _answers(self) -> bool:
+        return time.monotonic() - self._turned <= self._stall and not self._main.is_closed
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            nc = await connect(self._config)
+        except BaseException as exc:
+            self._ready.set_exception(exc)
+            return
+        try:
+
+            async def answer(msg: Msg) -> None:
+                if msg.reply and self._answers():
+                    with contextlib.suppress(Exception):  # the asker will ask again
+                        await nc.publish(msg.reply)
+
+            await nc.subscribe(self._subject, cb=answer)
+            await nc.flush()
+        except BaseException as exc:
+            await close(nc)
+            self._ready.set_exception(exc)
+            return
+        self._ready.set_result(None)
+        try:
+            await self._stop.wait()
+        finally:
+            await close(nc)
