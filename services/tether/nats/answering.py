@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-import time
+from collections.abc import Callable
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -27,23 +27,28 @@ from nats.aio.msg import Msg
 from tether.nats.connection import NatsConfig, close, connect
 
 log = logging.getLogger("tether.nats")
-TURN_EVERY = 0.1
-"""Seconds between the event loop's proofs that it turns (a timer: nothing else runs)."""
 STOP_WITHIN = 5.0
 """Seconds a stop waits for the thread to close its connection."""
 
 
 class Answering:
-    """Answers on `subject` from a thread, while the event loop that started it turns
-    within `stall` seconds and `main` (the worker's connection) is not closed."""
+    """Answers on `subject` from a thread, while the worker's event loop has not stalled
+    (`stalled`: seconds since it last turned) for `stall` seconds and `main` (the worker's
+    connection) is not closed."""
 
-    def __init__(self, config: NatsConfig, subject: str, main: NatsClient, stall: float) -> None:
+    def __init__(
+        self,
+        config: NatsConfig,
+        subject: str,
+        main: NatsClient,
+        stalled: Callable[[], float],
+        stall: float,
+    ) -> None:
         self._config = dataclasses.replace(config, name=f"{config.name}-alive")
         self._subject = subject
         self._main = main
+        self._stalled = stalled
         self._stall = stall
-        self._turned = time.monotonic()
-        self._timer: asyncio.TimerHandle | None = None
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="tether-alive", daemon=True)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -52,7 +57,6 @@ class Answering:
     async def start(self) -> None:
         """Once this returns the server has the subscription (it raises what the
         connection raised: NATS away, credentials refused)."""
-        self._turn()
         self._thread.start()
         try:
             await asyncio.wrap_future(self._ready)
@@ -62,8 +66,6 @@ class Answering:
 
     async def stop(self) -> None:
         """Stop answering: from now on questions get "no responders"."""
-        if self._timer is not None:
-            self._timer.cancel()
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None:
             with contextlib.suppress(RuntimeError):  # its loop ended already
@@ -71,12 +73,8 @@ class Answering:
         if self._thread.is_alive():
             await asyncio.to_thread(self._thread.join, STOP_WITHIN)
 
-    def _turn(self) -> None:
-        self._turned = time.monotonic()
-        self._timer = asyncio.get_running_loop().call_later(TURN_EVERY, self._turn)
-
     def _answers(self) -> bool:
-        return time.monotonic() - self._turned <= self._stall and not self._main.is_closed
+        return self._stalled() <= self._stall and not self._main.is_closed
 
     def _run(self) -> None:
         asyncio.run(self._serve())

@@ -35,7 +35,7 @@ class Delivery:
     """One delivery of a message from a durable pull consumer; `acks`, where given, sends
     its `+ACK` with the connection's next write (see `tether.nats.acks`)."""
 
-    def __init__(self, msg: Msg, acks: Acks | None = None) -> None:
+    def __init__(self, msg: Msg, acks: Acks | None = None, asked_at: float | None = None) -> None:
         self._msg = msg
         self._acks = acks
         self.subject: str = msg.subject
@@ -54,6 +54,9 @@ class Delivery:
         self.msg_id: str = headers.get(MSG_ID) or f"s{self.stream_sequence}"
         self.ack_subject: str | None = msg.reply or None
         self._fetched = time.monotonic()
+        self.asked_at = self._fetched if asked_at is None else asked_at
+        """When (monotonic) the fetch that brought it was asked for: the server sent it
+        between then and `waited` ago."""
 
     @property
     def waited(self) -> float:
@@ -181,6 +184,10 @@ class Delivery:
             await self._msg.in_progress()
 
 
+PROBE_S = 0.05
+"""Seconds a fetch of more than one waits for the server to say what it has now."""
+
+
 class Consumer:
     """A bound durable pull consumer: `fetch` up to n deliveries at a time; with `acks`,
     their `+ACK`s go with the connection's next write."""
@@ -238,8 +245,20 @@ class Consumer:
     async def _fetch(self, batch: int, timeout: float) -> list[Delivery]:
         if self._acks is not None:
             await self._acks.send()  # with the pull request
+        asked_at = time.monotonic()
         try:
-            msgs = await self._subscription.fetch(batch, timeout=timeout)
+            msgs = await self._take(batch, timeout)
         except TimeoutError:
             return []
-        return [Delivery(msg, self._acks) for msg in msgs]
+        return [Delivery(msg, self._acks, asked_at) for msg in msgs]
+
+    async def _take(self, batch: int, timeout: float) -> list[Msg]:
+        """What is there now, up to `batch`, at once; else one, as soon as it comes.
+        nats-py's own wait for more would hold a message that came first until `timeout`
+        for a batch to fill: its ack wait running out meanwhile, and the step's start late."""
+        if batch > 1:
+            try:
+                return await self._subscription.fetch(batch, timeout=PROBE_S)
+            except TimeoutError:
+                pass  # nothing there: wait for the next one
+        return await self._subscription.fetch(1, timeout=timeout)

@@ -17,6 +17,7 @@ from nats.aio.msg import Msg
 from tether.clock import utcnow
 from tether.errors import TetherError
 from tether.nats import headers
+from tether.nats.alive import Asked, ask_alive
 from tether.nats.connection import jetstream_context
 from tether.nats.failures import translating
 from tether.nats.kv import Bucket, Entry
@@ -30,6 +31,8 @@ log = logging.getLogger("tether.nats")
 ALIVE_WITHIN = timedelta(seconds=3)
 """A worker whose last beat is younger is alive (beats come every `beat_every`, under the
 default 2 s `dead_after`)."""
+ASK_WITHIN = 0.5
+"""Seconds `alive` waits for a late worker's answer (it answers from a thread of its own)."""
 LIVE_FOR = timedelta(seconds=30)
 """A worker whose last beat is older is not listed as serving anything."""
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
@@ -148,12 +151,18 @@ class Workers:
     async def keys(self, match: str = ">") -> list[str]:
         return await self._bucket.keys(match)
 
-    async def alive(self, worker_id: str) -> bool:
-        """Whether the worker beat within `ALIVE_WITHIN` and no survivor claimed it."""
+    async def alive(self, worker_id: str, asking: str | None = None) -> bool:
+        """Whether no survivor claimed the worker and it beat within `ALIVE_WITHIN`, or,
+        its beat later (its event loop busy), it answers a question on `asking` (its
+        alive subject: `tether.nats.alive`)."""
         beat = await self.beat_of(worker_key(worker_id))
-        if beat is None:
+        if beat is None or beat.claimed_by is not None:
             return False
-        return utcnow() - beat.time < ALIVE_WITHIN and beat.claimed_by is None
+        if utcnow() - beat.time < ALIVE_WITHIN:
+            return True
+        if asking is None or not beat.answers:
+            return False
+        return await ask_alive(self._nc, asking, ASK_WITHIN) is Asked.ALIVE
 
     async def beat_of(self, key: str) -> WorkerBeat | None:
         found = await self._bucket.get(key)

@@ -41,7 +41,9 @@ class Submitted(StatusEvent, frozen=True, kw_only=True, tag="submitted"):
 
 
 class StepStarted(StatusEvent, frozen=True, kw_only=True, tag="step_started"):
-    pass
+    worker: str | None = None
+    """The id of the worker that runs it: a delivery of the step that comes back before
+    that worker's first beat leaves the step to it while it is alive (`StepRun.holder`)."""
 
 
 class StepCompleted(StatusEvent, frozen=True, kw_only=True, tag="step_completed"):

@@ -115,7 +115,7 @@ class Execution:
         look: run_marks.Look,
     ) -> run_marks.NotHere | None:
         spec = found.record.spec(work.step).branch(work.branch)
-        mark = await run_marks.started(self.store, delivery, heartbeat, work, look)
+        mark = await run_marks.started(self.store, delivery, heartbeat, work, look, tool.agent)
         if isinstance(mark, run_marks.NotHere):
             return mark  # another delivery runs it, or ran it after our read
         started = await self._start(found, work, delivery.attempt)
@@ -189,7 +189,7 @@ class Execution:
     async def _start(self, found: Versioned, work: WorkMessage, attempt: int) -> RecordStart | None:
         """Emit `step_started`; on a pending task also move it to running (see
         `RecordStart`; the caller settles it before finishing)."""
-        await self._running_event(StepStarted, work, attempt)
+        await self._running_event(StepStarted, work, attempt, worker=self.worker_id)
         if found.record.status is not TaskStatus.PENDING:
             return None
         return RecordStart(self.store, found, work, self.build)

@@ -22,6 +22,7 @@ from tether.errors import RevisionConflictError
 from tether.nats.delivery import Delivery
 from tether.nats.feeds import last_event
 from tether.nats.store import Store
+from tether.nats.workers import worker_key
 from tether.schemas.runs import StepRun
 from tether.schemas.work import WorkMessage
 from tether.worker import decisions, runs
@@ -61,12 +62,12 @@ async def count(store: Store, delivery: Delivery, work: WorkMessage, holder: str
         counted = runs.count(prior, delivered, sequence, work.generation, None)
         return Look(counted, None, holder)
     last, revision = await store.heartbeats.run_of(work.task_id, work.step, work.branch)
-    # A held delivery's message is acknowledged: its copy here is the one that runs.
-    elsewhere = not delivery.held and (
-        runs.runs_elsewhere(last, sequence, delivered) or await _held_alive(store, last, holder)
-    )
     if last is None or last.generation != work.generation:
         last = runs.started_by_event(await last_event(store, work.task_id), work, prior)
+    # A held delivery's message is acknowledged: no later delivery of it runs. But one held
+    # at once (an agent's) may be a copy a busy worker is late with: it goes back to wait.
+    later = not delivery.held and runs.runs_elsewhere(last, sequence, delivered)
+    elsewhere = later or await _held_alive(store, last, holder)
     counted = runs.count(prior, delivered, sequence, work.generation, last)
     delivery.count(counted.attempt)
     return Look(counted, revision, holder, elsewhere)
@@ -78,20 +79,26 @@ async def started(
     heartbeat: StepHeartbeat,
     work: WorkMessage,
     look: Look,
+    at_once: bool = False,
 ) -> Mark | NotHere:
     """Make the attempt count: its `StepRun` now (compare-and-set), on a delivery that
     came back; with the first beat on a first delivery (one that ends sooner counts by its
     `step_started`). Returns the mark, for a failure to say the step goes back, or why
-    the step does not run here after all."""
+    the step does not run here after all. A step whose first beat comes `at_once` (an
+    agent's: its call costs money) is marked by compare-and-set before it runs, at no
+    cost: two copies of a message a busy worker took late never both call the model."""
     mark = marker(store, delivery, work, look)
-    if look.revision is None:
+    if look.revision is None and not at_once:
         heartbeat.mark = lambda: mark(True)
         return mark
+    if look.revision is None:
+        claimed = await _claimed(store, delivery, work, mark, look)
+        return NotHere.RUNS_ELSEWHERE if claimed is None else mark
     # Checked before the mark too: a delivery that cannot reach NATS leaves no mark
     # (the next delivery would take it for a run whose worker died).
     if await _done(store, work):
         return NotHere.DONE_MEANWHILE
-    if await _claimed(store, delivery, work, mark, look.revision) is None:
+    if await _claimed(store, delivery, work, mark, look) is None:
         return NotHere.RUNS_ELSEWHERE
     return NotHere.DONE_MEANWHILE if await _done(store, work) else mark
 
@@ -104,7 +111,7 @@ async def waiting(
     it does not run here after all."""
     assert look.revision is not None  # a suspect's delivery came back: it read its run
     wait = marker(store, delivery, work, look, waiting=True)
-    revision = await _claimed(store, delivery, work, wait, look.revision)
+    revision = await _claimed(store, delivery, work, wait, look)
     if revision is None:
         return NotHere.RUNS_ELSEWHERE
     return Look(look.counted, revision, look.holder)
@@ -122,20 +129,23 @@ async def _done(store: Store, work: WorkMessage) -> bool:
 
 
 async def _claimed(
-    store: Store, delivery: Delivery, work: WorkMessage, mark: Mark, revision: int
+    store: Store, delivery: Delivery, work: WorkMessage, mark: Mark, look: Look
 ) -> int | None:
-    """Write the mark by compare-and-set; its revision, or None when a later delivery of
-    the message started the step. A conflict is not proof of that: during a failover a
-    mark of this delivery's may have been stored though its write timed out, or a read
-    may have been behind, so read again and try again."""
+    """Write the mark by compare-and-set; its revision, or None when another delivery
+    started the step: a later one of the message, or one in a worker that is alive (two
+    copies of a message a busy worker took late). A conflict alone is not proof of that:
+    during a failover a mark of this delivery's may have been stored though its write
+    timed out, or a read may have been behind, so read again and try again."""
+    revision = look.revision or 0
     for _ in range(CLAIM_TRIES):
         try:
             return await mark(True, revision)
         except RevisionConflictError:
             last, revision = await store.heartbeats.run_of(work.task_id, work.step, work.branch)
-            if not delivery.held and runs.runs_elsewhere(
+            later = not delivery.held and runs.runs_elsewhere(
                 last, delivery.stream_sequence, delivery.delivered
-            ):
+            )
+            if later or await _held_alive(store, last, look.holder):
                 return None
     return revision if delivery.held else None
 
@@ -144,7 +154,9 @@ async def _held_alive(store: Store, last: StepRun | None, holder: str) -> bool:
     """Whether another worker that is alive runs the step (`runs.held_by`): this
     delivery came back only because that worker was late, not dead."""
     other = runs.held_by(last, holder, utcnow())
-    return other is not None and await store.workers.alive(other)
+    if other is None:
+        return False
+    return await store.workers.alive(other, store.names.alive_subject(worker_key(other)))
 
 
 def marker(

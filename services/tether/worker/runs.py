@@ -102,7 +102,7 @@ def count(
 def started_by_event(last: AnyStatusEvent | None, work: WorkMessage, prior: int) -> StepRun | None:
     """A first delivery that died before its first beat wrote no `StepRun`, but its
     `step_started` went out before its tool ran: when that is still the task's last event,
-    the attempt started (and its worker died)."""
+    the attempt started, in the worker it names (which died, or is late)."""
     if (
         not isinstance(last, StepStarted)
         or (last.step, last.branch, last.generation) != (work.step, work.branch, work.generation)
@@ -117,6 +117,7 @@ def started_by_event(last: AnyStatusEvent | None, work: WorkMessage, prior: int)
         delivered=0,
         running=True,
         time=last.time,
+        holder=last.worker or "",
     )
 
 

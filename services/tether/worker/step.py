@@ -40,6 +40,7 @@ from tether.worker.attempts import AttemptObserver
 from tether.worker.custody import Custody
 from tether.worker.execution import Execution
 from tether.worker.heartbeats import StepHeartbeat
+from tether.worker.lag import LoopLag
 from tether.worker.run_marks import NotHere
 
 log = logging.getLogger("tether.worker")
@@ -66,6 +67,8 @@ class StepRunner:
     build: str | None = None
     fleet: FleetView | None = None
     """The builds this process knows of: a step that should run on another is sent on."""
+    lag: LoopLag | None = None
+    """How late this process's event loop runs (see `_if_late`)."""
     _running: dict[str, set[StepHeartbeat]] = field(default_factory=dict)
     _copies: dict[tuple[str, int, int | None, int], tuple[asyncio.Lock, int]] = field(
         default_factory=dict
@@ -191,7 +194,7 @@ class StepRunner:
     async def _handle_work(
         self, delivery: Delivery, heartbeat: StepHeartbeat, work: WorkMessage, again: bool = True
     ) -> None:
-        await _if_late(delivery)
+        await _if_late(delivery, self.lag)
         found, checkpoint = await self._read(work, first=not delivery.came_back)
         record = found.record if found else None
         decision = decisions.decide(record, checkpoint, work, delivery.attempt)
@@ -359,11 +362,16 @@ class StepRunner:
         await delivery.done()
 
 
-async def _if_late(delivery: Delivery) -> None:
+async def _if_late(delivery: Delivery, lag: LoopLag | None) -> None:
     """A busy process: before its first beat the ack wait may run out, and the message go
     to another worker. Restart the clock and count it as one that came back, whose run is
-    marked (compare-and-set) before it starts."""
-    if delivery.waited > LATE_START and not delivery.came_back:
+    marked (compare-and-set) before it starts. Late is `LATE_START` since it was fetched,
+    or a loop late by as much since the fetch was asked for: the message may have waited
+    that long, and more, before the fetch returned it."""
+    if delivery.came_back:
+        return
+    late = lag is not None and lag.worst_since(delivery.asked_at) > LATE_START
+    if late or delivery.waited > LATE_START:
         with contextlib.suppress(Exception):
             await delivery.extend()
         delivery.handle_again()

@@ -52,6 +52,7 @@ from tether.schemas.codec import encode
 from tether.schemas.workers import HeldStep, WorkerBeat
 from tether.worker.custody import publish_again
 from tether.worker.heartbeats import StepHeartbeat
+from tether.worker.lag import LoopLag
 from tether.worker.liveness import Liveness
 
 log = logging.getLogger("tether.worker")
@@ -124,13 +125,17 @@ class Succession:
         """Since when (monotonic) this process's connection has been steady."""
         self._task: asyncio.Task[None] | None = None
         self._answering: Answering | None = None
+        self.lag = LoopLag()
         self._unfollow: Callable[[], Awaitable[None]] | None = None
 
-    async def serve(self, config: NatsConfig) -> None:
+    async def serve(self, config: NatsConfig) -> LoopLag:
         """Answer the others' questions (`tether.nats.alive`), from a thread of their own
-        (`tether.nats.answering`), until `stop`: before this worker beats or holds anything."""
+        (`tether.nats.answering`), until `stop`: before this worker beats or holds anything.
+        Returns how late the event loop runs (answered for while it turns at all)."""
         subject = self._store.names.alive_subject(self._own)
-        answering = Answering(config, subject, self._store.nc, self._liveness.loop_stall)
+        self.lag.start()
+        stall = self._liveness.loop_stall
+        answering = Answering(config, subject, self._store.nc, self.lag.stalled, stall)
         await answering.start()
         self._answering = answering
         try:
@@ -138,6 +143,7 @@ class Succession:
         except BaseException:
             await answering.stop()
             raise
+        return self.lag
 
     async def start(self) -> None:
         self._unfollow = await self._store.workers.follow(self._heard)
@@ -184,6 +190,7 @@ class Succession:
             await self._unfollow()
         if self._answering is not None:
             await self._answering.stop()
+        self.lag.stop()
 
     def _heard(self, key: str, beat: WorkerBeat | None) -> None:
         if beat is None:

@@ -158,7 +158,7 @@ class Worker(Service):
         await store.remember_records(runner.stop_task)
         held, stored = runner.held, lambda: self._beat_stored
         self._succession = Succession(store, key, self.liveness, held, stored)
-        await self._succession.serve(self.nats)  # answering before it beats or holds anything
+        runner.lag = await self._succession.serve(self.nats)  # answers before it beats or holds
         consumers = {tool.name: await self._register(store, tool) for tool in self.tools.values()}
         if self.metrics is not None:
             self.metrics.attach(store)
