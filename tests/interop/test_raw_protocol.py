@@ -46,6 +46,7 @@ EVENT_FIELDS = {
 }
 EVENT_EXTRAS = {
     "step_completed": {"skipped", "wake_at", "usage", "notes"},
+    "step_started": {"worker"},
     "step_retrying": {"retry_in_ms"},
     "waiting": {"input_request"},
     "submitted": {"note"},

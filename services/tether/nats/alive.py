@@ -16,12 +16,15 @@ on "no responders" asks again over a span longer than a reconnect
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
+from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from tether.errors import NotAllowedError
@@ -88,8 +91,30 @@ async def ask_alive(nc: NatsClient, subject: str, timeout: float) -> Asked:
     return Asked.ALIVE
 
 
+async def serve_alive(
+    nc: NatsClient, subject: str, answers: Callable[[], bool] = lambda: True
+) -> Callable[[], Awaitable[None]]:
+    """Answer every question on `subject` (an empty reply) while `answers()`, until the
+    connection closes or the returned stop is awaited; the server has the subscription
+    when this returns."""
+
+    async def answer(msg: Msg) -> None:
+        if msg.reply and answers():
+            with contextlib.suppress(Exception):  # the asker will ask again
+                await nc.publish(msg.reply)
+
+    subscription = await nc.subscribe(subject, cb=answer)
+    await nc.flush()
+
+    async def stop() -> None:
+        with contextlib.suppress(Exception):
+            await subscription.unsubscribe()
+
+    return stop
+
+
 async def check_answered(nc: NatsClient, subject: str) -> None:
-    """Ask `subject` (a worker's own, answered by `tether.nats.answering`) once, from
+    """Ask `subject` (a worker's own, answered by `serve_alive`) once, from
     `nc`: a user that may ask but not serve would be taken for dead by every other
     worker, so that is an error (NotAllowedError); one that may neither is judged by its
     beats alone (a warning)."""

@@ -8,7 +8,8 @@ steps again. The thread answers within milliseconds however busy the loop is, an
 while the loop still turns (within `stall`) and its connection is not closed for good:
 a loop blocked for longer is as good as dead, and is taken for dead as before. The
 process's death drops this connection with the other, so "no responders" still tells
-it at once.
+it at once. The worker's own connection answers too (`serve_alive`): a question has its
+answer from whichever comes first, and from the loop alone should this thread fail.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import threading
 from collections.abc import Callable
 
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 
+from tether.nats.alive import serve_alive
 from tether.nats.connection import NatsConfig, close, connect
 
 log = logging.getLogger("tether.nats")
@@ -87,14 +88,7 @@ class Answering:
             self._ready.set_exception(exc)
             return
         try:
-
-            async def answer(msg: Msg) -> None:
-                if msg.reply and self._answers():
-                    with contextlib.suppress(Exception):  # the asker will ask again
-                        await nc.publish(msg.reply)
-
-            await nc.subscribe(self._subject, cb=answer)
-            await nc.flush()
+            await serve_alive(nc, self._subject, self._answers)
         except BaseException as exc:
             await close(nc)
             self._ready.set_exception(exc)

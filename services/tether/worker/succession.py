@@ -42,7 +42,7 @@ import msgspec
 
 from tether.clock import utcnow
 from tether.errors import NatsUnavailableError, RevisionConflictError
-from tether.nats.alive import Asked, ask_alive, check_answered, steadiness
+from tether.nats.alive import Asked, ask_alive, check_answered, serve_alive, steadiness
 from tether.nats.answering import Answering
 from tether.nats.connection import NatsConfig
 from tether.nats.failures import disturbances
@@ -134,10 +134,14 @@ class Succession:
         Returns how late the event loop runs (answered for while it turns at all)."""
         subject = self._store.names.alive_subject(self._own)
         self.lag.start()
+        await serve_alive(self._store.nc, subject)
         stall = self._liveness.loop_stall
         answering = Answering(config, subject, self._store.nc, self.lag.stalled, stall)
-        await answering.start()
-        self._answering = answering
+        try:
+            await answering.start()
+            self._answering = answering
+        except Exception as exc:  # answered from the event loop alone, as before
+            log.warning("worker %s answers from its event loop only: %s", self._own, exc)
         try:
             await check_answered(self._store.nc, subject)
         except BaseException:
