@@ -6,7 +6,7 @@ default:
 test *args:
     python -m pytest --numprocesses auto --dist worksteal -m "not load" {{args}}
 
-# The load tests, alone on the machine (a live worker must not be taken for dead)
+# The load tests: thirty fast streams on two workers (a busy worker is never taken for dead)
 test-load *args:
     python -m pytest -m load {{args}}
 

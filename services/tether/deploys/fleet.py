@@ -38,6 +38,8 @@ class FleetView:
         self._dead_after = dead_after
         """Seconds of silence after which a worker no longer counts (`Liveness.dead_after`)."""
         self._beats: dict[str, tuple[WorkerBeat, float]] = {}
+        self._own: str | None = None
+        """This process's worker: in its own view while it runs, however late its beats."""
         self.fleet = Fleet()
         self.changes = 0
         """Counts the changes of who serves what, the builds and the deployment."""
@@ -74,6 +76,7 @@ class FleetView:
 
     def know(self, key: str, beat: WorkerBeat, info: BuildInfo | None = None) -> None:
         """This process's own worker, known at once (not when its beat comes back)."""
+        self._own = key
         self._heard_beat(key, beat)
         if info is not None:
             self.fleet.infos[info.build] = info
@@ -108,7 +111,7 @@ class FleetView:
         now = time.monotonic()
         serving: dict[str, dict[str, bool]] = {}
         for key, (beat, heard) in list(self._beats.items()):
-            if now - heard > self._dead_after:
+            if now - heard > self._dead_after and key != self._own:
                 del self._beats[key]
                 continue
             build = beat.build
