@@ -1,0 +1,182 @@
+"""What a session does with what came to its inbox: a pure rule, no I/O.
+
+- A session is made by its first message, which names its agent; a later message that
+  names another agent is refused, as is every message after the session was closed
+  (what came before the close still gets its turn).
+- A message to an idle session starts a run with it (run n is `<id>-r<n>`), together
+  with whatever waited for a next run.
+- A message while a run is under way steers it (the run reads it before its next model
+  call), unless its sender asked to `queue` it for the next turn; a message that comes
+  while the run's task is not made yet joins the run's input instead.
+- When the run ends, whatever it was told and did not read, and what was queued, start
+  the next run. A run that completed is what the next one continues; one that failed or
+  was cancelled is not (the next continues the last that completed).
+- A message the dispatcher wrote (taken, refused), a withdrawal, an edit of a message
+  still waiting, and a repeat change nothing more than the lists say.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+
+from tether.schemas.names import Names
+from tether.schemas.sessions import SessionMessage, SessionState
+
+
+class Incoming(NamedTuple):
+    """A message read from the inbox: its stream sequence, id and content."""
+
+    seq: int
+    message_id: str
+    message: SessionMessage
+
+
+class RunEnd(NamedTuple):
+    """The run under way has ended; `unread`: messages told it that it never read."""
+
+    task_id: str
+    completed: bool
+    unread: list[str]
+
+
+class Refusal(NamedTuple):
+    seq: int
+    message_id: str
+    reason: str
+
+
+class Decision(NamedTuple):
+    state: SessionState | None
+    """The session's new state (None: there is still no session)."""
+    refusals: list[Refusal]
+
+
+def decide(
+    session_id: str,
+    state: SessionState | None,
+    incoming: list[Incoming],
+    *,
+    ended: RunEnd | None = None,
+    unknown_agent: str | None = None,
+) -> Decision:
+    """The session's next state after `incoming` (in inbox order) and the end of its run.
+
+    `unknown_agent`: why the agent a new session's first message names cannot run it."""
+    if state is None:
+        return _first(session_id, incoming, unknown_agent)
+    told = _Told(state)
+    if ended is not None and ended.task_id == state.current:
+        told.end(ended)
+    refusals = [r for entry in incoming if (r := told.take(session_id, entry)) is not None]
+    told.start_next(session_id)
+    return Decision(told.state(), refusals)
+
+
+def _first(session_id: str, incoming: list[Incoming], unknown_agent: str | None) -> Decision:
+    """A session's first messages: the first that is not settled names its agent."""
+    waiting = [entry for entry in incoming if not _settled(entry.message)]
+    if not waiting:
+        return Decision(None, [])
+    agent = waiting[0].message.agent
+    if agent is None or unknown_agent is not None:
+        reason = unknown_agent or (
+            f"session {session_id!r} does not exist yet: its first message names the agent "
+            "that answers it (agent=...)"
+        )
+        return Decision(None, [Refusal(e.seq, e.message_id, reason) for e in waiting])
+    return decide(session_id, SessionState(agent=agent), incoming)
+
+
+def _settled(message: SessionMessage) -> bool:
+    return message.settled
+
+
+class _Told:
+    """The state's lists as the messages are read, in order."""
+
+    def __init__(self, state: SessionState) -> None:
+        self._state = state
+        self.runs = state.runs
+        self.current = state.current
+        self.last = state.last
+        self.seen = state.seen
+        self.closed = state.closed
+        self.inputs = list(state.inputs)
+        self.steer = list(state.steer)
+        self.steered = list(state.steered)
+        self.queued = list(state.queued)
+        self.carried = list(state.carried)
+
+    def end(self, ended: RunEnd) -> None:
+        if ended.completed:
+            self.last = ended.task_id
+        # Told too late, or not told yet: both are the next run's first words.
+        self.carried += [m for m in ended.unread if m not in self.carried] + self.steer
+        self.current, self.steer, self.steered = None, [], []
+
+    def known(self, message_id: str) -> bool:
+        lists = (self.inputs, self.steer, self.steered, self.queued, self.carried)
+        return any(message_id in held for held in lists)
+
+    def take(self, session_id: str, entry: Incoming) -> Refusal | None:
+        seq, message_id, message = entry
+        self.seen = max(self.seen, seq)
+        if message.taken_by is not None or message.refused is not None:
+            return None  # the dispatchers' own mark
+        if message.withdrawn:
+            if message_id in self.queued:
+                self.queued.remove(message_id)
+            return None
+        if self.known(message_id):
+            return None  # an edit of a message that waits (read when taken), or a repeat
+        if self.closed:
+            return Refusal(seq, message_id, f"session {session_id!r} is closed")
+        if message.agent is not None and message.agent != self._state.agent:
+            return Refusal(
+                seq,
+                message_id,
+                f"session {session_id!r} is bound to agent {self._state.agent!r}, not "
+                f"{message.agent!r}: use another session id for another agent",
+            )
+        if message.close:
+            self.closed = True
+        elif self.current is None:
+            self.carried += [*self.queued, message_id]
+            self.queued = []
+            self.start(session_id)
+        elif message.queue:
+            self.queued.append(message_id)
+        elif self.inputs:
+            self.inputs.append(message_id)
+        else:
+            self.steer.append(message_id)
+        return None
+
+    def start(self, session_id: str) -> None:
+        self.runs += 1
+        self.current = Names.run_task_id(session_id, self.runs)
+        self.inputs, self.carried = self.carried, []
+
+    def start_next(self, session_id: str) -> None:
+        """An idle session with messages waiting starts its next run."""
+        if self.current is None and (self.carried or self.queued):
+            self.carried += self.queued
+            self.queued = []
+            self.start(session_id)
+
+    def state(self) -> SessionState:
+        return msgspec.structs.replace(
+            self._state,
+            runs=self.runs,
+            current=self.current,
+            last=self.last,
+            seen=self.seen,
+            closed=self.closed,
+            inputs=self.inputs,
+            steer=self.steer,
+            steered=self.steered,
+            queued=self.queued,
+            carried=self.carried,
+        )
