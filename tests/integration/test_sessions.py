@@ -7,13 +7,23 @@ input is refused, said, and loses nothing."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import msgspec
 import pytest
 
 from tests.conftest import Raw
-from tests.sessions import BATCH, QUEUED, STEERED, heard_once_in_order, in_its_tools, send_five
-from tether import Client, Worker
+from tests.sessions import (
+    BATCH,
+    QUEUED,
+    STEERED,
+    heard_once_in_order,
+    in_its_tools,
+    send_five,
+    while_the_tools_run,
+)
+from tether import Client, Dispatcher, NatsConfig, Worker
+from tether.clock import utcnow
 from tether.errors import (
     InvalidTaskError,
     MessageRefusedError,
@@ -22,7 +32,8 @@ from tether.errors import (
 )
 from tether.nats.store import Store
 from tether.schemas.sessions import SessionState
-from tether.sessions import Session
+from tether.sessions import Session, SessionUpdate
+from tether.tasks.sweep import Sweeper
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
 
@@ -169,3 +180,97 @@ async def test_bad_input_is_refused_with_a_clear_error_and_nothing_is_lost(
     assert await chat.answer("hello", timeout=30) == "Once."
     state = await chat.state()
     assert state is not None and state.runs == 1 and len(model.requests(first)) == 1
+
+
+async def test_a_follower_that_leaves_mid_answer_and_comes_back_sees_every_token_once(
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+) -> None:
+    words = [f"w{n} " for n in range(30)]
+    first = f"follow {uuid.uuid4().hex[:8]}"
+    turns = [_answer("Hello."), _answer("".join(words))]
+    model.load({"conversations": [{"match": first, "turns": turns}], "chunk_delay": 0.03})
+    chat = _chat(client)
+    await chat.answer(await chat.send(first), timeout=30)
+    await chat.send("Tell me more.")
+
+    seen: list[SessionUpdate] = []
+    async for update in chat.follow():  # the whole conversation, then live
+        seen.append(update)
+        if update.kind == "text" and update.run == 2:
+            break  # gone mid-answer
+    async for update in chat.follow(after=seen[-1].position):
+        seen.append(update)
+        if update.kind == "run_ended" and update.run == 2:
+            break
+
+    text = {
+        run: "".join(u.text for u in seen if u.kind == "text" and u.run == run) for run in (1, 2)
+    }
+    assert text == {1: "Hello.", 2: "".join(words)}
+    kinds = [(u.kind, u.run) for u in seen if u.kind in ("run_started", "run_ended")]
+    assert kinds == [("run_started", 1), ("run_ended", 1), ("run_started", 2), ("run_ended", 2)]
+    positions = [u.position for u in seen]
+    assert len(positions) == len(set(positions))  # nothing twice
+    ended = seen[-1].record
+    assert ended is not None and ended.result == "".join(words)
+    started = [u.started for u in seen if u.started is not None]
+    assert [s.after for s in started] == [None, f"{chat.id}-r1"]
+
+
+async def test_a_run_that_ends_while_no_dispatcher_runs_is_followed_by_the_next_at_its_start(
+    config: NatsConfig, client: Client, agent_worker: Worker, model: ScriptedModel
+) -> None:
+    async with Dispatcher(config):
+        turns = (SLOW, _answer("First."), _answer("Second."))
+        chat, _ = await in_its_tools(client, model, *turns)
+        queued = await chat.send("Later.", queue=True)
+
+        async def waiting() -> None:
+            state = await chat.state()
+            assert state is not None and state.queued == [queued]
+
+        await eventually(waiting, timeout=15)
+    assert await client.handle(f"{chat.id}-r1").wait(timeout=30) == "First."  # no dispatcher
+
+    async with Dispatcher(config):
+        assert await chat.answer(queued, timeout=30) == "Second."
+
+
+async def test_gc_removes_an_idle_session_with_its_runs_and_keeps_every_run_of_a_live_one(
+    client: Client, store: Store, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+) -> None:
+    old_first, live_first = (f"gc {n} {uuid.uuid4().hex[:8]}" for n in ("old", "live"))
+    slow_then = [_answer("A1."), SLOW, _answer("A2."), _answer("A3.")]
+    model.load(
+        {
+            "conversations": [
+                {"match": old_first, "turns": [_answer("Old 1."), _answer("Old 2.")]},
+                {"match": live_first, "turns": slow_then},
+            ]
+        }
+    )
+    old, live = _chat(client), _chat(client)
+    one = await old.send(old_first)
+    await old.answer(one, timeout=30)
+    await old.answer(await old.send("Again."), timeout=30)
+    await live.answer(await live.send(live_first), timeout=30)
+    more = await live.send("Search.")
+    await while_the_tools_run(client.handle(f"{live.id}-r2"))
+    await eventually(lambda: _idle(old), timeout=15)
+
+    later = utcnow() + timedelta(seconds=1)  # every finished run is past a zero retention
+    report = await Sweeper(store).sweep(timedelta(0), grace=timedelta(days=1), now=later)
+
+    assert report.sessions == [old.id]
+    assert {f"{old.id}-r1", f"{old.id}-r2"} <= set(report.tasks)
+    assert f"{live.id}-r1" not in report.tasks  # the live session's next run reads it
+    assert await old.state() is None and await client.find(f"{old.id}-r1") is None
+    assert await old.message(one) is None
+    assert await live.answer(more, timeout=30) == "A2."
+    assert await live.answer(await live.send("And?"), timeout=30) == "A3."
+    assert model.requests(live_first)[-1]["user_texts"] == [live_first, "Search.", "And?"]
+
+
+async def _idle(chat: Session) -> None:
+    state = await chat.state()
+    assert state is not None and state.current is None

@@ -136,14 +136,15 @@ class Dispatcher(Service):
         await delivery.done()
 
     async def _now_and_then(self, look: Callable[[], Awaitable[None]], every: float) -> None:
+        """`look` at start (what happened while no dispatcher ran), then every `every` s."""
         while not (self._stopping.is_set() or self.is_lost):
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), every)
-                return
             try:
                 await look()
             except Exception as exc:
                 log.debug("a periodic look failed (tried again later): %s", exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), every)
+                return
 
     async def _repair_index(self, store: Store) -> None:
         """Repair, now and then, the rows a killed process left: a record write's row

@@ -1,0 +1,44 @@
+"""A session's worker killed (SIGKILL) while its run's three tool calls run and five
+messages came in meanwhile: each message is heard once, in order, by the run it was sent
+to (steered) or by the next (queued), as its sender asked; none is lost or doubled."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.apps.agents import app as agents
+from tests.conftest import start_worker
+from tests.sessions import BATCH, QUEUED, STEERED, heard_once_in_order, in_its_tools, send_five
+from tether import Client, NatsConfig, Worker
+from tether.testing import wait_until
+from tether.testing.llm import ScriptedModel
+
+pytestmark = pytest.mark.slow
+
+
+async def test_five_messages_across_a_sigkill_are_heard_once_each_in_order(
+    config: NatsConfig,
+    client: Client,
+    dispatcher: object,
+    model: ScriptedModel,
+    tmp_path: Path,
+) -> None:
+    doomed = start_worker(config, "tests.apps.agents:app", log=tmp_path / "doomed.log")
+    try:
+        await wait_until(lambda: _registered(client), timeout=20, message="the agent registered")
+        chat, first = await in_its_tools(client, model, BATCH, STEERED, QUEUED)
+        sent = await send_five(chat)
+        doomed.send_signal(signal.SIGKILL)
+    finally:
+        doomed.kill()
+        doomed.wait(10)
+
+    async with Worker(agents, config):  # the survivor takes the killed worker's steps on
+        await heard_once_in_order(chat, first, sent, model)
+
+
+async def _registered(client: Client) -> bool:
+    return await client.tool("researcher") is not None
