@@ -3,12 +3,16 @@ five messages sent meanwhile, checked as the model heard them."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
+from pathlib import Path
 from typing import Any
 
-from tether import Client, TaskHandle
+from tests.conftest import start_worker
+from tether import Client, NatsConfig, TaskHandle
 from tether.schemas import StepStarted
 from tether.sessions import Session
+from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 
 BATCH = {
@@ -55,3 +59,15 @@ async def heard_once_in_order(
     taken = [await chat.message(m) for m in sent]
     runs = [message.taken_by if message else None for message in taken]
     assert runs == [f"{chat.id}-r{n}" for n in (1, 2, 1, 2, 1)]
+
+
+async def agents_worker(config: NatsConfig, client: Client, log: Path) -> subprocess.Popen[bytes]:
+    """`tether worker tests.apps.agents:app` as a real process (to SIGKILL), once its
+    agent is registered."""
+    worker = start_worker(config, "tests.apps.agents:app", log=log)
+
+    async def registered() -> bool:
+        return await client.tool("researcher") is not None
+
+    await wait_until(registered, timeout=20, message="the agent registered")
+    return worker

@@ -10,10 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.apps.agents import app as agents
-from tests.conftest import start_worker
-from tests.sessions import BATCH, QUEUED, STEERED, heard_once_in_order, in_its_tools, send_five
+from tests.sessions import (
+    BATCH,
+    QUEUED,
+    STEERED,
+    agents_worker,
+    heard_once_in_order,
+    in_its_tools,
+    send_five,
+)
 from tether import Client, NatsConfig, Worker
-from tether.testing import wait_until
 from tether.testing.llm import ScriptedModel
 
 pytestmark = pytest.mark.slow
@@ -26,9 +32,8 @@ async def test_five_messages_across_a_sigkill_are_heard_once_each_in_order(
     model: ScriptedModel,
     tmp_path: Path,
 ) -> None:
-    doomed = start_worker(config, "tests.apps.agents:app", log=tmp_path / "doomed.log")
+    doomed = await agents_worker(config, client, tmp_path / "doomed.log")
     try:
-        await wait_until(lambda: _registered(client), timeout=20, message="the agent registered")
         chat, first = await in_its_tools(client, model, BATCH, STEERED, QUEUED)
         sent = await send_five(chat)
         doomed.send_signal(signal.SIGKILL)
@@ -38,7 +43,3 @@ async def test_five_messages_across_a_sigkill_are_heard_once_each_in_order(
 
     async with Worker(agents, config):  # the survivor takes the killed worker's steps on
         await heard_once_in_order(chat, first, sent, model)
-
-
-async def _registered(client: Client) -> bool:
-    return await client.tool("researcher") is not None
