@@ -19,6 +19,7 @@ BATCH = {
     "tool_calls": [{"name": "slow_search", "arguments": {"query": f"part {n}"}} for n in range(3)]
 }
 """Three tool calls at once (each takes 2 s: `tests.apps.agents.slow_search`)."""
+SLOW = {"tool_calls": [{"name": "slow_search", "arguments": {"query": "durable"}}]}
 STEERED, QUEUED = {"content": "Steered."}, {"content": "Queued."}
 
 

@@ -16,6 +16,7 @@ from tests.conftest import Raw
 from tests.sessions import (
     BATCH,
     QUEUED,
+    SLOW,
     STEERED,
     heard_once_in_order,
     in_its_tools,
@@ -36,8 +37,6 @@ from tether.sessions import Session, SessionUpdate
 from tether.tasks.sweep import Sweeper
 from tether.testing import eventually
 from tether.testing.llm import ScriptedModel
-
-SLOW = {"tool_calls": [{"name": "slow_search", "arguments": {"query": "durable"}}]}
 
 
 def _answer(text: str) -> dict[str, str]:
