@@ -170,6 +170,16 @@ async def test_bad_input_is_refused_with_a_clear_error_and_nothing_is_lost(
         with pytest.raises(MessageRefusedError, match=said):
             await unbound.taken("a", timeout=15)
         assert await unbound.state() is None
+    long_id = "y" * 121  # a subject token, but its runs' task ids would be too long
+    subject = store.names.session_in_subject(long_id, "a")
+    await raw.js.publish(subject, msgspec.json.encode({"text": "Hi", "agent": "researcher"}))
+
+    async def refused() -> None:
+        stored = await store.sessions.latest(long_id, "a")
+        assert stored is not None and stored.message.refused is not None
+        assert "the limit is 120" in stored.message.refused
+
+    await eventually(refused, timeout=15)
 
     # A message sent again with its id is the same message, run once.
     first = model.conversation(_answer("Once."))

@@ -27,7 +27,7 @@ def test_a_first_message_without_an_agent_or_with_an_unknown_one_is_refused() ->
     state, refusals = decide(S, None, [said(1, "m1"), said(2, "m2")])
     assert state is None and [r.message_id for r in refusals] == ["m1", "m2"]
     assert "names the agent" in refusals[0].reason
-    state, refusals = decide(S, None, [said(1, "m1", agent="ghost")], unknown_agent="no ghost")
+    state, refusals = decide(S, None, [said(1, "m1", agent="ghost")], refusal="no ghost")
     assert state is None and refusals[0].reason == "no ghost"
 
 

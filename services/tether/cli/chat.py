@@ -40,6 +40,7 @@ class _Screen:
         """Whether the terminal shows what is typed (else each message is printed)."""
         self._wrote: set[str] = set()
         self._attempts: dict[tuple[str, int], int] = {}
+        self._step: tuple[str, int] | None = None
         self.typed: set[str] = set()
         """Ids, and texts, of the messages typed here."""
         self.ended: set[str] = set()
@@ -60,12 +61,15 @@ class _Screen:
             self._end(update)
 
     def _text(self, task_id: str, step: int, attempt: int, text: str) -> None:
+        """A piece of an answer: each turn's text on a line of its own."""
         last = self._attempts.setdefault((task_id, step), attempt)
         if attempt > last:  # a worker was lost mid-answer: the step's text starts over
             self._attempts[(task_id, step)] = attempt
             _write(f"\n(a worker was lost; {self._agent} answers again)\n{self._agent}: ")
-        elif task_id not in self._wrote:
+        elif self._step != (task_id, step):
+            self._close_line()
             _write(f"{self._agent}: ")
+        self._step = (task_id, step)
         self._wrote.add(task_id)
         _write(text)
 
@@ -75,12 +79,19 @@ class _Screen:
         if self._echoed and (message_id or text) in self.typed:
             self.typed.discard(message_id or text)
             return
+        self._close_line()
         _write(f"you: {text}\n")
+
+    def _close_line(self) -> None:
+        """End the line an answer's text was being written on."""
+        if self._step is not None:
+            _write("\n")
+            self._step = None
 
     def _end(self, update: SessionUpdate) -> None:
         record = update.record
         if update.task_id in self._wrote:
-            _write("\n")
+            self._close_line()
         elif record is not None and record.result is not None:
             _write(f"{self._agent}: {record.result}\n")  # its streamed text has expired
         if record is not None and record.error is not None:

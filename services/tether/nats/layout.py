@@ -61,12 +61,13 @@ def _seconds(value: timedelta) -> float:
     return value.total_seconds()
 
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 """The version of the installation's shape (streams, buckets and their settings) this
 Tether provisions; raise it whenever that shape changes. A Tether that finds a higher one
 leaves the installation as it is. 3: schedules moved from the work stream to a timers
 stream of their own, and the work stream and blob stores refuse rollups
-(`tether.nats.migration` moves a layout 2 installation's work stream)."""
+(`tether.nats.migration` moves a layout 2 installation's work stream). 4: sessions (the
+stream `<PREFIX>_SESSIONS` and the bucket `<prefix>-sessions`), added beside the rest."""
 STAMP = "tether.layout"
 DIGEST = "tether.layout.digest"
 """Keys of the work stream's metadata (nats-server 2.10+) with which `provision` stamps an

@@ -59,13 +59,13 @@ def decide(
     incoming: list[Incoming],
     *,
     ended: RunEnd | None = None,
-    unknown_agent: str | None = None,
+    refusal: str | None = None,
 ) -> Decision:
     """The session's next state after `incoming` (in inbox order) and the end of its run.
 
-    `unknown_agent`: why the agent a new session's first message names cannot run it."""
+    `refusal`: why a new session cannot be (an id unfit for task ids, an unknown agent)."""
     if state is None:
-        return _first(session_id, incoming, unknown_agent)
+        return _first(session_id, incoming, refusal)
     told = _Told(state)
     if ended is not None and ended.task_id == state.current:
         told.end(ended)
@@ -74,14 +74,14 @@ def decide(
     return Decision(told.state(), refusals)
 
 
-def _first(session_id: str, incoming: list[Incoming], unknown_agent: str | None) -> Decision:
+def _first(session_id: str, incoming: list[Incoming], refusal: str | None) -> Decision:
     """A session's first messages: the first that is not settled names its agent."""
     waiting = [entry for entry in incoming if not _settled(entry.message)]
     if not waiting:
         return Decision(None, [])
     agent = waiting[0].message.agent
-    if agent is None or unknown_agent is not None:
-        reason = unknown_agent or (
+    if agent is None or refusal is not None:
+        reason = refusal or (
             f"session {session_id!r} does not exist yet: its first message names the agent "
             "that answers it (agent=...)"
         )

@@ -21,6 +21,7 @@ from tether.clock import utcnow
 from tether.errors import RevisionConflictError, TaskConflictError, TaskExistsError
 from tether.nats.store import Store
 from tether.schemas.events import MessageSent
+from tether.schemas.ids import InvalidNameError, validate_session_id
 from tether.schemas.plans import StepSpec, TaskSubmit
 from tether.schemas.records import TaskRecord, TaskStatus
 from tether.schemas.sessions import RunStarted, SessionState
@@ -61,9 +62,12 @@ class SessionRunner:
         named = _RUN_TASK.match(task_id)
         if named is None:
             return
-        found = await self._sessions.get(named.group(1))
-        if found is not None and found.state.current == task_id:
-            await self.wake(named.group(1))
+        try:
+            found = await self._sessions.get(named.group(1))
+            if found is not None and found.state.current == task_id:
+                await self.wake(named.group(1))
+        except Exception as exc:  # a hint: the dispatchers' periodic look repairs it
+            log.warning("session of task %s not moved on at its end: %s", task_id, exc)
 
     async def look(self) -> None:
         """Wake every session with a run under way or messages waiting (a run's end
@@ -79,8 +83,8 @@ class SessionRunner:
         read = await self._sessions.after(session_id, state.seen if state else 0)
         incoming = [Incoming(*stored) for stored in read]
         ended = await self._ended(state) if state is not None else None
-        unknown = await self._unknown_agent(incoming) if state is None else None
-        decision = decide(session_id, state, incoming, ended=ended, unknown_agent=unknown)
+        unknown = await self._refusal(session_id, incoming) if state is None else None
+        decision = decide(session_id, state, incoming, ended=ended, refusal=unknown)
         for refusal in decision.refusals:
             await self._refuse(session_id, refusal)
         new = decision.state
@@ -197,6 +201,15 @@ class SessionRunner:
                 read = max([read, *(int(item.get("seq") or 0) for item in output["inbox"])])
         told = await self._store.inbox.ids_after(record.task_id, read)
         return [message_id for message_id in told if message_id in steered]
+
+    async def _refusal(self, session_id: str, incoming: list[Incoming]) -> str | None:
+        """Why a new session cannot be: an id unfit for its runs' task ids, or an agent
+        that cannot answer it."""
+        try:
+            validate_session_id(session_id)
+        except InvalidNameError as exc:
+            return str(exc)
+        return await self._unknown_agent(incoming)
 
     async def _unknown_agent(self, incoming: list[Incoming]) -> str | None:
         """Why the agent a new session's first message names cannot answer it."""
