@@ -23,7 +23,7 @@ from tests.sessions import (
     send_five,
     while_the_tools_run,
 )
-from tether import Client, Dispatcher, NatsConfig, Worker
+from tether import Client, Dispatcher, NatsConfig, TaskStatus, Worker
 from tether.clock import utcnow
 from tether.errors import (
     InvalidTaskError,
@@ -283,3 +283,28 @@ async def test_gc_removes_an_idle_session_with_its_runs_and_keeps_every_run_of_a
 async def _idle(chat: Session) -> None:
     state = await chat.state()
     assert state is not None and state.current is None
+
+
+async def test_an_approval_goes_through_the_inbox_to_the_question_the_run_waits_on(
+    client: Client, dispatcher: object, agent_worker: Worker, model: ScriptedModel
+) -> None:
+    email = {"tool_calls": [{"name": "send_email", "arguments": {"to": "ops"}}]}
+    first = model.conversation(email, _answer("Sent."))
+    chat = _chat(client)
+    early = await chat.send_input({"approved": True})  # before any run: nothing is asked
+    with pytest.raises(MessageRefusedError, match="no run under way: nothing asks"):
+        await chat.taken(early, timeout=15)
+    asked = await chat.send(first)
+    run = client.handle(await chat.taken(asked, timeout=15))
+    await run.wait_for(lambda r: r.status is TaskStatus.WAITING, timeout=15)
+
+    wrong = await chat.send_input({"approved": "yes, please"})
+    with pytest.raises(MessageRefusedError, match="does not match its input request"):
+        await chat.taken(wrong, timeout=15)
+    approved = await chat.send_input({"approved": True}, message_id="approve-1")
+
+    assert await chat.taken(approved, timeout=15) == run.task_id
+    assert await chat.answer(asked, timeout=30) == "Sent."
+    again = await chat.send_input({"approved": True})  # the question was answered
+    with pytest.raises(MessageRefusedError, match=r"asks nothing now|nothing asks"):
+        await chat.taken(again, timeout=15)

@@ -94,3 +94,14 @@ def test_a_closed_session_refuses_later_messages_but_runs_what_came_before() -> 
 def test_a_message_naming_another_agent_is_refused() -> None:
     _, refusals = decide(S, IDLE, [said(11, "m", agent="other")])
     assert "bound to agent 'researcher', not 'other'" in refusals[0].reason
+
+
+def test_an_answer_goes_to_the_run_under_way_and_its_end_waits_for_it() -> None:
+    state, refusals = decide(S, RUNNING, [Incoming(11, "yes", SessionMessage(input={"a": 1}))])
+    assert refusals == [] and state is not None and state.answers == ["yes"]
+    later, _ = decide(S, state, [], ended=RunEnd("chat-r1", completed=True, unread=[]))
+    assert later == state  # the answer is given (or refused) before the run's end is taken
+    _, refused = decide(S, IDLE, [Incoming(11, "no", SessionMessage(input=True))])
+    assert [r.reason for r in refused] == [
+        "session 'chat' has no run under way: nothing asks for an answer"
+    ]

@@ -3,7 +3,8 @@
 The conversation lives in NATS, not in this process: Ctrl-C leaves it (a run under way
 goes on), and `tether chat ID` again shows it from the start, then goes on live. A line
 typed while the agent works steers it; `/queue TEXT` waits for its next turn instead;
-`/close` closes the session. At the end of input (a pipe) it waits for the answers to
+`/input JSON` answers what the run asks (`/input {"approved": true}`); `/close` closes
+the session. At the end of input (a pipe) it waits for the answers to
 what it sent, then exits.
 """
 
@@ -14,7 +15,7 @@ import contextlib
 import sys
 import threading
 import uuid
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -139,12 +140,25 @@ async def _read_lines(session: Session, screen: _Screen) -> list[str]:
             await session.close()
             _write("(session closed)\n")
             continue
+        if text.startswith("/input "):
+            sent.append(await session.send_input(_json(text.removeprefix("/input "))))
+            continue
         queue = text.startswith("/queue ")
         text = text.removeprefix("/queue ").strip() if queue else text
         message_id = uuid.uuid4().hex
         screen.typed |= {message_id, text}
         sent.append(await session.send(text, queue=queue, message_id=message_id))
     return sent
+
+
+def _json(text: str) -> Any:
+    """An answer typed as JSON (`{"approved": true}`), or as the text it is."""
+    import msgspec
+
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return text
 
 
 def _lines() -> asyncio.Queue[str]:
@@ -197,7 +211,8 @@ def chat(
 ) -> None:
     """Chat with an agent in a session that outlives this command: Ctrl-C and run it
     again, and the conversation is there. A line typed while the agent works steers it;
-    '/queue TEXT' waits for its next turn; '/close' closes the session."""
+    '/queue TEXT' waits for its next turn; '/input JSON' answers what it asks
+    ('/input {"approved": true}'); '/close' closes the session."""
     run(_chat(nats, prefix, session_id, agent))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -11,8 +12,9 @@ class SessionMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """One message on `<prefix>.session.<id>.in.<message id>`.
 
     A sender writes `text` (and `agent` on a session's first message; `queue` for the next
-    turn rather than steering the run under way; `close` to close the session), or
-    `withdrawn` in place of a message not taken yet. A dispatcher writes the same message
+    turn rather than steering the run under way; `close` to close the session), or `input`
+    (an answer to what the run under way asks: an approval, a question), or `withdrawn`
+    in place of a message not taken yet. A dispatcher writes the same message
     again with `taken_by` (the run that took it) or `refused` (why it was not), expecting
     the sequence it read, so that an edit and a take never both land.
     """
@@ -24,11 +26,15 @@ class SessionMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """Wait for the next turn (else: steer the run under way, or start one)."""
     close: bool = False
     """Close the session: later messages are refused."""
+    input: Any = None
+    """An answer to the question the run under way waits on (its task's input request)."""
     withdrawn: bool = False
     taken_by: str | None = None
     """The task of the run that took it (as its input, or told it while it ran)."""
     refused: str | None = None
     """Why no run took it (a closed session, an unknown agent)."""
+    step: int | None = None
+    """With `taken_by` on an answer (`input`): the step of the run it answers."""
 
     @property
     def settled(self) -> bool:
@@ -60,6 +66,8 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     """Messages for the next run (still editable: none took them)."""
     carried: list[str] = msgspec.field(default_factory=list)
     """Messages taken already that the next run starts with (told a run that ended first)."""
+    answers: list[str] = msgspec.field(default_factory=list)
+    """Answers (`input`) to give `current`, until given (its end waits for them)."""
     closed: bool = False
 
 

@@ -11,6 +11,8 @@
 - When the run ends, whatever it was told and did not read, and what was queued, start
   the next run. A run that completed is what the next one continues; one that failed or
   was cancelled is not (the next continues the last that completed).
+- An answer (`input`) goes to the run under way, whose question it answers; with no run
+  under way it is refused. A run's end is taken only once its answers were given.
 - A message the dispatcher wrote (taken, refused), a withdrawal, an edit of a message
   still waiting, and a repeat change nothing more than the lists say.
 """
@@ -67,7 +69,7 @@ def decide(
     if state is None:
         return _first(session_id, incoming, refusal)
     told = _Told(state)
-    if ended is not None and ended.task_id == state.current:
+    if ended is not None and ended.task_id == state.current and not state.answers:
         told.end(ended)
     refusals = [r for entry in incoming if (r := told.take(session_id, entry)) is not None]
     told.start_next(session_id)
@@ -77,9 +79,13 @@ def decide(
 def _first(session_id: str, incoming: list[Incoming], refusal: str | None) -> Decision:
     """A session's first messages: the first that is not settled names its agent."""
     waiting = [entry for entry in incoming if not _settled(entry.message)]
+    answers = [entry for entry in waiting if entry.message.input is not None]
+    if answers and answers == waiting:  # no run to answer, nor one to start
+        nothing = f"session {session_id!r} has no run under way: nothing asks for an answer"
+        return Decision(None, [Refusal(e.seq, e.message_id, nothing) for e in answers])
     if not waiting:
         return Decision(None, [])
-    agent = waiting[0].message.agent
+    agent = next(e.message.agent for e in waiting if e.message.input is None)
     if agent is None or refusal is not None:
         reason = refusal or (
             f"session {session_id!r} does not exist yet: its first message names the agent "
@@ -108,6 +114,7 @@ class _Told:
         self.steered = list(state.steered)
         self.queued = list(state.queued)
         self.carried = list(state.carried)
+        self.answers = list(state.answers)
 
     def end(self, ended: RunEnd) -> None:
         if ended.completed:
@@ -117,7 +124,7 @@ class _Told:
         self.current, self.steer, self.steered = None, [], []
 
     def known(self, message_id: str) -> bool:
-        lists = (self.inputs, self.steer, self.steered, self.queued, self.carried)
+        lists = (self.inputs, self.steer, self.steered, self.queued, self.carried, self.answers)
         return any(message_id in held for held in lists)
 
     def take(self, session_id: str, entry: Incoming) -> Refusal | None:
@@ -131,17 +138,30 @@ class _Told:
             return None
         if self.known(message_id):
             return None  # an edit of a message that waits (read when taken), or a repeat
+        refused = self._refusal(session_id, message)
+        if refused is not None:
+            return Refusal(seq, message_id, refused)
+        self._place(session_id, message_id, message)
+        return None
+
+    def _refusal(self, session_id: str, message: SessionMessage) -> str | None:
         if self.closed:
-            return Refusal(seq, message_id, f"session {session_id!r} is closed")
+            return f"session {session_id!r} is closed"
         if message.agent is not None and message.agent != self._state.agent:
-            return Refusal(
-                seq,
-                message_id,
+            return (
                 f"session {session_id!r} is bound to agent {self._state.agent!r}, not "
-                f"{message.agent!r}: use another session id for another agent",
+                f"{message.agent!r}: use another session id for another agent"
             )
+        if message.input is not None and (self.current is None or self.inputs):
+            return f"session {session_id!r} has no run under way: nothing asks for an answer"
+        return None
+
+    def _place(self, session_id: str, message_id: str, message: SessionMessage) -> None:
+        """Where a message goes: the run under way, a new run, or the next run."""
         if message.close:
             self.closed = True
+        elif message.input is not None:
+            self.answers.append(message_id)
         elif self.current is None:
             self.carried += [*self.queued, message_id]
             self.queued = []
@@ -152,7 +172,6 @@ class _Told:
             self.inputs.append(message_id)
         else:
             self.steer.append(message_id)
-        return None
 
     def start(self, session_id: str) -> None:
         self.runs += 1
@@ -179,4 +198,5 @@ class _Told:
             steered=self.steered,
             queued=self.queued,
             carried=self.carried,
+            answers=self.answers,
         )

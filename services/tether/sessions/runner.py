@@ -11,6 +11,7 @@ state again once it is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from typing import Any
@@ -18,7 +19,12 @@ from typing import Any
 import msgspec
 
 from tether.clock import utcnow
-from tether.errors import RevisionConflictError, TaskConflictError, TaskExistsError
+from tether.errors import (
+    InvalidTaskError,
+    RevisionConflictError,
+    TaskConflictError,
+    TaskExistsError,
+)
 from tether.nats.store import Store
 from tether.schemas.events import MessageSent
 from tether.schemas.ids import InvalidNameError, validate_session_id
@@ -26,6 +32,7 @@ from tether.schemas.plans import StepSpec, TaskSubmit
 from tether.schemas.records import TaskRecord, TaskStatus
 from tether.schemas.sessions import RunStarted, SessionState
 from tether.sessions.decisions import Incoming, Refusal, RunEnd, decide
+from tether.tasks.conformance import check_answer
 from tether.tasks.service import TaskService
 
 log = logging.getLogger("tether.sessions")
@@ -120,7 +127,41 @@ class SessionRunner:
             )
             await self._sessions.change(session_id, changed, revision)
             return True
+        if state.answers:
+            for message_id in state.answers:
+                await self._give(session_id, message_id, state.current)
+            await self._sessions.change(session_id, _with(state, answers=[]), revision)
+            return True
         return False
+
+    async def _give(self, session_id: str, message_id: str, task_id: str) -> None:
+        """Answer the question run `task_id` waits on, once: the answer is marked with the
+        step it answers before it is given, so given again after a crash it reaches that
+        step's question or nothing (never a later question)."""
+        while True:
+            stored = await self._sessions.latest(session_id, message_id)
+            if stored is None or stored.message.refused or stored.message.withdrawn:
+                return
+            found = await self._store.records.get(task_id)
+            record = None if found is None else found.record
+            waiting = record is not None and record.status is TaskStatus.WAITING
+            step = stored.message.step
+            if stored.message.taken_by is None:
+                why = _unfit(task_id, record, stored.message.input)
+                if why is not None:
+                    await self._refuse(session_id, Refusal(stored.seq, message_id, why))
+                    return
+                assert record is not None
+                step = record.current_step
+                taken = msgspec.structs.replace(stored.message, taken_by=task_id, step=step)
+                try:
+                    await self._sessions.put(session_id, message_id, taken, stored.seq)
+                except RevisionConflictError:
+                    continue  # withdrawn or edited just now: read it again
+            if waiting and record is not None and record.current_step == step:
+                with contextlib.suppress(TaskConflictError):  # answered meanwhile
+                    await self._tasks.answers.send_input(task_id, stored.message.input)
+            return
 
     async def _start(self, session_id: str, state: SessionState) -> bool:
         """Take the run's messages and create its task (and its boundary), once; False
@@ -220,6 +261,19 @@ class SessionRunner:
         if info is not None and info.agent:
             return None
         return unknown_agent_reason(named, info is not None)
+
+
+def _unfit(task_id: str, record: TaskRecord | None, answer: Any) -> str | None:
+    """Why `answer` cannot answer run `task_id` now (None: it can)."""
+    if record is None or record.status is not TaskStatus.WAITING:
+        status = "gone" if record is None else record.status.value
+        return f"run {task_id!r} asks nothing now (it is {status})"
+    if record.input_request is not None:
+        try:
+            check_answer(task_id, record.input_request, answer)
+        except InvalidTaskError as exc:
+            return str(exc)
+    return None
 
 
 def unknown_agent_reason(agent: str, is_tool: bool) -> str:

@@ -99,6 +99,18 @@ class Session:
                 ) from None
         return message_id
 
+    async def send_input(self, data: Any, *, message_id: str | None = None) -> str:
+        """Answer what the run under way asks (an approval, `{"approved": True}`; a tool's
+        question) through the inbox, as every message goes: stored first, given once, to
+        the question the run waits on when a dispatcher takes it; `taken` says which run
+        took it, and a refusal (nothing asked, an answer that does not fit) says why."""
+        if data is None:
+            raise InvalidTaskError("an answer cannot be None: send the value the run asks for")
+        message_id = _message_id(message_id)
+        await self._check_open()
+        await self._sessions.put(self.id, message_id, SessionMessage(input=data))
+        return message_id
+
     async def edit(self, message_id: str, text: str) -> None:
         """Replace a message no run has taken yet; MessageTakenError once one has."""
         await self._change(message_id, lambda message: _replace(message, text=text))
