@@ -105,3 +105,13 @@ def test_an_answer_goes_to_the_run_under_way_and_its_end_waits_for_it() -> None:
     assert [r.reason for r in refused] == [
         "session 'chat' has no run under way: nothing asks for an answer"
     ]
+
+
+def test_messages_read_with_the_runs_end_go_to_one_next_run_steered_first() -> None:
+    """Read only as the run ended (a dispatcher was away): what was to steer it comes
+    first in the next run, then what was queued; nothing is lost or split."""
+    incoming = [said(11, "a"), said(12, "b", queue=True), said(13, "c")]
+    ended = RunEnd("chat-r1", completed=True, unread=[])
+    state, _ = decide(S, RUNNING, incoming, ended=ended)
+    assert state is not None
+    assert (state.current, state.inputs, state.queued) == ("chat-r2", ["a", "c", "b"], [])

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -46,6 +47,8 @@ SESSIONS_LOOK_EVERY = 10.0
 """Seconds between the dispatcher's looks at the sessions with a run under way: a run's
 end notice is a hint, lost while no dispatcher listens, so a session whose run ended
 then moves on within this."""
+WAKE_AGAIN = timedelta(seconds=1)
+"""When a session's message whose handling was cut off comes back."""
 INDEX_REPAIR_EVERY = 60.0
 """Seconds between the dispatcher's checks of the status index against the records; a
 row move lost with its process is repaired within this (plus the time it checks)."""
@@ -130,9 +133,16 @@ class Dispatcher(Service):
             await asyncio.gather(*(settle(delivery) for delivery in deliveries))
 
     async def _wake(self, sessions: SessionRunner, delivery: Delivery) -> None:
-        """A message came to a session: bring the session up to date, then ack."""
+        """A message came to a session: bring the session up to date, then ack. Cut off
+        (NATS away), it comes back in a second, not after the ack wait: a run under way
+        may end meanwhile, and what was meant to steer it would go to the next."""
         assert self._store is not None
-        await sessions.wake(self._store.names.session_of(delivery.subject)[0])
+        try:
+            await sessions.wake(self._store.names.session_of(delivery.subject)[0])
+        except Exception:
+            with contextlib.suppress(Exception):
+                await delivery.retry(WAKE_AGAIN)
+            raise
         await delivery.done()
 
     async def _now_and_then(self, look: Callable[[], Awaitable[None]], every: float) -> None:

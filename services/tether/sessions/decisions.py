@@ -8,9 +8,10 @@
 - A message while a run is under way steers it (the run reads it before its next model
   call), unless its sender asked to `queue` it for the next turn; a message that comes
   while the run's task is not made yet joins the run's input instead.
-- When the run ends, whatever it was told and did not read, and what was queued, start
-  the next run. A run that completed is what the next one continues; one that failed or
-  was cancelled is not (the next continues the last that completed).
+- When the run ends, whatever it was told and did not read (or was to be told: messages
+  read with its end), then what was queued, start the next run. A run that completed is
+  what the next one continues; one that failed or was cancelled is not (the next
+  continues the last that completed).
 - An answer (`input`) goes to the run under way, whose question it answers; with no run
   under way it is refused. A run's end is taken only once its answers were given.
 - A message the dispatcher wrote (taken, refused), a withdrawal, an edit of a message
@@ -69,9 +70,11 @@ def decide(
     if state is None:
         return _first(session_id, incoming, refusal)
     told = _Told(state)
-    if ended is not None and ended.task_id == state.current and not state.answers:
-        told.end(ended)
+    # The messages first: they came while the run was under way (or as it ended), so
+    # those meant to steer it that it can no longer read go, first, to the next run.
     refusals = [r for entry in incoming if (r := told.take(session_id, entry)) is not None]
+    if ended is not None and ended.task_id == state.current and not told.answers:
+        told.end(ended)
     told.start_next(session_id)
     return Decision(told.state(), refusals)
 

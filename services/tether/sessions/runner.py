@@ -107,7 +107,9 @@ class SessionRunner:
             return False
         if state.inputs:
             started = await self._start(session_id, state)
-            done: dict[str, Any] = {"inputs": []} if started else {"inputs": [], "current": None}
+            # Every message withdrawn first: no run, and its number is the next run's.
+            undone: dict[str, Any] = {"inputs": [], "current": None, "runs": state.runs - 1}
+            done: dict[str, Any] = {"inputs": []} if started else undone
             await self._sessions.change(session_id, _with(state, **done), revision)
             return True
         if state.steer:
