@@ -20,9 +20,13 @@ if TYPE_CHECKING:
     from tether.errors import (
         GuardrailTripped,
         InvalidTaskError,
+        MessageRefusedError,
+        MessageTakenError,
         MessageTooLargeError,
         NatsUnavailableError,
         RetryableError,
+        SessionClosedError,
+        SessionError,
         TaskCancelledError,
         TaskConflictError,
         TaskError,
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from tether.schemas.plans import StepSpec as Step
     from tether.schemas.records import TaskRecord, TaskStatus, Usage
     from tether.schemas.work import TokenChunk
+    from tether.sessions import Session, SessionUpdate
     from tether.tasks.plans import Parallel
     from tether.tools import (
         App,
@@ -59,9 +64,13 @@ _HOMES = {
     "tether.errors": [
         "GuardrailTripped",
         "InvalidTaskError",
+        "MessageRefusedError",
+        "MessageTakenError",
         "MessageTooLargeError",
         "NatsUnavailableError",
         "RetryableError",
+        "SessionClosedError",
+        "SessionError",
         "TaskCancelledError",
         "TaskConflictError",
         "TaskError",
@@ -78,6 +87,7 @@ _HOMES = {
     "tether.schemas.plans": ["RetryOverride"],
     "tether.schemas.records": ["TaskRecord", "TaskStatus", "Usage"],
     "tether.schemas.work": ["TokenChunk"],
+    "tether.sessions": ["Session", "SessionUpdate"],
     "tether.tasks.plans": ["Parallel"],
     "tether.tools": [
         "App",
@@ -103,6 +113,8 @@ __all__ = [
     "GuardrailTripped",
     "InvalidTaskError",
     "Layout",
+    "MessageRefusedError",
+    "MessageTakenError",
     "MessageTooLargeError",
     "NatsConfig",
     "NatsServer",
@@ -115,6 +127,10 @@ __all__ = [
     "RetryOverride",
     "RetryPolicy",
     "RetryableError",
+    "Session",
+    "SessionClosedError",
+    "SessionError",
+    "SessionUpdate",
     "Sleep",
     "Step",
     "StepContext",

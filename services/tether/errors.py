@@ -17,6 +17,10 @@ on a subclass this tree leaves out.
     │   ├── TaskFailedError        waited for a result, the task failed
     │   ├── TaskCancelledError     waited for a result, the task was cancelled
     │   └── TaskTimeoutError       waited for a result longer than the timeout
+    ├── SessionError               something about one session
+    │   ├── SessionClosedError     the session was closed: it takes no more messages
+    │   ├── MessageTakenError      an edit or withdrawal of a message a run took already
+    │   └── MessageRefusedError    the session refused a message (`reason` says why)
     ├── InvalidTaskError           a plan or input that cannot be run
     │   └── InvalidRequestError    (tether.api.errors) an API body of the wrong shape
     ├── InvalidNameError           (tether.schemas.ids) a task id or tool name unfit for subjects
@@ -206,6 +210,40 @@ class TaskCancelledError(TaskError):
 
 class TaskTimeoutError(TaskError, TimeoutError):
     pass
+
+
+class SessionError(TetherError):
+    def __init__(self, session_id: str, message: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class SessionClosedError(SessionError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            session_id,
+            f"session {session_id!r} is closed: it takes no more messages (start another "
+            "session id for a new conversation)",
+        )
+
+
+class MessageTakenError(SessionError):
+    def __init__(self, session_id: str, message_id: str, how: str) -> None:
+        super().__init__(
+            session_id,
+            f"message {message_id!r} of session {session_id!r} can no longer be changed: "
+            f"{how} (send a new message instead)",
+        )
+        self.message_id = message_id
+
+
+class MessageRefusedError(SessionError):
+    def __init__(self, session_id: str, message_id: str, reason: str) -> None:
+        super().__init__(
+            session_id, f"message {message_id!r} of session {session_id!r} was refused: {reason}"
+        )
+        self.message_id = message_id
+        self.reason = reason
 
 
 class DefinitionError(TetherError, TypeError):

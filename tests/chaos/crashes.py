@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import APP, start_worker
-from tether import NatsConfig, TaskHandle, Worker
+from tether import Client, Dispatcher, NatsConfig, NatsServer, TaskHandle, Worker
+from tether.schemas import Names
 from tether.testing import wait_until
 
 
@@ -41,3 +44,18 @@ async def survive(config: NatsConfig, handle: TaskHandle, app: str = APP) -> Any
     module, _, attribute = app.partition(":")
     async with Worker(getattr(importlib.import_module(module), attribute), config):
         return await handle.wait(timeout=30)
+
+
+@contextlib.asynccontextmanager
+async def restartable(
+    tmp_path: Path, prefix: str
+) -> AsyncIterator[tuple[NatsServer, NatsConfig, Client]]:
+    """A nats-server of the test's own (to kill and start again), with a client and a
+    dispatcher on it; the server stops on the way out."""
+    server = NatsServer(tmp_path / "nats").start()
+    config = NatsConfig(url=server.url, names=Names(prefix=prefix))
+    try:
+        async with Client(config) as client, Dispatcher(config):
+            yield server, config, client
+    finally:
+        server.stop()

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.apps.tools import read_executions
+from tests.chaos.crashes import restartable
 from tests.conftest import APP, start_worker, stop_worker
-from tether import Client, Dispatcher, NatsConfig, NatsServer
+from tether import Client, NatsConfig
 from tether.nats.store import Store
-from tether.schemas import Names, TaskStatus
+from tether.schemas import TaskStatus
 from tether.testing import eventually, wait_until
 from tether.testing.progress import stored_steps
 
@@ -79,11 +80,9 @@ async def test_kill_9_of_a_worker_loses_nothing_and_reruns_no_checkpointed_step(
 async def test_restart_of_nats_server_loses_nothing(
     tmp_path: Path, executions: Path, prefix: str
 ) -> None:
-    server = NatsServer(tmp_path / "nats").start()
-    config = NatsConfig(url=server.url, names=Names(prefix=prefix))
     worker = None
-    try:
-        async with Client(config) as client, Dispatcher(config):
+    async with restartable(tmp_path, prefix) as (server, config, client):
+        try:
             worker = start_worker(config, APP, log=tmp_path / "worker.log", concurrency=20)
             await wait_until(lambda: _registered(client), timeout=20, message="worker registered")
             handles = [await client.submit(PLAN, task_id=f"restart-{i}") for i in range(40)]
@@ -101,12 +100,9 @@ async def test_restart_of_nats_server_loses_nothing(
             counts = read_executions(executions)
             assert len(counts) == 40 * 3
             assert max(counts.values()) <= 2
-    finally:
-        try:
+        finally:
             if worker is not None:
                 stop_worker(worker)
-        finally:
-            server.stop()
 
 
 async def _registered(client: Client) -> bool:

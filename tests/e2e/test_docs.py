@@ -111,6 +111,27 @@ def _local_models(run: Run) -> None:
     assert told[1] == ["Error: there is no tool named 'look_up' (tools: lookup)."], told
 
 
+def _sessions(run: Run) -> None:
+    said = run.outputs["chat.py"]
+    assert said == (
+        "Published, citing the draft.\nIn one short line: published.\n"
+        "run 1 is task docs-chat-r1\nrun 2 is task docs-chat-r2\n"
+    ), said
+    sent = [e for e in run.sent if e["conversation"] == "Session: publish a draft"]
+    assert [e["turn"] for e in sent] == [0, 1, 2], sent  # each call once
+    assert sent[1]["user_texts"][-1] == "Cite the draft.", sent  # steered into run 1
+    assert sent[2]["user_texts"][-1] == "Now in one short line.", sent  # the edit, run 2
+    again = run.outputs["tether chat docs-chat < /dev/null"]
+    for line in (
+        "you: Session: publish a draft",
+        "you: Cite the draft.",
+        "researcher: Published, citing the draft.",
+        "you: Now in one short line.",
+        "researcher: In one short line: published.",
+    ):
+        assert line in again.splitlines(), again
+
+
 def _tools(run: Run) -> None:
     said = run.outputs['tether submit serch || echo "refused"']
     refused, kept = said.splitlines()
@@ -140,6 +161,7 @@ CHECKS: dict[str, Callable[[Run], None]] = {
     "mcp.md": _mcp,
     "local-models.md": _local_models,
     "tools.md": _tools,
+    "sessions.md": _sessions,
 }
 """What each page's blocks must have printed (a page not named runs its blocks only)."""
 

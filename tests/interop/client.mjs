@@ -2,6 +2,7 @@
 //
 //   node client.mjs <nats-url> [prefix] [--no-api]
 //   node client.mjs <nats-url> [prefix] --agent <question>
+//   node client.mjs <nats-url> [prefix] --session <first message>
 //
 // Submits the seed task on <prefix>.submit.<task id>, follows its status events, reads its record
 // from KV, runs a parallel group (fan-out, fan-in), then (unless --no-api) uses the request/reply API: get, cancel a running task,
@@ -13,6 +14,11 @@
 // for the first chunks, then, as a reader resuming after a disconnect would, a second one
 // from one past the last stream sequence seen, until the task is terminal and the
 // subject's last message is reached. It prints the text, the chunks and the record's end.
+//
+// With --session it chats with the `researcher` agent in a session (schemas/README.md,
+// "Sessions"): sends <first message> to a new session (twice: the second is a duplicate),
+// follows the session's run boundaries and each run's tokens, then sends a second message,
+// which starts the next run, and reads which run took it.
 
 import { randomUUID } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
@@ -21,10 +27,11 @@ import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, headers } from "@nats-io/transport-node";
 
-const USAGE = "usage: node client.mjs <nats-url> [prefix] [--no-api | --agent <question>]";
+const USAGE = "usage: node client.mjs <nats-url> [prefix] [--no-api | --agent <question> | --session <text>]";
 const args = process.argv.slice(2);
 const useApi = !args.includes("--no-api");
-const agentAt = args.indexOf("--agent");
+const sessionAt = args.indexOf("--session");
+const agentAt = sessionAt === -1 ? args.indexOf("--agent") : sessionAt;
 const question = agentAt === -1 ? undefined : args[agentAt + 1];
 if (agentAt !== -1 && (question === undefined || question.startsWith("--"))) fail(USAGE);
 const positional = args.filter((arg, i) => !arg.startsWith("--") && (agentAt === -1 || i !== agentAt + 1));
@@ -35,6 +42,7 @@ const upper = prefix.toUpperCase().replaceAll("-", "_");
 const SUBMIT_STREAM = `${upper}_SUBMIT`;
 const STATUS_STREAM = `${upper}_STATUS`;
 const TOKENS_STREAM = `${upper}_TOKENS`;
+const SESSIONS_STREAM = `${upper}_SESSIONS`;
 const CHUNK_FIELDS = ["task_id", "step", "attempt", "seq"];
 const RESUME_AFTER = 2; // chunks read by the first consumer before it is dropped
 const IDLE_CHECK_MS = 1_000; // how long a pull waits before the end is checked again
@@ -290,6 +298,46 @@ async function agentTask(js, jsm, question) {
   };
 }
 
+// A message to a session, stored once: its id as Nats-Msg-Id, and create-only on its subject.
+async function say(js, sessionId, messageId, body) {
+  const hdrs = headers();
+  hdrs.set("Nats-Msg-Id", `${sessionId}.${messageId}`);
+  hdrs.set("Nats-Expected-Last-Subject-Sequence", "0");
+  const subject = `${prefix}.session.${sessionId}.in.${messageId}`;
+  return js.publish(subject, JSON.stringify(body), { headers: hdrs });
+}
+
+async function sessionChat(js, jsm, first) {
+  const sessionId = `node-chat-${randomUUID().replaceAll("-", "")}`;
+  const kv = await new Kvm(js).open(`${prefix}-tasks`);
+  const opening = { text: first, agent: "researcher" };
+  const ack = await say(js, sessionId, "m1", opening);
+  check(ack.stream === SESSIONS_STREAM && !ack.duplicate, "unexpected PubAck on a session message", ack);
+  const again = await say(js, sessionId, "m1", opening).then(() => null, (error) => error);
+  check(again?.code === 10071, "a message sent again was not refused as stored", again?.message);
+  const boundaries = await js.consumers.get(SESSIONS_STREAM, {
+    filter_subjects: [`${prefix}.session.${sessionId}.out.*`],
+  });
+  const runs = [];
+  for (const [n, messageId, text] of [[1, "m1", null], [2, "m2", "And then?"]]) {
+    if (text !== null) await say(js, sessionId, messageId, { text }); // the next run's
+    const boundary = await boundaries.next({ expires: 30_000 });
+    check(boundary !== null, `no boundary of run ${n}`);
+    const run = boundary.json();
+    check(run.run === n && isDeepStrictEqual(run.messages, [messageId]), "unexpected run boundary", run);
+    const subject = `${prefix}.tokens.${run.task_id}`;
+    const state = { lastSeq: 0, streamSeqs: [], chunks: [] };
+    const tokens = await js.consumers.get(TOKENS_STREAM, { filter_subjects: [subject] });
+    const record = await follow(tokens, { jsm, kv, taskId: run.task_id, subject, state });
+    await tokens.delete().catch(() => {});
+    const said = latestText(state.chunks);
+    runs.push({ run: run.run, task_id: run.task_id, after: run.after ?? null, text: said, status: record.status });
+  }
+  const m2 = `${prefix}.session.${sessionId}.in.m2`;
+  const taken = await jsm.streams.getMessage(SESSIONS_STREAM, { last_by_subj: m2 });
+  return { session_id: sessionId, runs, m2_taken_by: taken.json().taken_by };
+}
+
 // Replies under a prefix of our own (deploy/nats/roles.conf lets each user read only
 // `_INBOX_<user>.>`): every NATS client library has this option.
 const inboxPrefix = process.env.TETHER_NATS_INBOX_PREFIX || "_INBOX";
@@ -298,7 +346,9 @@ const watchdog = setTimeout(() => fail("timed out after 60s"), 60_000);
 try {
   const js = jetstream(nc);
   let summary;
-  if (question !== undefined) {
+  if (sessionAt !== -1) {
+    summary = await sessionChat(js, await jetstreamManager(nc), question);
+  } else if (question !== undefined) {
     summary = await agentTask(js, await jetstreamManager(nc), question);
   } else {
     summary = await seedTask(nc, js);

@@ -139,3 +139,28 @@ async def test_node_client_follows_an_agents_tokens_and_resumes_without_repeats(
     seqs = summary["stream_seqs"]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # increasing, no gaps
     assert summary["resumed_after"] == seqs[1]  # the second consumer took over after 2
+
+
+async def test_node_client_chats_in_a_session_from_the_protocol_page(
+    node: str,
+    config: NatsConfig,
+    dispatcher: object,
+    agents_worker: Worker,
+    model: ScriptedModel,
+) -> None:
+    """Sends to a new session (a repeat is a duplicate), follows its run boundaries and each
+    run's tokens, and a second message to the idle session starts the next run."""
+    first = f"session {uuid.uuid4().hex[:8]}"
+    turns = [{"content": "One."}, {"content": "Two."}]
+    model.load({"conversations": [{"match": first, "turns": turns}]})
+
+    summary = await run_client(node, config, "--session", first)
+
+    session_id = summary["session_id"]
+    runs = [(r["run"], r["task_id"], r["after"], r["text"], r["status"]) for r in summary["runs"]]
+    assert runs == [
+        (1, f"{session_id}-r1", None, "One.", "completed"),
+        (2, f"{session_id}-r2", f"{session_id}-r1", "Two.", "completed"),
+    ]
+    assert summary["m2_taken_by"] == f"{session_id}-r2"
+    assert model.requests(first)[-1]["user_texts"] == [first, "And then?"]

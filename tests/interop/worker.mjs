@@ -148,11 +148,12 @@ nc.closed().then((err) => {
 let stopping = false;
 const jsm = await jetstreamManager(nc);
 
-// The stamp of the installation: layout 3 (see "Names").
+// The stamp of the installation: layout 4 (see "Names"; 4 adds sessions to 3, which a
+// worker does not use, so a worker of layout 3 serves a layout 4 installation as it is).
 const workInfo = await jsm.streams.info(WORK_STREAM).catch(() => null);
 if (!workInfo) fail(`stream ${WORK_STREAM} is missing: run 'tether provision' first`);
 const layout = workInfo.config.metadata?.["tether.layout"];
-if (layout !== "3") fail(`${WORK_STREAM} has layout ${layout ?? "(none)"}, this worker speaks layout 3`);
+if (!["3", "4"].includes(layout)) fail(`${WORK_STREAM} has layout ${layout ?? "(none)"}, this worker speaks layouts 3 and 4`);
 
 const kvm = new Kvm(js);
 const tasksKv = await kvm.open(`${prefix}-tasks`);

@@ -41,3 +41,19 @@ def test_a_blob_is_garbage_only_unreferenced_and_past_the_grace() -> None:
     old, young = NOW - BLOB_GRACE * 2, NOW - BLOB_GRACE / 2
     stored = [(A, old), (B, old), (C, young)]
     assert garbage(stored, {A}, NOW) == [B]
+
+
+def test_a_session_goes_only_when_idle_with_nothing_waiting_and_its_last_run_expired() -> None:
+    from tether.schemas.sessions import SessionState
+    from tether.tasks.retention import session_expired, session_runs
+
+    idle = SessionState(agent="a", runs=2, last="s-r2")
+    assert session_runs("s", idle) == ["s-r1", "s-r2"]
+    assert session_expired("s", idle, {"s-r1", "s-r2"})
+    assert not session_expired("s", idle, {"s-r1"})  # its last run is recent
+    for busy in (
+        SessionState(agent="a", runs=2, current="s-r2"),
+        SessionState(agent="a", runs=2, queued=["m"]),
+        SessionState(agent="a", runs=2, carried=["m"]),
+    ):
+        assert not session_expired("s", busy, {"s-r1", "s-r2"})

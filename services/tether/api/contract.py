@@ -26,6 +26,7 @@ from tether.schemas.names import DEFAULT_NAMES, Names
 from tether.schemas.plans import TaskSubmit
 from tether.schemas.records import Checkpoint, TaskRecord
 from tether.schemas.runs import StepRun
+from tether.schemas.sessions import RunStarted, SessionMessage, SessionState
 from tether.schemas.work import DeadLetter, Timer, TokenChunk, WorkMessage
 from tether.schemas.workers import Heartbeat, HeldStep, ToolInfo, WorkerBeat
 
@@ -50,6 +51,9 @@ MESSAGES: dict[str, Any] = {
     "StepRun": StepRun,
     "TokenChunk": TokenChunk,
     "Timer": Timer,
+    "SessionMessage": SessionMessage,
+    "SessionState": SessionState,
+    "RunStarted": RunStarted,
     "ErrorReply": ErrorReply,
     "FailureType": FailureType,
     **{verb.request.__name__: verb.request for verb in VERBS.values()},
@@ -180,6 +184,24 @@ def _channels(names: Names) -> list[tuple[str, str, str, str, str]]:
             "DeadLetter",
             "Steps and submissions Tether gave up on (stream TETHER_DLQ).",
         ),
+        (
+            "session.in",
+            names.session_in_subject("{session_id}", "{message_id}"),
+            "send",
+            "SessionMessage",
+            "A message to a session (stream TETHER_SESSIONS, one message per subject): "
+            "publish with Nats-Expected-Last-Subject-Sequence 0 and Nats-Msg-Id "
+            "<session_id>.<message_id>; edit or withdraw it by publishing again expecting "
+            "its sequence, refused once a dispatcher rewrote it with taken_by or refused.",
+        ),
+        (
+            "session.out",
+            names.session_out_subject("{session_id}", "{run}"),
+            "send",
+            "RunStarted",
+            "A session's run n began: its task, which follows by its own status and "
+            "tokens subjects. Written once, by the dispatchers.",
+        ),
     ]
     for verb in VERBS.values():
         channels.append(
@@ -268,6 +290,14 @@ def _buckets(names: Names) -> list[tuple[str, str, str, str, str]]:
             "BuildTool",
             "One tool of one build, written once (create-only) by the build's first worker "
             "that serves it: the bucket's stream refuses a second message on a key.",
+        ),
+        (
+            "kv.sessions",
+            kv(names.sessions_bucket, "{session_id}"),
+            "send",
+            "SessionState",
+            "A session: its agent, runs and the messages waiting; written by the "
+            "dispatchers only, by compare-and-set.",
         ),
         (
             "blobs",

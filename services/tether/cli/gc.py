@@ -39,6 +39,10 @@ async def _gc(
             f"started on, announced over {ago}",
         ]
     )
+    if report.sessions:
+        render.print_lines(
+            [f"{verb} {len(report.sessions)} session(s) (and their runs) idle since over {ago}"]
+        )
     if report.threads:
         render.print_lines(
             [f"{verb} {len(report.threads)} graph thread(s) only those tasks ran on"]

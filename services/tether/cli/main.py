@@ -8,6 +8,7 @@ import typer
 
 from tether.cli import (
     builds,
+    chat,
     credentials,
     dev,
     dlq,
@@ -56,6 +57,7 @@ processes.register(app)
 dev.register(app)
 tasks.register(app)
 steer.register(app)
+chat.register(app)
 dlq.register(app)
 builds.register(app)
 fork.register(app)

@@ -28,6 +28,7 @@ from tether.schemas.codec import encode
 from tether.schemas.plans import StepSpec, TaskSubmit
 from tether.schemas.records import TaskRecord, TaskStatus
 from tether.service import Service
+from tether.sessions.session import Session
 from tether.tasks import plans
 from tether.tasks.known_tools import KnownTools
 from tether.tasks.plans import to_step, validate_submit
@@ -220,6 +221,13 @@ class Client(Reads, Operations, Service):
         return await self._ask(
             agent, start, task_id=new_task_id, metadata=metadata, deadline=deadline
         )
+
+    def session(self, session_id: str, *, agent: str | Agent | None = None) -> Session:
+        """The conversation `session_id` (your app's own id for it: a chat's id) with
+        `agent`, across as many runs as it takes (see `Session`). `agent` may be left
+        out for a session that exists."""
+        name = agent if agent is None or isinstance(agent, str) else agent.name
+        return Session(self._connected(), session_id, name, self.handle)
 
     async def _by_reference(self, spec: StepSpec) -> StepSpec:
         """The step with a large input stored once as a blob; the tool gets the value."""

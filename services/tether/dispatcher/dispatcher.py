@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -29,6 +30,7 @@ from tether.schemas.plans import TaskSubmit
 from tether.schemas.records import ErrorInfo, TaskRecord, TaskStatus
 from tether.schemas.work import Timer
 from tether.service import Service
+from tether.sessions.runner import SessionRunner
 from tether.tasks import rules
 from tether.tasks.known_tools import KnownTools, waiting_note
 from tether.tasks.plans import task_id_of, validate_submit
@@ -41,6 +43,12 @@ log = logging.getLogger("tether.dispatcher")
 _timer_decoder = msgspec.json.Decoder(Timer)
 
 FETCH_TIMEOUT = 1.0
+SESSIONS_LOOK_EVERY = 10.0
+"""Seconds between the dispatcher's looks at the sessions with a run under way: a run's
+end notice is a hint, lost while no dispatcher listens, so a session whose run ended
+then moves on within this."""
+WAKE_AGAIN = timedelta(seconds=1)
+"""When a session's message whose handling was cut off comes back."""
 INDEX_REPAIR_EVERY = 60.0
 """Seconds between the dispatcher's checks of the status index against the records; a
 row move lost with its process is repaired within this (plus the time it checks)."""
@@ -57,12 +65,14 @@ class Dispatcher(Service):
         batch: int = 64,
         metrics: Metrics | None = None,
         index_repair_every: float = INDEX_REPAIR_EVERY,
+        sessions_look_every: float = SESSIONS_LOOK_EVERY,
     ) -> None:
         self.nats = nats or NatsConfig()
         self.metrics = metrics
         self.layout = layout or Layout.for_config(self.nats)
         self.batch = batch
         self.index_repair_every = index_repair_every
+        self.sessions_look_every = sessions_look_every
         self._nc: Connection | None = None
         self._store: Store | None = None
         self._stopping = asyncio.Event()
@@ -80,10 +90,15 @@ class Dispatcher(Service):
         store = self._store
         submissions, timers = await store.submit_consumer(), await store.timers_consumer()
         requests = await store.schedules_consumer()
+        sessions = SessionRunner(store, self._tasks)
+        inboxes = await store.sessions.consumer()
+        await store.sessions.on_ended(sessions.run_ended)
         self._loops = [
             asyncio.create_task(self._serve(submissions, lambda d: self._accept(store, d))),
             asyncio.create_task(self._serve(requests, lambda d: self._schedule(store, d))),
             asyncio.create_task(self._serve(timers, lambda d: self._fire(store, d))),
+            asyncio.create_task(self._serve(inboxes, lambda d: self._wake(sessions, d))),
+            asyncio.create_task(self._now_and_then(sessions.look, self.sessions_look_every)),
             asyncio.create_task(self._repair_index(store)),
         ]
         log.info("dispatcher consuming %s", self.layout.names.submit_subjects)
@@ -116,6 +131,30 @@ class Dispatcher(Service):
                 await asyncio.sleep(FETCH_TIMEOUT / 4)
                 continue
             await asyncio.gather(*(settle(delivery) for delivery in deliveries))
+
+    async def _wake(self, sessions: SessionRunner, delivery: Delivery) -> None:
+        """A message came to a session: bring the session up to date, then ack. Cut off
+        (NATS away), it comes back in a second, not after the ack wait: a run under way
+        may end meanwhile, and what was meant to steer it would go to the next."""
+        assert self._store is not None
+        try:
+            await sessions.wake(self._store.names.session_of(delivery.subject)[0])
+        except Exception:
+            with contextlib.suppress(Exception):
+                await delivery.retry(WAKE_AGAIN)
+            raise
+        await delivery.done()
+
+    async def _now_and_then(self, look: Callable[[], Awaitable[None]], every: float) -> None:
+        """`look` at start (what happened while no dispatcher ran), then every `every` s."""
+        while not (self._stopping.is_set() or self.is_lost):
+            try:
+                await look()
+            except Exception as exc:
+                log.debug("a periodic look failed (tried again later): %s", exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), every)
+                return
 
     async def _repair_index(self, store: Store) -> None:
         """Repair, now and then, the rows a killed process left: a record write's row

@@ -92,6 +92,12 @@ async def ensure_dispatcher_consumer(js: JetStreamContext, names: Names = DEFAUL
     await _ensure_consumer(js, names.submit_stream, config)
 
 
+async def ensure_sessions_consumer(js: JetStreamContext, names: Names = DEFAULT_NAMES) -> None:
+    """The dispatchers' consumer of every session's inbox (a message wakes its session)."""
+    config = _dispatchers_consumer(names.sessions_consumer, names.session_in_subject("*"))
+    await _ensure_consumer(js, names.sessions_stream, config)
+
+
 def _dispatchers_consumer(durable: str, subject: str) -> ConsumerConfig:
     """A consumer every dispatcher shares; its handling is quick, so a short ack wait."""
     return ConsumerConfig(

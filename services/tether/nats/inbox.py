@@ -7,8 +7,11 @@ event on `<prefix>.status.<task_id>`, for everyone following the task.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import msgspec
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from tether.nats import headers
@@ -39,16 +42,35 @@ class Inbox:
         that does not decode, written by hand, is skipped)."""
         subject = self._names.inbox_subject(task_id)
         found: list[tuple[int, Steering]] = []
-        while len(found) < READ_AT_ONCE:
+        async for msg in stored_after(self._js, self._names.status_stream, subject, seq):
             try:
-                msg = await self._js.get_msg(
-                    self._names.status_stream, seq=seq + 1, subject=subject, next=True
-                )
-            except NotFoundError:
-                break
-            seq = msg.seq or seq + 1
-            try:
-                found.append((seq, _decoder.decode(msg.data or b"")))
+                found.append((msg.seq or 0, _decoder.decode(msg.data or b"")))
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
+            if len(found) == READ_AT_ONCE:
+                break
         return found
+
+    async def ids_after(self, task_id: str, seq: int) -> list[str]:
+        """The ids its senders gave the entries stored after stream sequence `seq`."""
+        subject = self._names.inbox_subject(task_id)
+        tail = len(f"{task_id}.inbox.")
+        stream = self._names.status_stream
+        return [
+            (msg.headers or {}).get(headers.MSG_ID, "")[tail:]
+            async for msg in stored_after(self._js, stream, subject, seq)
+        ]
+
+
+async def stored_after(
+    js: JetStreamContext, stream: str, subject: str, seq: int
+) -> AsyncIterator[RawStreamMsg]:
+    """The messages on `subject` (a pattern) stored after sequence `seq`, in order, one
+    direct request each: for the few a reader has not seen yet."""
+    while True:
+        try:
+            msg = await js.get_msg(stream, seq=seq + 1, subject=subject, next=True)
+        except NotFoundError:
+            return
+        seq = msg.seq or seq + 1
+        yield msg

@@ -61,12 +61,13 @@ def _seconds(value: timedelta) -> float:
     return value.total_seconds()
 
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 """The version of the installation's shape (streams, buckets and their settings) this
 Tether provisions; raise it whenever that shape changes. A Tether that finds a higher one
 leaves the installation as it is. 3: schedules moved from the work stream to a timers
 stream of their own, and the work stream and blob stores refuse rollups
-(`tether.nats.migration` moves a layout 2 installation's work stream)."""
+(`tether.nats.migration` moves a layout 2 installation's work stream). 4: sessions (the
+stream `<PREFIX>_SESSIONS` and the bucket `<prefix>-sessions`), added beside the rest."""
 STAMP = "tether.layout"
 DIGEST = "tether.layout.digest"
 """Keys of the work stream's metadata (nats-server 2.10+) with which `provision` stamps an
@@ -119,6 +120,17 @@ def stream_configs(layout: Layout) -> list[StreamConfig]:
         ),
         builds_stream_config(layout),
         timers_stream_config(layout),
+        StreamConfig(
+            name=names.sessions_stream,
+            subjects=[names.session_subjects()],
+            retention=RetentionPolicy.LIMITS,
+            # One message per subject: an edit (a publish that expects the sequence it
+            # edits) replaces the message; a run's boundary is written once.
+            max_msgs_per_subject=1,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=_seconds(layout.duplicate_window),  # senders' message ids
+            allow_rollup_hdrs=False,  # clients publish here
+        ),
     ]
     for config in streams:
         config.num_replicas = layout.replicas
@@ -204,6 +216,7 @@ def bucket_configs(layout: Layout) -> list[KeyValueConfig]:
             (names.tools_bucket, None),
             (names.heartbeats_bucket, _seconds(layout.heartbeat_ttl)),
             (names.workers_bucket, None),
+            (names.sessions_bucket, None),
         )
     ]
 
@@ -253,7 +266,8 @@ def expected_streams(names: Names) -> list[str]:
     """Every stream Tether's installation under `names` has (buckets and store included)."""
     buckets = [names.tasks_bucket, names.checkpoints_bucket, names.tools_bucket]
     buckets += [names.heartbeats_bucket, names.workers_bucket, names.builds_bucket]
+    buckets += [names.sessions_bucket]
     streams = [names.submit_stream, names.work_stream, names.status_stream]
     streams += [names.dead_letter_stream, names.index_stream, names.tokens_stream]
-    streams += [names.timers_stream]
+    streams += [names.timers_stream, names.sessions_stream]
     return [*streams, *(names.kv_stream(b) for b in buckets), f"OBJ_{names.blobs_bucket}"]

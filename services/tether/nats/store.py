@@ -45,6 +45,7 @@ from tether.nats.provision import open_installation
 from tether.nats.recent import RecentRecords
 from tether.nats.records import Records
 from tether.nats.schedules import TimerRequest, request_headers, schedule_headers
+from tether.nats.sessions import Sessions
 from tether.nats.submissions import Submissions
 from tether.nats.tools import Tools
 from tether.nats.workers import Heartbeats, Workers
@@ -90,6 +91,7 @@ class Store:
         self.blobs: Blobs
         self.submissions: Submissions
         self.inbox: Inbox
+        self.sessions: Sessions
         self.observer: Observer | None = None
 
     @classmethod
@@ -125,6 +127,8 @@ class Store:
         store.tools = Tools(await bucket(names.tools_bucket), names, js)
         store.submissions = Submissions(js, names)
         store.inbox = Inbox(js, jetstream, names)
+        sessions = await bucket(names.sessions_bucket)
+        store.sessions = Sessions(nc, js, jetstream, sessions)
         blobs = names.blobs_bucket
         store.blobs = Blobs(js, await js.object_store(blobs), blobs, layout.blob_threshold)
         return store

@@ -39,6 +39,7 @@ from tether.schemas.records import (
     TaskStatus,
     Usage,
 )
+from tether.schemas.sessions import RunStarted, SessionMessage, SessionState
 from tether.schemas.work import DeadLetter, TokenChunk, WorkMessage
 from tether.schemas.workers import Heartbeat, ToolInfo
 
@@ -67,6 +68,9 @@ __all__ = [
     "ResultReply",
     "ResultRequest",
     "RetryOverride",
+    "RunStarted",
+    "SessionMessage",
+    "SessionState",
     "StatusEvent",
     "StepCompleted",
     "StepRetrying",

@@ -8,6 +8,8 @@ from tether.errors import TetherError
 
 MAX_TASK_ID_LENGTH = 128
 MAX_TOOL_NAME_LENGTH = 64
+MAX_SESSION_ID_LENGTH = 120
+"""A task id's rule, shorter: a session's runs are tasks `<session id>-r<run>`."""
 
 TASK_ID_PATTERN = f"^[A-Za-z0-9_-]{{1,{MAX_TASK_ID_LENGTH}}}$"
 TOOL_NAME_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_TOOL_NAME_LENGTH - 1}}}$"
@@ -25,23 +27,34 @@ def _describe(value: str) -> str:
     return repr(shown)
 
 
-def validate_task_id(task_id: object) -> str:
+def validate_task_id(
+    task_id: object, what: str = "task id", limit: int = MAX_TASK_ID_LENGTH
+) -> str:
     """Return `task_id` if it is usable in subjects and keys, else raise InvalidNameError."""
     if not isinstance(task_id, str):
-        raise InvalidNameError(f"task id must be a string, got {type(task_id).__name__}")
+        raise InvalidNameError(f"{what} must be a string, got {type(task_id).__name__}")
     if not task_id:
-        raise InvalidNameError("task id is empty: use 1 to 128 letters, digits, '-' or '_'")
-    if len(task_id) > MAX_TASK_ID_LENGTH:
+        raise InvalidNameError(f"{what} is empty: use 1 to {limit} letters, digits, '-' or '_'")
+    if len(task_id) > limit:
         raise InvalidNameError(
-            f"task id {_describe(task_id)} is {len(task_id)} characters long: "
-            f"the limit is {MAX_TASK_ID_LENGTH}"
+            f"{what} {_describe(task_id)} is {len(task_id)} characters long: the limit is {limit}"
         )
     if not _TASK_ID.fullmatch(task_id):
         raise InvalidNameError(
-            f"task id {_describe(task_id)} is not a valid id: "
+            f"{what} {_describe(task_id)} is not a valid id: "
             "use letters, digits, '-' or '_' (no '.', '*', '>' or spaces)"
         )
     return task_id
+
+
+def validate_session_id(session_id: object) -> str:
+    """A session id (the app's own chat id) as a task id's rule, at most 120 characters."""
+    return validate_task_id(session_id, "session id", MAX_SESSION_ID_LENGTH)
+
+
+def validate_message_id(message_id: object) -> str:
+    """A message id a sender chose: one subject token, as a task id."""
+    return validate_task_id(message_id, "message id")
 
 
 def validate_tool_name(name: object) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import msgspec
 
+from tether.schemas.jetstream_names import JetStreamNames
+
 SUBMIT_DEAD_LETTER = "_submit"
 """Dead-letter 'tool' of rejected submissions (tool names never start with '_')."""
 
 
-class Names(msgspec.Struct, frozen=True):
+class Names(JetStreamNames, msgspec.Struct, frozen=True):
     """Names for one Tether installation; `prefix` lets several share a NATS account."""
 
     prefix: str = "tether"
@@ -46,6 +48,11 @@ class Names(msgspec.Struct, frozen=True):
         return f"{self._upper}_TIMERS"
 
     @property
+    def sessions_stream(self) -> str:
+        """Sessions' inboxes and run boundaries, one message per subject (an edit replaces)."""
+        return f"{self._upper}_SESSIONS"
+
+    @property
     def moving_stream(self) -> str:
         """Where `tether provision` keeps the work stream's messages while it makes the
         stream anew (layout 2 to 3): a stream's schedules cannot be turned off."""
@@ -80,6 +87,11 @@ class Names(msgspec.Struct, frozen=True):
         the build's first worker that serves the tool: its stream refuses a second message
         on a key, whoever sends it (`Layout`)."""
         return f"{self.prefix}-builds"
+
+    @property
+    def sessions_bucket(self) -> str:
+        """Each session's `SessionState`, by id: the dispatchers', compare-and-set only."""
+        return f"{self.prefix}-sessions"
 
     @property
     def blobs_bucket(self) -> str:
@@ -244,6 +256,27 @@ class Names(msgspec.Struct, frozen=True):
         from the server: its connection is gone)."""
         return f"{self.prefix}.worker.{worker_key}.alive"
 
+    def session_in_subject(self, session_id: str, message_id: str = "*") -> str:
+        """`<prefix>.session.<id>.in.<message id>`: one message (an edit expects its seq)."""
+        return f"{self.prefix}.session.{session_id}.in.{message_id}"
+
+    def session_out_subject(self, session_id: str, run: int | str = "*") -> str:
+        """`<prefix>.session.<id>.out.<run>`: run `run` began (`RunStarted`), written once."""
+        return f"{self.prefix}.session.{session_id}.out.{run}"
+
+    def session_subjects(self, session_id: str = "*") -> str:
+        return f"{self.prefix}.session.{session_id}.>"
+
+    def session_of(self, subject: str) -> tuple[str, str]:
+        """The session id and the last token of a session subject."""
+        parts = subject[len(self.prefix) + len(".session.") :].split(".")
+        return parts[0], parts[-1]
+
+    @staticmethod
+    def run_task_id(session_id: str, run: int) -> str:
+        """A session's run n is task `<session id>-r<n>`: started again, the same task."""
+        return f"{session_id}-r{run}"
+
     # -- consumers -----------------------------------------------------------
     def tool_consumer(self, tool: str, build: str | None = None) -> str:
         """`tool-<tool>`, or `tool-<tool>@<build>` for the steps routed to a build."""
@@ -253,6 +286,10 @@ class Names(msgspec.Struct, frozen=True):
     @property
     def dispatcher_consumer(self) -> str:
         return "dispatcher"
+
+    @property
+    def sessions_consumer(self) -> str:
+        return "sessions"
 
     # -- keys and message ids ------------------------------------------------
     DEPLOYMENT_KEY = "_deployment"
@@ -322,42 +359,6 @@ class Names(msgspec.Struct, frozen=True):
         one per namespace: `<thread>.l.<ns>` (`tether.integrations.langgraph.keys`; a
         task id is a key token as it is)."""
         return f"{thread_id}.l.*"
-
-    # -- JetStream's own names for a KV bucket's stream and API -------------------------
-    @staticmethod
-    def kv_stream(bucket: str) -> str:
-        return f"KV_{bucket}"
-
-    @staticmethod
-    def kv_subject(bucket: str, key: str = "") -> str:
-        """`$KV.<bucket>.<key>`: the subject a key's values are stored under."""
-        return f"$KV.{bucket}.{key}"
-
-    @staticmethod
-    def direct_get_subject(stream: str, subject: str) -> str:
-        """The last message on `subject` in `stream`, without a consumer (allow_direct)."""
-        return f"$JS.API.DIRECT.GET.{stream}.{subject}"
-
-    @staticmethod
-    def stream_info_subject(stream: str) -> str:
-        return f"$JS.API.STREAM.INFO.{stream}"
-
-    @staticmethod
-    def direct_batch_subject(stream: str) -> str:
-        """Batched direct gets of `stream` (the request's body names the filter)."""
-        return f"$JS.API.DIRECT.GET.{stream}"
-
-    @staticmethod
-    def message_get_subject(stream: str) -> str:
-        return f"$JS.API.STREAM.MSG.GET.{stream}"
-
-    @staticmethod
-    def message_delete_subject(stream: str) -> str:
-        return f"$JS.API.STREAM.MSG.DELETE.{stream}"
-
-    @staticmethod
-    def consumer_info_subject(stream: str, durable: str) -> str:
-        return f"$JS.API.CONSUMER.INFO.{stream}.{durable}"
 
     @property
     def _upper(self) -> str:

@@ -4,7 +4,9 @@ A finished task is kept for a retention period (its record, checkpoints and even
 then removed. A blob is removed once nothing kept refers to it, and only when it is
 older than a grace period: a task may be about to write its first reference to a blob
 it just stored (or found stored), and the sweep must not see that as garbage. A graph's
-thread (LangGraph, `Names.graphs_bucket`) goes with the last task that ran on it.
+thread (LangGraph, `Names.graphs_bucket`) goes with the last task that ran on it. A
+session's runs continue each other by reference, so they go together, with the session,
+once its last run finished more than the retention ago and nothing waits in it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from tether.nats.blobs import BLOB_GRACE as BLOB_GRACE  # the blob store's rule
+from tether.schemas.names import Names
 from tether.schemas.records import TaskRecord
+from tether.schemas.sessions import SessionState
 
 DEFAULT_RETENTION = timedelta(days=7)
 """As long as the status stream keeps a task's events."""
@@ -25,6 +29,20 @@ _REF = re.compile(rb'"\$blob":\s*"sha256:([0-9a-f]{64})"')
 def expired(record: TaskRecord, now: datetime, retention: timedelta) -> bool:
     """Whether a task finished more than `retention` ago."""
     return record.status.is_terminal and now - record.updated_at > retention
+
+
+def session_runs(session_id: str, state: SessionState) -> list[str]:
+    """The tasks of every run the session started, first to last."""
+    return [Names.run_task_id(session_id, run) for run in range(1, state.runs + 1)]
+
+
+def session_expired(session_id: str, state: SessionState, expired_tasks: set[str]) -> bool:
+    """Whether a session goes: no run under way, nothing waiting, and its last run
+    finished more than the retention ago (`expired_tasks`) or is gone already."""
+    if state.current is not None or state.queued or state.carried or state.inputs:
+        return False
+    runs = session_runs(session_id, state)
+    return not runs or runs[-1] in expired_tasks
 
 
 def referenced_blobs(data: bytes) -> set[str]:

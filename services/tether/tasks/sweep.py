@@ -22,16 +22,20 @@ from tether.nats.blobs import BLOB_GRACE
 from tether.nats.cleanup import Cleanup
 from tether.nats.store import Store
 from tether.schemas.codec import record_decoder
+from tether.schemas.sessions import SessionState
 from tether.tasks.retention import (
     DEFAULT_RETENTION,
     expired,
     garbage,
     graph_threads,
+    session_expired,
+    session_runs,
     tasks_on,
     thread_memo,
 )
 from tether.tasks.retention import referenced_blobs as refs_in
 
+session_decoder = msgspec.json.Decoder(SessionState)
 LANGGRAPH = "tether.integrations.langgraph.saver"
 """What removing a graph's thread loads (the `langgraph` extra): only when there is one."""
 
@@ -45,6 +49,9 @@ class SweepReport:
     builds: list[str] = field(default_factory=list)
     """Builds announced over `retention` ago that no worker runs, no unfinished task
     started on, and where no new task goes (see `tether builds`)."""
+    sessions: list[str] = field(default_factory=list)
+    """Sessions whose last run finished over `retention` ago, nothing waiting: removed
+    with all their runs (which the others keep, however old: each continues the last)."""
     kept_tasks: int = 0
     kept_blobs: int = 0
     threads: list[str] = field(default_factory=list)
@@ -67,7 +74,8 @@ class _Read:
     memos: dict[str, set[str]] = field(default_factory=dict)
     """The threads each follow-up of a graph ran on (task id -> threads)."""
     removed_refs: dict[str, set[str]] = field(default_factory=dict)
-    """The blobs each removed task refers to, should it be kept after all."""
+    """The blobs each expired task's record and checkpoints refer to, should it be kept
+    after all (a session's run, a graph's)."""
 
 
 class Sweeper:
@@ -90,6 +98,7 @@ class Sweeper:
         blobs = [found async for found in cleanup.stored_blobs()]
         read = _Read(graphs=await cleanup.has_graphs())
         await self._read_records(read, report, now, retention)
+        await self._read_sessions(read, report)
         await self._read_checkpoints(read, set(report.tasks))
         if read.graphs:
             await self._find_threads(read, report)
@@ -109,13 +118,26 @@ class Sweeper:
                 read.started_on.add(record.build)
             if expired(record, now, retention):
                 report.tasks.append(task_id)
-                if read.graphs:
-                    read.removed_refs[task_id] = refs_in(value)
+                read.removed_refs[task_id] = refs_in(value)
             else:
                 report.kept_tasks += 1
                 read.referenced |= refs_in(value)
                 if read.graphs:
                     read.kept.add(task_id)
+
+    async def _read_sessions(self, read: _Read, report: SweepReport) -> None:
+        expired = set(report.tasks)
+        async for session_id, value in self._cleanup.values(self._names.sessions_bucket):
+            state = session_decoder.decode(value)
+            if session_expired(session_id, state, expired):
+                report.sessions.append(session_id)
+                continue
+            kept = set(session_runs(session_id, state)) & expired
+            report.tasks = [task_id for task_id in report.tasks if task_id not in kept]
+            report.kept_tasks += len(kept)
+            for task_id in kept:
+                read.kept.add(task_id)
+                read.referenced |= read.removed_refs.pop(task_id, set())
 
     async def _read_checkpoints(self, read: _Read, gone: set[str]) -> None:
         async for key, value in self._cleanup.values(self._names.checkpoints_bucket):
@@ -124,7 +146,7 @@ class Sweeper:
                 read.memos.setdefault(task_id, set()).update(_thread(value))
             if task_id not in gone:
                 read.referenced |= refs_in(value)
-            elif read.graphs:
+            else:
                 read.removed_refs[task_id] |= refs_in(value)
 
     async def _find_threads(self, read: _Read, report: SweepReport) -> None:
@@ -146,6 +168,9 @@ class Sweeper:
         cleanup = self._cleanup
         for build in report.builds:
             await self._store.workers.forget_build(build)
+        # Sessions before their runs: a sweep cut off in between finds the runs again.
+        for session_id in report.sessions:
+            await self._store.sessions.forget(session_id)
         # A thread written since the cutoff has a follow-up running on it (begun after
         # the checkpoints were read): kept, as that follow-up's memo will keep it.
         busy = await cleanup.written_since(report.threads, cutoff) if report.threads else set()

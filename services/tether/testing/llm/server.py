@@ -230,6 +230,7 @@ class ScriptedServer:
             "messages": len(body.messages),
             "tool_results": body.tool_results,
             "tool_texts": [message_text(m) for m in body.messages if m.get("role") == "tool"],
+            "user_texts": [message_text(m) for m in body.messages if m.get("role") == "user"],
             "api": body.api,
             "tools": body.tool_names,
             "functions": [t.get("function") for t in body.tools or []],
