@@ -9,10 +9,11 @@ llama-server's `/props` says the template takes no tools (`chat_template_caps`),
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import urllib.request
 from typing import TYPE_CHECKING, Any
-
-import httpx
 
 if TYPE_CHECKING:
     from tether.agents.agent import Agent
@@ -41,14 +42,19 @@ async def takes_tools(base_url: str | None, known: dict[str, bool | None]) -> bo
 async def _props_say(base_url: str) -> bool | None:
     root = base_url.rstrip("/").removesuffix("/v1")
     try:
-        async with httpx.AsyncClient(timeout=PROPS_WITHIN) as http:
-            response = await http.get(f"{root}/props")
-        caps = response.json().get("chat_template_caps") if response.is_success else None
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        props = await asyncio.to_thread(_get_json, f"{root}/props")
+    except (OSError, ValueError) as exc:  # refused, a 404 (HTTPError), not JSON
         log.debug("no /props at %s: %r", root, exc)
         return None
+    caps = props.get("chat_template_caps") if isinstance(props, dict) else None
     said = caps.get("supports_tools") if isinstance(caps, dict) else None
     return said if isinstance(said, bool) else None
+
+
+def _get_json(url: str) -> Any:
+    """One GET, in a thread (the standard library's: no client to import at start)."""
+    with urllib.request.urlopen(url, timeout=PROPS_WITHIN) as response:
+        return json.loads(response.read())
 
 
 def unseen(agent: Agent, takes: bool | None, options: dict[str, Any], reply: Reply) -> str | None:
